@@ -1,0 +1,125 @@
+/*
+ * samattn C ABI.
+ *
+ * One shared library, no libtorch, no Python C API (see DESIGN.md section 1).
+ * Every entry point takes a plain struct of pointers, sizes and element
+ * strides, validates it, picks a kernel family for the device and launches on
+ * the given stream. The library never allocates device memory.
+ *
+ * Errors: every function returns a status; on failure a message for the
+ * calling thread is available from samattn_last_error().
+ */
+#ifndef SAMATTN_SAMATTN_H_
+#define SAMATTN_SAMATTN_H_
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SAMATTN_ABI_VERSION 1
+
+/* Status codes. */
+enum {
+  SAMATTN_OK = 0,
+  SAMATTN_INVALID_ARGUMENT = 1, /* the arguments break the op's contract */
+  SAMATTN_UNSUPPORTED = 2,      /* valid, but this GPU / family / build cannot run it */
+  SAMATTN_CUDA_ERROR = 3        /* the CUDA runtime reported an error */
+};
+
+/* Element types. */
+enum { SAMATTN_F16 = 0, SAMATTN_BF16 = 1, SAMATTN_F32 = 2 };
+
+/* Kernel families. AUTO = choose from the device (or SAMATTN_FAMILY). */
+enum {
+  SAMATTN_FAMILY_AUTO = 0,
+  SAMATTN_FAMILY_SM75 = 75,
+  SAMATTN_FAMILY_SM80 = 80,
+  SAMATTN_FAMILY_SM90 = 90
+};
+
+/* Ops, for family selection queries. */
+enum { SAMATTN_OP_GEMM = 0, SAMATTN_OP_SOFTMAX = 1 };
+
+/*
+ * D = alpha * A @ B + beta * C, batched.
+ * Element (b, i, j) of a matrix X lives at X + b*X_batch_stride +
+ * i*X_row_stride + j*X_col_stride (strides in elements, batch stride 0 =
+ * broadcast). A is (m, k), B is (k, n), C and D are (m, n). All four share
+ * `dtype`; accumulation is fp32. C may be NULL only when beta == 0.
+ */
+typedef struct samattn_gemm_args {
+  int32_t dtype;
+  int32_t family;     /* SAMATTN_FAMILY_* */
+  int32_t device;     /* CUDA ordinal that owns every pointer */
+  int32_t allow_tf32; /* fp32 only: 1 = tf32 tensor cores, 0 = exact fp32 FMA */
+  int64_t batch, m, n, k;
+  const void* a;
+  int64_t a_batch_stride, a_row_stride, a_col_stride;
+  const void* b;
+  int64_t b_batch_stride, b_row_stride, b_col_stride;
+  const void* c;
+  int64_t c_batch_stride, c_row_stride, c_col_stride;
+  void* d;
+  int64_t d_batch_stride, d_row_stride, d_col_stride;
+  float alpha, beta;
+  void* stream; /* cudaStream_t */
+} samattn_gemm_args;
+
+/*
+ * Softmax over the middle mode of a contiguous (outer, dim, inner) view:
+ * y[o, :, i] = softmax(x[o, :, i]). inner == 1 is the last-dim case.
+ * Forward reads x and writes y; backward reads y and dy and writes
+ * dx = y * (dy - sum(dy * y)).
+ */
+typedef struct samattn_softmax_args {
+  int32_t dtype;
+  int32_t family;
+  int32_t device;
+  int32_t reserved;
+  int64_t outer, dim, inner;
+  const void* x;  /* forward: input;  backward: y (the forward output) */
+  const void* dy; /* backward only, else NULL */
+  void* out;      /* forward: y;      backward: dx */
+  void* stream;
+} samattn_softmax_args;
+
+/* Ops. `family_used` (may be NULL) receives the family that ran. */
+int samattn_gemm(const samattn_gemm_args* args, int32_t* family_used);
+int samattn_softmax_forward(const samattn_softmax_args* args, int32_t* family_used);
+int samattn_softmax_backward(const samattn_softmax_args* args, int32_t* family_used);
+
+/* Message for the last failure on this thread ("" if none). */
+const char* samattn_last_error(void);
+
+/* Library facts. */
+const char* samattn_version(void);
+int32_t samattn_abi_version(void);
+/* Bit mask of families compiled in: 1 = sm75, 2 = sm80, 4 = sm90. */
+int32_t samattn_built_families(void);
+/* Bit mask of op groups compiled in: 1 << SAMATTN_OP_*. */
+int32_t samattn_built_ops(void);
+
+/*
+ * Family selection as a pure function of the compute capability, so it can
+ * be tested without a GPU. `requested` is SAMATTN_FAMILY_AUTO or a forced
+ * family; `allow_tf32` matters for fp32 GEMM only. On success *family is the
+ * family that would run; otherwise the status says why and the last error
+ * names the op, dtype, compute capability and what is supported.
+ * SAMATTN_FAMILY in the environment is honoured when requested is AUTO.
+ */
+int samattn_select_family(int32_t op, int32_t dtype, int32_t cc_major, int32_t cc_minor,
+                          int32_t requested, int32_t allow_tf32, int32_t* family);
+
+/* Device facts (name is NUL-terminated, truncated to name_capacity). */
+int samattn_device_properties(int32_t device, char* name, int32_t name_capacity,
+                              int32_t* cc_major, int32_t* cc_minor, int32_t* sm_count);
+/* CUDA runtime compiled in and driver installed, as CUDA encodes them (12040 = 12.4). */
+int samattn_cuda_versions(int32_t* runtime_version, int32_t* driver_version);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* SAMATTN_SAMATTN_H_ */

@@ -1,0 +1,65 @@
+# Every kernel instantiation of libsamattn, one per translation unit.
+# A line is built only when its op group (SAMATTN_OPS) and family
+# (SAMATTN_CUDA_ARCHS) are selected; see cpp/cmake/instantiate.cmake.
+
+# ---------------------------------------------------------------- GEMM ----
+set(_dtypes_cpp_f16 "samattn::DType::f16")
+set(_dtypes_cpp_bf16 "samattn::DType::bf16")
+set(_dtypes_cpp_f32 "samattn::DType::f32")
+set(_major_k "samattn::gemm::Major::K")
+set(_major_mn "samattn::gemm::Major::MN")
+
+# _gemm(<kind> <family> <dtype> <vectorized>): kind is tensor_core or simt.
+# Vectorized kernels come in the four operand layouts (A K- or M-major, B K-
+# or N-major); the element-wise kernel accepts any strides, so one suffices.
+function(_gemm kind family dtype vectorized)
+  if(kind STREQUAL "tensor_core")
+    set(tag TensorCoreGemm)
+    set(fn run_tensor_core)
+    set(header "gemm/tensor_core/gemm_tensor_core_launch.cuh")
+  else()
+    set(tag SimtGemm)
+    set(fn run_simt)
+    set(header "gemm/simt/gemm_simt_launch.cuh")
+  endif()
+  if(vectorized)
+    set(layouts "k;k" "k;mn" "mn;k" "mn;mn")
+    set(vec true)
+  else()
+    set(layouts "k;k")
+    set(vec false)
+  endif()
+  foreach(layout IN LISTS layouts)
+    list(GET layout 0 a)
+    list(GET layout 1 b)
+    if(vectorized)
+      set(name "gemm_${family}_${kind}_${dtype}_a${a}_b${b}")
+    else()
+      set(name "gemm_${family}_${kind}_${dtype}_strided")
+    endif()
+    set(cfg "samattn::gemm::${tag}<${_dtypes_cpp_${dtype}}, ${_major_${a}}, ${_major_${b}}, ${vec}, samattn::gemm::Family::${family}>")
+    samattn_instantiate(gemm ${family} ${name} "${header}"
+                        "template cudaError_t samattn::gemm::${fn}<${cfg}>(const samattn::GemmProblem&);")
+  endforeach()
+endfunction()
+
+# sm80: fp16, bf16 and tf32 on mma.sync m16n8k16/m16n8k8; exact fp32 on FMA.
+foreach(dtype f16 bf16 f32)
+  _gemm(tensor_core sm80 ${dtype} ON)
+  _gemm(tensor_core sm80 ${dtype} OFF)
+endforeach()
+_gemm(simt sm80 f32 ON)
+_gemm(simt sm80 f32 OFF)
+samattn_family_sources(gemm sm80 cpp/src/gemm/sm80/gemm_sm80.cu)
+
+# sm75: fp16 on mma.sync m16n8k8; bf16 and fp32 on FMA.
+_gemm(tensor_core sm75 f16 ON)
+_gemm(tensor_core sm75 f16 OFF)
+foreach(dtype f32 bf16)
+  _gemm(simt sm75 ${dtype} ON)
+  _gemm(simt sm75 ${dtype} OFF)
+endforeach()
+samattn_family_sources(gemm sm75 cpp/src/gemm/sm75/gemm_sm75.cu)
+
+# ------------------------------------------------------------- softmax ----
+# (softmax instantiations go here)

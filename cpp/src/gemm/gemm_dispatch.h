@@ -1,0 +1,65 @@
+// Host-side choice of a GEMM instantiation: the operand layouts (which mode
+// is contiguous) and whether 16-byte vector loads are legal. No CuTe here:
+// the dispatch code only names instantiation tags (gemm_config.h).
+#pragma once
+
+#include "gemm/gemm_config.h"
+
+namespace samattn::gemm {
+
+struct OperandPlan {
+  Major major = Major::K;
+  bool vectorized = false;
+};
+
+// An operand seen as rows x cols with K along `cols` (A) or along `rows` (B).
+// 16-byte loads need: a 16-byte aligned pointer, a contiguous extent and
+// leading/batch strides that are multiples of the vector width.
+inline OperandPlan plan_operand(const MatrixView& view, int64_t rows, int64_t cols, bool k_along_cols,
+                                int64_t batch, int element_bytes) {
+  const int64_t vector = 16 / element_bytes;
+  const bool aligned_ptr = reinterpret_cast<uintptr_t>(view.ptr) % 16 == 0;
+  const bool batch_ok = batch == 1 || view.batch_stride % vector == 0;
+  auto fits = [&](int64_t contiguous_extent, int64_t other_extent, int64_t leading_stride) {
+    return aligned_ptr && batch_ok && contiguous_extent % vector == 0 &&
+           (other_extent == 1 || leading_stride % vector == 0);
+  };
+  // Row-contiguous (col_stride 1) or column-contiguous (row_stride 1).
+  const bool row_contiguous = view.col_stride == 1 || cols == 1;
+  const bool col_contiguous = view.row_stride == 1 || rows == 1;
+  const Major row_contiguous_major = k_along_cols ? Major::K : Major::MN;
+  const Major col_contiguous_major = k_along_cols ? Major::MN : Major::K;
+  if (row_contiguous && fits(cols, rows, view.row_stride)) return {row_contiguous_major, true};
+  if (col_contiguous && fits(rows, cols, view.col_stride)) return {col_contiguous_major, true};
+  return {Major::K, false};
+}
+
+template <DType T, Major A, Major B, bool V, Family F>
+cudaError_t launch(TensorCoreGemm<T, A, B, V, F>, const GemmProblem& problem) {
+  return run_tensor_core<TensorCoreGemm<T, A, B, V, F>>(problem);
+}
+template <DType T, Major A, Major B, bool V, Family F>
+cudaError_t launch(SimtGemm<T, A, B, V, F>, const GemmProblem& problem) {
+  return run_simt<SimtGemm<T, A, B, V, F>>(problem);
+}
+
+// Runs Kernel<T, majorA, majorB, vectorized, F>: the four vectorized layouts,
+// or the element-wise kernel when either operand cannot take vector loads.
+template <template <DType, Major, Major, bool, Family> class Kernel, DType T, Family F>
+cudaError_t run_gemm(const GemmProblem& problem, int element_bytes) {
+  const OperandPlan a = plan_operand(problem.a, problem.m, problem.k, /*k_along_cols=*/true,
+                                     problem.batch, element_bytes);
+  const OperandPlan b = plan_operand(problem.b, problem.k, problem.n, /*k_along_cols=*/false,
+                                     problem.batch, element_bytes);
+  if (!a.vectorized || !b.vectorized) {
+    return launch(Kernel<T, Major::K, Major::K, false, F>{}, problem);
+  }
+  if (a.major == Major::K) {
+    return b.major == Major::K ? launch(Kernel<T, Major::K, Major::K, true, F>{}, problem)
+                               : launch(Kernel<T, Major::K, Major::MN, true, F>{}, problem);
+  }
+  return b.major == Major::K ? launch(Kernel<T, Major::MN, Major::K, true, F>{}, problem)
+                             : launch(Kernel<T, Major::MN, Major::MN, true, F>{}, problem);
+}
+
+}  // namespace samattn::gemm

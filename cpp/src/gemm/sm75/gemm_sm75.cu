@@ -1,0 +1,22 @@
+// GEMM, sm75 family (Turing): fp16 on mma.sync m16n8k8; bf16 and fp32 on FMA
+// units (Turing has no bf16 or tf32 tensor cores), always exact fp32 math.
+#include "gemm/gemm_dispatch.h"
+
+namespace samattn {
+
+cudaError_t gemm_sm75(const GemmProblem& problem) {
+  using gemm::Family;
+  using gemm::SimtGemm;
+  using gemm::TensorCoreGemm;
+  switch (problem.dtype) {
+    case DType::f16:
+      return gemm::run_gemm<TensorCoreGemm, DType::f16, Family::sm75>(problem, 2);
+    case DType::bf16:
+      return gemm::run_gemm<SimtGemm, DType::bf16, Family::sm75>(problem, 2);
+    case DType::f32:
+      return gemm::run_gemm<SimtGemm, DType::f32, Family::sm75>(problem, 4);
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace samattn

@@ -1,0 +1,24 @@
+// GEMM, sm80 family (Ampere, Ada, and newer GPUs through PTX): fp16 and bf16
+// on mma.sync m16n8k16, fp32 on tf32 mma.sync when allowed, else exact FMA.
+#include "gemm/gemm_dispatch.h"
+
+namespace samattn {
+
+cudaError_t gemm_sm80(const GemmProblem& problem) {
+  using gemm::Family;
+  using gemm::SimtGemm;
+  using gemm::TensorCoreGemm;
+  switch (problem.dtype) {
+    case DType::f16:
+      return gemm::run_gemm<TensorCoreGemm, DType::f16, Family::sm80>(problem, 2);
+    case DType::bf16:
+      return gemm::run_gemm<TensorCoreGemm, DType::bf16, Family::sm80>(problem, 2);
+    case DType::f32:
+      return problem.allow_tf32
+                 ? gemm::run_gemm<TensorCoreGemm, DType::f32, Family::sm80>(problem, 4)
+                 : gemm::run_gemm<SimtGemm, DType::f32, Family::sm80>(problem, 4);
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace samattn

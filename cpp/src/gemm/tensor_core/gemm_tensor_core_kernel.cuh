@@ -1,0 +1,261 @@
+// Tensor-core GEMM for the sm75 and sm80 families, in CuTe.
+//
+//   D[l] = alpha * A[l] @ B[l] + beta * C[l]      A (M,K), B (K,N), C/D (M,N)
+//
+// One CTA computes a BM x BN tile of D. Its K loop runs a multistage shared-
+// memory pipeline (cp.async on sm80, plain loads on sm75) feeding mma.sync
+// through ldmatrix. Every global load is predicated on the problem bounds and
+// out-of-range elements are zero-filled, so any M, N, K works and the K
+// residue is exact. The epilogue applies alpha/beta and stores with the
+// problem's own strides.
+//
+// Following CuTe's convention, B is handled as an (N,K) tensor, and the
+// kernel is templated on a Traits type (see gemm_tensor_core_traits.cuh)
+// that holds the tile shape, the MMA, and the copy atoms and layouts.
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include <cstdint>
+
+namespace samattn::gemm {
+
+// Kernel arguments. Strides are in elements; B is described as (N,K).
+struct TensorCoreParams {
+  int m, n, k, batch;
+  const void* a;
+  int64_t a_m, a_k, a_batch;
+  const void* b;
+  int64_t b_n, b_k, b_batch;
+  const void* c;  // nullptr when beta == 0
+  int64_t c_m, c_n, c_batch;
+  void* d;
+  int64_t d_m, d_n, d_batch;
+  float alpha, beta;
+  int tiles_m, tiles_n;  // CTA tiles per batch entry
+};
+
+// Maps a linear CTA index to a (tile_m, tile_n) pair, walking groups of
+// kGroupM tile rows column by column so that CTAs running together share
+// A and B tiles in L2.
+template <int kGroupM>
+__device__ inline void swizzled_tile(int linear, int tiles_m, int tiles_n, int& tile_m,
+                                     int& tile_n) {
+  const int group_size = kGroupM * tiles_n;
+  const int group = linear / group_size;
+  const int first_m = group * kGroupM;
+  const int rows = min(tiles_m - first_m, kGroupM);
+  const int in_group = linear - group * group_size;
+  tile_m = first_m + in_group % rows;
+  tile_n = in_group / rows;
+}
+
+// Copies one (rows, BK) operand tile from global to shared memory.
+// tG: (CPY, CPY_ROWS, CPY_K) source slice, tS: destination slice, tC: the
+// coordinates of tG's elements, bound: (rows, K) extent of the operand.
+template <class Traits, class TiledCopy, class TG, class TS, class TC, class Bound>
+__device__ inline void load_operand_tile(TiledCopy const& tiled_copy, TG const& tG, TS&& tS,
+                                         TC const& tC, Bound const& bound) {
+  using namespace cute;
+  if constexpr (Traits::kVectorized) {
+    // The whole vector is in or out of bounds: the dispatch guarantees the
+    // contiguous extent is a multiple of the vector width.
+    CUTE_UNROLL
+    for (int i = 0; i < size<1>(tS); ++i) {
+      CUTE_UNROLL
+      for (int j = 0; j < size<2>(tS); ++j) {
+        const bool valid = elem_less(tC(0, i, j), bound);
+        if constexpr (Traits::kAsyncCopy) {
+          copy(tiled_copy.with(valid), tG(_, i, j), tS(_, i, j));
+        } else {
+          if (valid) {
+            copy(tiled_copy, tG(_, i, j), tS(_, i, j));
+          } else {
+            clear(tS(_, i, j));
+          }
+        }
+      }
+    }
+  } else {
+    // Element-wise: any strides, any alignment.
+    using Element = typename Traits::Element;
+    CUTE_UNROLL
+    for (int i = 0; i < size(tS); ++i) {
+      tS(i) = elem_less(tC(i), bound) ? Element(tG(i)) : Element(0.0f);
+    }
+  }
+}
+
+template <class Traits>
+__global__ void __launch_bounds__(Traits::kThreads)
+    gemm_tensor_core_kernel(TensorCoreParams const p) {
+  using namespace cute;
+  using Element = typename Traits::Element;
+  using Output = typename Traits::Output;
+  constexpr int BM = Traits::kBlockM;
+  constexpr int BN = Traits::kBlockN;
+  constexpr int BK = Traits::kBlockK;
+  constexpr int kStages = Traits::kStages;
+
+  int tile_m, tile_n;
+  swizzled_tile<8>(blockIdx.x, p.tiles_m, p.tiles_n, tile_m, tile_n);
+  const int batch = blockIdx.y;
+
+  // Global tensors of this batch entry, (M,K) and (N,K), with the operand's
+  // static unit stride where its layout has one.
+  Tensor mA = make_tensor(
+      make_gmem_ptr(static_cast<Element const*>(p.a) + batch * p.a_batch),
+      make_shape(p.m, p.k), Traits::stride_a(p.a_m, p.a_k));
+  Tensor mB = make_tensor(
+      make_gmem_ptr(static_cast<Element const*>(p.b) + batch * p.b_batch),
+      make_shape(p.n, p.k), Traits::stride_b(p.b_n, p.b_k));
+  Tensor cA = make_identity_tensor(shape(mA));
+  Tensor cB = make_identity_tensor(shape(mB));
+
+  auto tiler_a = make_shape(Int<BM>{}, Int<BK>{});
+  auto tiler_b = make_shape(Int<BN>{}, Int<BK>{});
+  Tensor gA = local_tile(mA, tiler_a, make_coord(tile_m, _));  // (BM,BK,k)
+  Tensor gB = local_tile(mB, tiler_b, make_coord(tile_n, _));  // (BN,BK,k)
+  Tensor gcA = local_tile(cA, tiler_a, make_coord(tile_m, _));
+  Tensor gcB = local_tile(cB, tiler_b, make_coord(tile_n, _));
+
+  extern __shared__ __align__(128) char shared_memory[];
+  Element* smem_a = reinterpret_cast<Element*>(shared_memory);
+  Element* smem_b = smem_a + cosize(typename Traits::SmemLayoutA{});
+  Tensor sA = make_tensor(make_smem_ptr(smem_a), typename Traits::SmemLayoutA{});  // (BM,BK,P)
+  Tensor sB = make_tensor(make_smem_ptr(smem_b), typename Traits::SmemLayoutB{});  // (BN,BK,P)
+
+  // Global -> shared partitioning.
+  typename Traits::GmemCopyA gmem_copy_a;
+  typename Traits::GmemCopyB gmem_copy_b;
+  auto thr_copy_a = gmem_copy_a.get_slice(threadIdx.x);
+  auto thr_copy_b = gmem_copy_b.get_slice(threadIdx.x);
+  Tensor tAgA = thr_copy_a.partition_S(gA);  // (CPY,CPY_M,CPY_K,k)
+  Tensor tAcA = thr_copy_a.partition_S(gcA);
+  Tensor tAsA = thr_copy_a.partition_D(sA);  // (CPY,CPY_M,CPY_K,P)
+  Tensor tBgB = thr_copy_b.partition_S(gB);
+  Tensor tBcB = thr_copy_b.partition_S(gcB);
+  Tensor tBsB = thr_copy_b.partition_D(sB);
+  auto bound_a = make_coord(p.m, p.k);
+  auto bound_b = make_coord(p.n, p.k);
+
+  // Prologue: fill all stages but one.
+  const int k_tiles = (p.k + BK - 1) / BK;
+  int k_tile_next = 0;
+  CUTE_UNROLL
+  for (int stage = 0; stage < kStages - 1; ++stage) {
+    if (k_tile_next < k_tiles) {
+      load_operand_tile<Traits>(gmem_copy_a, tAgA(_, _, _, k_tile_next), tAsA(_, _, _, stage),
+                                tAcA(_, _, _, k_tile_next), bound_a);
+      load_operand_tile<Traits>(gmem_copy_b, tBgB(_, _, _, k_tile_next), tBsB(_, _, _, stage),
+                                tBcB(_, _, _, k_tile_next), bound_b);
+    }
+    cp_async_fence();
+    ++k_tile_next;
+  }
+
+  // MMA partitioning and the shared -> register copies (ldmatrix).
+  typename Traits::TiledMma tiled_mma;
+  auto thr_mma = tiled_mma.get_slice(threadIdx.x);
+  Tensor tCrA = thr_mma.partition_fragment_A(sA(_, _, 0));  // (MMA,MMA_M,MMA_K)
+  Tensor tCrB = thr_mma.partition_fragment_B(sB(_, _, 0));  // (MMA,MMA_N,MMA_K)
+  Tensor accum = partition_fragment_C(tiled_mma, Shape<Int<BM>, Int<BN>>{});
+  clear(accum);
+
+  auto smem_copy_a = make_tiled_copy_A(typename Traits::SmemCopyAtomA{}, tiled_mma);
+  auto smem_thr_copy_a = smem_copy_a.get_slice(threadIdx.x);
+  Tensor tXsA = smem_thr_copy_a.partition_S(sA);  // (CPY,MMA_M,MMA_K,P)
+  Tensor tXrA = smem_thr_copy_a.retile_D(tCrA);
+  auto smem_copy_b = make_tiled_copy_B(typename Traits::SmemCopyAtomB{}, tiled_mma);
+  auto smem_thr_copy_b = smem_copy_b.get_slice(threadIdx.x);
+  Tensor tXsB = smem_thr_copy_b.partition_S(sB);
+  Tensor tXrB = smem_thr_copy_b.retile_D(tCrB);
+
+  constexpr int kBlocks = size<2>(decltype(tCrA){});
+  int read_stage = 0;
+  int write_stage = kStages - 1;
+
+  cp_async_wait<kStages - 2>();
+  __syncthreads();
+  copy(smem_copy_a, tXsA(_, _, 0, read_stage), tXrA(_, _, 0));
+  copy(smem_copy_b, tXsB(_, _, 0, read_stage), tXrB(_, _, 0));
+
+  // Main loop: while tile t is multiplied out of registers, tile t+1 moves
+  // from shared memory to registers and tile t+kStages-1 from global to
+  // shared memory.
+  CUTE_NO_UNROLL
+  for (int k_tile = 0; k_tile < k_tiles; ++k_tile) {
+    CUTE_UNROLL
+    for (int kb = 0; kb < kBlocks; ++kb) {
+      if (kb == kBlocks - 1) {
+        read_stage = read_stage == kStages - 1 ? 0 : read_stage + 1;
+        cp_async_wait<kStages - 2>();
+        __syncthreads();
+      }
+      const int kb_next = (kb + 1) % kBlocks;
+      copy(smem_copy_a, tXsA(_, _, kb_next, read_stage), tXrA(_, _, kb_next));
+      copy(smem_copy_b, tXsB(_, _, kb_next, read_stage), tXrB(_, _, kb_next));
+      if (kb == 0) {
+        if (k_tile_next < k_tiles) {
+          load_operand_tile<Traits>(gmem_copy_a, tAgA(_, _, _, k_tile_next),
+                                    tAsA(_, _, _, write_stage), tAcA(_, _, _, k_tile_next),
+                                    bound_a);
+          load_operand_tile<Traits>(gmem_copy_b, tBgB(_, _, _, k_tile_next),
+                                    tBsB(_, _, _, write_stage), tBcB(_, _, _, k_tile_next),
+                                    bound_b);
+        }
+        cp_async_fence();
+        ++k_tile_next;
+        write_stage = write_stage == kStages - 1 ? 0 : write_stage + 1;
+      }
+      cute::gemm(tiled_mma, accum, tCrA(_, _, kb), tCrB(_, _, kb), accum);
+    }
+  }
+
+  // Epilogue: D = alpha * accum + beta * C with bounds checks. Accumulator
+  // elements 2i and 2i+1 are adjacent columns of one row (the mma.sync C
+  // layout), so a row-major D takes them as one paired store.
+  Tensor cD = make_identity_tensor(make_shape(p.m, p.n));
+  Tensor gcD = local_tile(cD, Shape<Int<BM>, Int<BN>>{}, make_coord(tile_m, tile_n));
+  Tensor tCcD = thr_mma.partition_C(gcD);
+  Output* d = static_cast<Output*>(p.d) + batch * p.d_batch;
+  Output const* c = static_cast<Output const*>(p.c);
+  if (c != nullptr) c += batch * p.c_batch;
+  const float alpha = p.alpha;
+  const float beta = p.beta;
+  using Pair = cute::array_aligned<Output, 2>;
+  const bool paired_d = p.d_n == 1 && p.d_m % 2 == 0 &&
+                        reinterpret_cast<uintptr_t>(d) % sizeof(Pair) == 0;
+  const bool paired_c = c == nullptr || (p.c_n == 1 && p.c_m % 2 == 0 &&
+                                         reinterpret_cast<uintptr_t>(c) % sizeof(Pair) == 0);
+  CUTE_UNROLL
+  for (int i = 0; i < size(accum); i += 2) {
+    const int row = get<0>(tCcD(i));
+    const int col = get<1>(tCcD(i));
+    if (row >= p.m) continue;
+    float v0 = alpha * accum(i);
+    float v1 = alpha * accum(i + 1);
+    if (paired_d && paired_c && col + 1 < p.n) {
+      if (c != nullptr) {
+        Pair c_pair = *reinterpret_cast<Pair const*>(c + row * p.c_m + col);
+        v0 += beta * static_cast<float>(c_pair[0]);
+        v1 += beta * static_cast<float>(c_pair[1]);
+      }
+      Pair d_pair;
+      d_pair[0] = static_cast<Output>(v0);
+      d_pair[1] = static_cast<Output>(v1);
+      *reinterpret_cast<Pair*>(d + row * p.d_m + col) = d_pair;
+    } else {
+      if (col < p.n) {
+        if (c != nullptr) v0 += beta * static_cast<float>(c[row * p.c_m + col * p.c_n]);
+        d[row * p.d_m + col * p.d_n] = static_cast<Output>(v0);
+      }
+      if (col + 1 < p.n) {
+        if (c != nullptr) v1 += beta * static_cast<float>(c[row * p.c_m + (col + 1) * p.c_n]);
+        d[row * p.d_m + (col + 1) * p.d_n] = static_cast<Output>(v1);
+      }
+    }
+  }
+}
+
+}  // namespace samattn::gemm

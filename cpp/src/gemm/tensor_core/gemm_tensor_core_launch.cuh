@@ -1,0 +1,70 @@
+// Host launch of the tensor-core GEMM for one instantiation tag.
+#pragma once
+
+#include <algorithm>
+
+#include "gemm/gemm_config.h"
+#include "gemm/tensor_core/gemm_tensor_core_kernel.cuh"
+#include "gemm/tensor_core/gemm_tensor_core_traits.cuh"
+
+namespace samattn::gemm {
+
+template <class Config>
+cudaError_t run_tensor_core(const GemmProblem& problem) {
+  using Traits = TensorCoreTraits<Config>;
+  auto kernel = gemm_tensor_core_kernel<Traits>;
+  constexpr int kSmem = Traits::kSmemBytes;
+  if constexpr (kSmem > 48 * 1024) {
+    cudaError_t status =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+    if (status != cudaSuccess) return status;
+  }
+
+  TensorCoreParams p{};
+  p.m = static_cast<int>(problem.m);
+  p.n = static_cast<int>(problem.n);
+  p.k = static_cast<int>(problem.k);
+  // B is (K,N) in the problem and (N,K) in the kernel.
+  p.a = problem.a.ptr;
+  p.a_m = problem.a.row_stride;
+  p.a_k = problem.a.col_stride;
+  p.a_batch = problem.a.batch_stride;
+  p.b = problem.b.ptr;
+  p.b_n = problem.b.col_stride;
+  p.b_k = problem.b.row_stride;
+  p.b_batch = problem.b.batch_stride;
+  p.c = problem.beta != 0.0f ? problem.c.ptr : nullptr;
+  p.c_m = problem.c.row_stride;
+  p.c_n = problem.c.col_stride;
+  p.c_batch = problem.c.batch_stride;
+  p.d_m = problem.d_row_stride;
+  p.d_n = problem.d_col_stride;
+  p.d_batch = problem.d_batch_stride;
+  p.alpha = problem.alpha;
+  p.beta = problem.beta;
+  p.tiles_m = static_cast<int>((problem.m + Traits::kBlockM - 1) / Traits::kBlockM);
+  p.tiles_n = static_cast<int>((problem.n + Traits::kBlockN - 1) / Traits::kBlockN);
+
+  // gridDim.y is limited to 65535: launch the batch in chunks.
+  constexpr int64_t kMaxBatchPerLaunch = 65535;
+  using Element = typename Traits::Element;
+  using Output = typename Traits::Output;
+  for (int64_t first = 0; first < problem.batch; first += kMaxBatchPerLaunch) {
+    const int64_t count = std::min(kMaxBatchPerLaunch, problem.batch - first);
+    TensorCoreParams chunk = p;
+    chunk.batch = static_cast<int>(count);
+    chunk.a = static_cast<const Element*>(problem.a.ptr) + first * problem.a.batch_stride;
+    chunk.b = static_cast<const Element*>(problem.b.ptr) + first * problem.b.batch_stride;
+    if (chunk.c != nullptr) {
+      chunk.c = static_cast<const Output*>(problem.c.ptr) + first * problem.c.batch_stride;
+    }
+    chunk.d = static_cast<Output*>(problem.d) + first * problem.d_batch_stride;
+    dim3 grid(p.tiles_m * p.tiles_n, static_cast<unsigned>(count));
+    kernel<<<grid, Traits::kThreads, kSmem, problem.stream>>>(chunk);
+    cudaError_t status = cudaGetLastError();
+    if (status != cudaSuccess) return status;
+  }
+  return cudaSuccess;
+}
+
+}  // namespace samattn::gemm
