@@ -9,10 +9,15 @@ set(_dtypes_cpp_f32 "samattn::DType::f32")
 set(_major_k "samattn::gemm::Major::K")
 set(_major_mn "samattn::gemm::Major::MN")
 
-# _gemm(<kind> <family> <dtype> <vectorized>): kind is tensor_core or simt.
+# _gemm(<kind> <family> <dtype> <vectorized> [layouts...]): kind is tensor_core
+# or simt; layouts default to all four, written "a;b" with a, b in {k, mn}.
 # Vectorized kernels come in the four operand layouts (A K- or M-major, B K-
 # or N-major); the element-wise kernel accepts any strides, so one suffices.
 function(_gemm kind family dtype vectorized)
+  set(layouts "k;k" "k;mn" "mn;k" "mn;mn")
+  if(ARGN)
+    set(layouts ${ARGN})
+  endif()
   if(kind STREQUAL "tensor_core")
     set(tag TensorCoreGemm)
     set(fn run_tensor_core)
@@ -23,7 +28,6 @@ function(_gemm kind family dtype vectorized)
     set(header "gemm/simt/gemm_simt_launch.cuh")
   endif()
   if(vectorized)
-    set(layouts "k;k" "k;mn" "mn;k" "mn;mn")
     set(vec true)
   else()
     set(layouts "k;k")
@@ -53,7 +57,8 @@ _gemm(simt sm80 f32 OFF)
 samattn_family_sources(gemm sm80 cpp/src/gemm/sm80/gemm_sm80.cu)
 
 # sm75: fp16 on mma.sync m16n8k8; bf16 and fp32 on FMA.
-_gemm(tensor_core sm75 f16 ON)
+# (no N-major B kernel on sm75: see cpp/src/gemm/sm75/gemm_sm75.cu)
+_gemm(tensor_core sm75 f16 ON "k;k" "mn;k")
 _gemm(tensor_core sm75 f16 OFF)
 foreach(dtype f32 bf16)
   _gemm(simt sm75 ${dtype} ON)

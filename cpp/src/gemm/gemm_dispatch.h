@@ -15,8 +15,8 @@ struct OperandPlan {
 // An operand seen as rows x cols with K along `cols` (A) or along `rows` (B).
 // 16-byte loads need: a 16-byte aligned pointer, a contiguous extent and
 // leading/batch strides that are multiples of the vector width.
-inline OperandPlan plan_operand(const MatrixView& view, int64_t rows, int64_t cols, bool k_along_cols,
-                                int64_t batch, int element_bytes) {
+inline OperandPlan plan_operand(const MatrixView& view, int64_t rows, int64_t cols,
+                                bool k_along_cols, int64_t batch, int element_bytes) {
   const int64_t vector = 16 / element_bytes;
   const bool aligned_ptr = reinterpret_cast<uintptr_t>(view.ptr) % 16 == 0;
   const bool batch_ok = batch == 1 || view.batch_stride % vector == 0;
@@ -43,9 +43,25 @@ cudaError_t launch(SimtGemm<T, A, B, V, F>, const GemmProblem& problem) {
   return run_simt<SimtGemm<T, A, B, V, F>>(problem);
 }
 
+// D^T = B^T A^T: the same product with the operands' roles swapped.
+inline GemmProblem transposed(const GemmProblem& problem) {
+  GemmProblem t = problem;
+  t.m = problem.n;
+  t.n = problem.m;
+  t.a = {problem.b.ptr, problem.b.batch_stride, problem.b.col_stride, problem.b.row_stride};
+  t.b = {problem.a.ptr, problem.a.batch_stride, problem.a.col_stride, problem.a.row_stride};
+  t.c = {problem.c.ptr, problem.c.batch_stride, problem.c.col_stride, problem.c.row_stride};
+  t.d_row_stride = problem.d_col_stride;
+  t.d_col_stride = problem.d_row_stride;
+  return t;
+}
+
 // Runs Kernel<T, majorA, majorB, vectorized, F>: the four vectorized layouts,
 // or the element-wise kernel when either operand cannot take vector loads.
-template <template <DType, Major, Major, bool, Family> class Kernel, DType T, Family F>
+// kNMajorB = false: the family has no vectorized N-major-B kernel; such
+// problems run transposed (A K-major) or element-wise.
+template <template <DType, Major, Major, bool, Family> class Kernel, DType T, Family F,
+          bool kNMajorB = true>
 cudaError_t run_gemm(const GemmProblem& problem, int element_bytes) {
   const OperandPlan a = plan_operand(problem.a, problem.m, problem.k, /*k_along_cols=*/true,
                                      problem.batch, element_bytes);
@@ -54,12 +70,22 @@ cudaError_t run_gemm(const GemmProblem& problem, int element_bytes) {
   if (!a.vectorized || !b.vectorized) {
     return launch(Kernel<T, Major::K, Major::K, false, F>{}, problem);
   }
-  if (a.major == Major::K) {
-    return b.major == Major::K ? launch(Kernel<T, Major::K, Major::K, true, F>{}, problem)
-                               : launch(Kernel<T, Major::K, Major::MN, true, F>{}, problem);
+  if constexpr (!kNMajorB) {
+    if (b.major == Major::MN) {
+      return a.major == Major::K
+                 ? launch(Kernel<T, Major::MN, Major::K, true, F>{}, transposed(problem))
+                 : launch(Kernel<T, Major::K, Major::K, false, F>{}, problem);
+    }
+    return a.major == Major::K ? launch(Kernel<T, Major::K, Major::K, true, F>{}, problem)
+                               : launch(Kernel<T, Major::MN, Major::K, true, F>{}, problem);
+  } else {
+    if (a.major == Major::K) {
+      return b.major == Major::K ? launch(Kernel<T, Major::K, Major::K, true, F>{}, problem)
+                                 : launch(Kernel<T, Major::K, Major::MN, true, F>{}, problem);
+    }
+    return b.major == Major::K ? launch(Kernel<T, Major::MN, Major::K, true, F>{}, problem)
+                               : launch(Kernel<T, Major::MN, Major::MN, true, F>{}, problem);
   }
-  return b.major == Major::K ? launch(Kernel<T, Major::MN, Major::K, true, F>{}, problem)
-                             : launch(Kernel<T, Major::MN, Major::MN, true, F>{}, problem);
 }
 
 }  // namespace samattn::gemm

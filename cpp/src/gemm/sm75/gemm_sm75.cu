@@ -10,7 +10,10 @@ cudaError_t gemm_sm75(const GemmProblem& problem) {
   using gemm::TensorCoreGemm;
   switch (problem.dtype) {
     case DType::f16:
-      return gemm::run_gemm<TensorCoreGemm, DType::f16, Family::sm75>(problem, 2);
+      // No vectorized N-major-B kernel on sm75: with two k8 MMAs per step its
+      // shared-memory reads ran out of the tile (compute-sanitizer, H200);
+      // those problems run transposed or element-wise (gemm_dispatch.h).
+      return gemm::run_gemm<TensorCoreGemm, DType::f16, Family::sm75, false>(problem, 2);
     case DType::bf16:
       return gemm::run_gemm<SimtGemm, DType::bf16, Family::sm75>(problem, 2);
     case DType::f32:

@@ -103,12 +103,10 @@ __global__ void __launch_bounds__(Traits::kThreads)
 
   // Global tensors of this batch entry, (M,K) and (N,K), with the operand's
   // static unit stride where its layout has one.
-  Tensor mA = make_tensor(
-      make_gmem_ptr(static_cast<Element const*>(p.a) + batch * p.a_batch),
-      make_shape(p.m, p.k), Traits::stride_a(p.a_m, p.a_k));
-  Tensor mB = make_tensor(
-      make_gmem_ptr(static_cast<Element const*>(p.b) + batch * p.b_batch),
-      make_shape(p.n, p.k), Traits::stride_b(p.b_n, p.b_k));
+  Tensor mA = make_tensor(make_gmem_ptr(static_cast<Element const*>(p.a) + batch * p.a_batch),
+                          make_shape(p.m, p.k), Traits::stride_a(p.a_m, p.a_k));
+  Tensor mB = make_tensor(make_gmem_ptr(static_cast<Element const*>(p.b) + batch * p.b_batch),
+                          make_shape(p.n, p.k), Traits::stride_b(p.b_n, p.b_k));
   Tensor cA = make_identity_tensor(shape(mA));
   Tensor cB = make_identity_tensor(shape(mB));
 
@@ -224,8 +222,8 @@ __global__ void __launch_bounds__(Traits::kThreads)
   const float alpha = p.alpha;
   const float beta = p.beta;
   using Pair = cute::array_aligned<Output, 2>;
-  const bool paired_d = p.d_n == 1 && p.d_m % 2 == 0 &&
-                        reinterpret_cast<uintptr_t>(d) % sizeof(Pair) == 0;
+  const bool paired_d =
+      p.d_n == 1 && p.d_m % 2 == 0 && reinterpret_cast<uintptr_t>(d) % sizeof(Pair) == 0;
   const bool paired_c = c == nullptr || (p.c_n == 1 && p.c_m % 2 == 0 &&
                                          reinterpret_cast<uintptr_t>(c) % sizeof(Pair) == 0);
   CUTE_UNROLL

@@ -70,12 +70,12 @@ struct TileShape {
 };
 template <DType T>
 struct TileShape<Family::sm75, T> {
-  // Turing: 64 KB of shared memory per block and no cp.async, so two stages
-  // of 128 x 128 tiles.
+  // Turing: 64 KB of shared memory per block and no cp.async: three stages
+  // (48 KB) of 128 x 128 tiles.
   static constexpr int kBlockM = 128;
   static constexpr int kBlockN = 128;
   static constexpr int kBlockK = 32;
-  static constexpr int kStages = 2;
+  static constexpr int kStages = 3;
   static constexpr int kWarpsM = 2;
   static constexpr int kWarpsN = 2;
 };
@@ -83,7 +83,7 @@ struct TileShape<Family::sm75, T> {
 // Shared-memory layout, global->shared copy and shared->register atom of one
 // operand of extent kRows x kBlockK (rows are M for A, N for B).
 template <class Element, Major kMajor, bool kVectorized, bool kAsync, int kRows, int kBlockK,
-          int kStages, int kThreads>
+          int kStages, int kThreads, bool kTransposedLdsm = true>
 struct OperandTraits {
   static constexpr int kBits = cute::sizeof_bits_v<Element>;
   static constexpr int kVector = 128 / kBits;  // elements per 16-byte access
@@ -109,8 +109,8 @@ struct OperandTraits {
     }
   }
   using SmemLayout = decltype(cute::tile_to_shape(
-      smem_atom(), cute::make_shape(cute::Int<kRows>{}, cute::Int<kBlockK>{},
-                                    cute::Int<kStages>{})));
+      smem_atom(),
+      cute::make_shape(cute::Int<kRows>{}, cute::Int<kBlockK>{}, cute::Int<kStages>{})));
 
   static auto gmem_copy() {
     using namespace cute;
@@ -126,10 +126,10 @@ struct OperandTraits {
                                     UniversalCopy<uint128_t>>;
       if constexpr (kMajor == Major::K) {
         constexpr int kThreadsK = kBlockK / kVector;
-        return make_tiled_copy(Copy_Atom<Op, Element>{},
-                               Layout<Shape<Int<kThreads / kThreadsK>, Int<kThreadsK>>,
-                                      Stride<Int<kThreadsK>, _1>>{},
-                               Layout<Shape<_1, Int<kVector>>>{});
+        return make_tiled_copy(
+            Copy_Atom<Op, Element>{},
+            Layout<Shape<Int<kThreads / kThreadsK>, Int<kThreadsK>>, Stride<Int<kThreadsK>, _1>>{},
+            Layout<Shape<_1, Int<kVector>>>{});
       } else {
         constexpr int kThreadsRows = kRows / kVector < kThreads ? kRows / kVector : kThreads;
         return make_tiled_copy(Copy_Atom<Op, Element>{},
@@ -145,7 +145,7 @@ struct OperandTraits {
     using namespace cute;
     if constexpr (kKMajorSmem) {
       return Copy_Atom<SM75_U32x4_LDSM_N, Element>{};
-    } else if constexpr (kBits == 16) {
+    } else if constexpr (kBits == 16 && kTransposedLdsm) {
       return Copy_Atom<SM75_U16x8_LDSM_T, Element>{};
     } else {
       return Copy_Atom<UniversalCopy<Element>, Element>{};  // no transposing ldmatrix for tf32
@@ -179,10 +179,10 @@ struct TensorCoreTraits<TensorCoreGemm<T, kMajorA, kMajorB, kVec, F>> : TileShap
   static constexpr bool kAsyncCopy = F == Family::sm80;
   static constexpr int kThreads = 32 * Shape::kWarpsM * Shape::kWarpsN;
 
-  using OperandA = OperandTraits<Element, kMajorA, kVec, kAsyncCopy, Shape::kBlockM,
-                                 Shape::kBlockK, Shape::kStages, kThreads>;
-  using OperandB = OperandTraits<Element, kMajorB, kVec, kAsyncCopy, Shape::kBlockN,
-                                 Shape::kBlockK, Shape::kStages, kThreads>;
+  using OperandA = OperandTraits<Element, kMajorA, kVec, kAsyncCopy, Shape::kBlockM, Shape::kBlockK,
+                                 Shape::kStages, kThreads>;
+  using OperandB = OperandTraits<Element, kMajorB, kVec, kAsyncCopy, Shape::kBlockN, Shape::kBlockK,
+                                 Shape::kStages, kThreads>;
   using SmemLayoutA = typename OperandA::SmemLayout;
   using SmemLayoutB = typename OperandB::SmemLayout;
   using GmemCopyA = typename OperandA::GmemCopy;
@@ -195,12 +195,13 @@ struct TensorCoreTraits<TensorCoreGemm<T, kMajorA, kMajorB, kVec, F>> : TileShap
   using MmaAtom = typename MmaAtomOf<F, T>::type;
   static constexpr int kMmaK = cute::size<2>(typename cute::MMA_Traits<MmaAtom>::Shape_MNK{});
   using TiledMma = decltype(cute::make_tiled_mma(
-      MmaAtom{}, cute::Layout<cute::Shape<cute::Int<Shape::kWarpsM>, cute::Int<Shape::kWarpsN>, cute::_1>>{},
+      MmaAtom{},
+      cute::Layout<cute::Shape<cute::Int<Shape::kWarpsM>, cute::Int<Shape::kWarpsN>, cute::_1>>{},
       cute::Tile<cute::Int<16 * Shape::kWarpsM>, cute::Int<16 * Shape::kWarpsN>,
                  cute::Int<Shape::kBlockK / 2>>{}));
 
   static constexpr int kSmemBytes =
-      (cute::cosize_v<SmemLayoutA> + cute::cosize_v<SmemLayoutB>) * sizeof(Element);
+      (cute::cosize_v<SmemLayoutA> + cute::cosize_v<SmemLayoutB>)*sizeof(Element);
 
   CUTE_HOST_DEVICE static auto stride_a(int64_t m_stride, int64_t k_stride) {
     return OperandA::stride(m_stride, k_stride);
