@@ -10,11 +10,11 @@ set(_major_k "samattn::gemm::Major::K")
 set(_major_mn "samattn::gemm::Major::MN")
 
 # _gemm(<kind> <family> <dtype> <vectorized> [layouts...]): kind is tensor_core
-# or simt; layouts default to all four, written "a;b" with a, b in {k, mn}.
+# or simt; layouts default to all four, written "a,b" with a, b in {k, mn}.
 # Vectorized kernels come in the four operand layouts (A K- or M-major, B K-
 # or N-major); the element-wise kernel accepts any strides, so one suffices.
 function(_gemm kind family dtype vectorized)
-  set(layouts "k;k" "k;mn" "mn;k" "mn;mn")
+  set(layouts "k,k" "k,mn" "mn,k" "mn,mn")
   if(ARGN)
     set(layouts ${ARGN})
   endif()
@@ -30,12 +30,13 @@ function(_gemm kind family dtype vectorized)
   if(vectorized)
     set(vec true)
   else()
-    set(layouts "k;k")
+    set(layouts "k,k")
     set(vec false)
   endif()
   foreach(layout IN LISTS layouts)
-    list(GET layout 0 a)
-    list(GET layout 1 b)
+    string(REPLACE "," ";" pair "${layout}")
+    list(GET pair 0 a)
+    list(GET pair 1 b)
     if(vectorized)
       set(name "gemm_${family}_${kind}_${dtype}_a${a}_b${b}")
     else()
@@ -58,7 +59,7 @@ samattn_family_sources(gemm sm80 cpp/src/gemm/sm80/gemm_sm80.cu)
 
 # sm75: fp16 on mma.sync m16n8k8; bf16 and fp32 on FMA.
 # (no N-major B kernel on sm75: see cpp/src/gemm/sm75/gemm_sm75.cu)
-_gemm(tensor_core sm75 f16 ON "k;k" "mn;k")
+_gemm(tensor_core sm75 f16 ON "k,k" "mn,k")
 _gemm(tensor_core sm75 f16 OFF)
 foreach(dtype f32 bf16)
   _gemm(simt sm75 ${dtype} ON)

@@ -1,0 +1,113 @@
+"""CUDA implementations of the samattn ops: fill the C argument structs and call libsamattn.
+
+Outputs are allocated here by torch (the library never allocates); kernels run on torch's
+current stream of the tensors' device.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import torch
+
+from . import _checks, _family, _lib
+
+
+def _operand(t: torch.Tensor) -> torch.Tensor:
+    """A or B as the kernels take it: either of its two last strides must be 1.
+
+    Transposed views (``.t()``, ``.mT``) qualify as they are, so they cost no copy.
+    """
+    if t.stride(-1) == 1 or t.stride(-2) == 1:
+        return t
+    return t.contiguous()
+
+
+def _matrix_strides(t: torch.Tensor, batch: int) -> tuple[int, int, int]:
+    """(batch, row, col) element strides of a 2-D or 3-D operand; 0 where it broadcasts."""
+    batch_stride = t.stride(0) if t.dim() == 3 and t.shape[0] == batch else 0
+    return batch_stride, t.stride(-2), t.stride(-1)
+
+
+def _stream(device: torch.device) -> int:
+    return torch.cuda.current_stream(device).cuda_stream
+
+
+def gemm(
+    a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None, alpha: float, beta: float
+) -> torch.Tensor:
+    """D = alpha * a @ b + beta * c on the GPU; see samattn.gemm."""
+    sizes = _checks.gemm(a, b, c, alpha, beta)
+    out = torch.empty(sizes.out_shape, dtype=a.dtype, device=a.device)
+    if out.numel() == 0:
+        return out
+    a = _operand(a)
+    b = _operand(b)
+    args = _lib.GemmArgs()
+    args.dtype = _checks.DTYPE_CODES[a.dtype]
+    args.family = _family.requested_family()
+    args.device = a.device.index
+    args.allow_tf32 = int(torch.get_float32_matmul_precision() != "highest")
+    args.batch, args.m, args.n, args.k = sizes.batch, sizes.m, sizes.n, sizes.k
+    args.a = a.data_ptr()
+    args.a_batch_stride, args.a_row_stride, args.a_col_stride = _matrix_strides(a, sizes.batch)
+    args.b = b.data_ptr()
+    args.b_batch_stride, args.b_row_stride, args.b_col_stride = _matrix_strides(b, sizes.batch)
+    if c is not None and beta != 0.0:
+        expanded = c.expand(sizes.out_shape)
+        args.c = expanded.data_ptr()
+        strides = expanded.stride()
+        args.c_batch_stride = strides[0] if len(strides) == 3 else 0
+        args.c_row_stride, args.c_col_stride = strides[-2], strides[-1]
+    args.d = out.data_ptr()
+    args.d_batch_stride = sizes.m * sizes.n
+    args.d_row_stride, args.d_col_stride = sizes.n, 1
+    args.alpha, args.beta = alpha, beta
+    args.stream = _stream(a.device)
+    family = ctypes.c_int32(_lib.FAMILY_AUTO)
+    _lib.check(_lib.lib().samattn_gemm(ctypes.byref(args), ctypes.byref(family)))
+    _lib.set_last_family(family.value)
+    return out
+
+
+def _run_softmax(
+    function_name: str,
+    view: _checks.SoftmaxShape,
+    x: torch.Tensor,
+    dy: torch.Tensor | None,
+    out: torch.Tensor,
+) -> None:
+    args = _lib.SoftmaxArgs()
+    args.dtype = _checks.DTYPE_CODES[x.dtype]
+    args.family = _family.requested_family()
+    args.device = x.device.index
+    args.outer, args.dim, args.inner = view.outer, view.dim, view.inner
+    args.x = x.data_ptr()
+    args.dy = dy.data_ptr() if dy is not None else None
+    args.out = out.data_ptr()
+    args.stream = _stream(x.device)
+    family = ctypes.c_int32(_lib.FAMILY_AUTO)
+    function = getattr(_lib.lib(), function_name)
+    _lib.check(function(ctypes.byref(args), ctypes.byref(family)))
+    _lib.set_last_family(family.value)
+
+
+def softmax(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """Softmax of x along dim on the GPU; see samattn.softmax."""
+    view = _checks.softmax(x, dim)
+    x = x.contiguous()
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    if y.numel() > 0:
+        _run_softmax("samattn_softmax_forward", view, x, None, y)
+    return y
+
+
+def softmax_backward(y: torch.Tensor, dy: torch.Tensor, dim: int) -> torch.Tensor:
+    """dx = y * (dy - sum(dy * y, dim)) on the GPU, from the forward output y."""
+    view = _checks.softmax_backward(y, dy, dim)
+    y = y.contiguous()
+    dy = dy.contiguous()
+    dx = torch.empty(y.shape, dtype=y.dtype, device=y.device)
+    if dx.numel() > 0:
+        _run_softmax("samattn_softmax_backward", view, y, dy, dx)
+    return dx

@@ -1,0 +1,75 @@
+"""Kernel family override: ``samattn.use_family`` and ``samattn.built_families``."""
+
+from __future__ import annotations
+
+import threading
+from types import TracebackType
+
+from . import _lib
+
+_state = threading.local()
+
+
+def requested_family() -> int:
+    """The family code this thread forces (FAMILY_AUTO when none: the library decides)."""
+    return getattr(_state, "family", _lib.FAMILY_AUTO)
+
+
+class use_family:
+    """Force a kernel family for samattn ops run by this thread inside the block.
+
+    ``name`` is ``"sm75"``, ``"sm80"``, ``"sm90"`` or ``None`` (automatic: the library picks
+    the family from the GPU, or from the ``SAMATTN_FAMILY`` environment variable). Blocks
+    nest and restore the outer choice on exit; other threads are not affected. A family that
+    is not built, cannot run on the GPU, or lacks the op/dtype raises ``UnsupportedError``
+    when an op runs. Autograd backward runs with the family of its forward (eager mode).
+
+    Example::
+
+        with samattn.use_family("sm75"):
+            y = samattn.gemm(a, b)
+    """
+
+    def __init__(self, name: str | None) -> None:
+        if name is None:
+            self._code = _lib.FAMILY_AUTO
+        elif isinstance(name, str) and name in _lib.FAMILY_CODES:
+            self._code = _lib.FAMILY_CODES[name]
+        else:
+            allowed = ", ".join(repr(n) for n in _lib.FAMILY_CODES)
+            raise ValueError(
+                f"samattn.use_family: unknown family {name!r}; use {allowed} or None (automatic)"
+            )
+        self._saved: list[int] = []
+
+    def __enter__(self) -> None:
+        self._saved.append(requested_family())
+        _state.family = self._code
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        _state.family = self._saved.pop()
+
+
+class _forced_code:
+    """Like use_family, from a family code (the backward pass replays its forward's choice)."""
+
+    def __init__(self, code: int) -> None:
+        self._code = code
+        self._saved = _lib.FAMILY_AUTO
+
+    def __enter__(self) -> None:
+        self._saved = requested_family()
+        _state.family = self._code
+
+    def __exit__(self, *exc_info: object) -> None:
+        _state.family = self._saved
+
+
+def built_families() -> list[str]:
+    """Kernel families compiled into the loaded library, oldest first, e.g. ``["sm75", "sm80"]``."""
+    return _lib.built_families()

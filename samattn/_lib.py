@@ -1,0 +1,245 @@
+"""ctypes binding of libsamattn, the C-ABI library that holds the kernels.
+
+The library is loaded lazily, by absolute path, from ``samattn/lib/libsamattn.so``
+(where the wheel installs it) or from ``$SAMATTN_LIBRARY`` (development builds).
+Every struct and signature here mirrors ``cpp/include/samattn/samattn.h``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from pathlib import Path
+
+ABI_VERSION = 1
+
+# Status codes.
+OK = 0
+INVALID_ARGUMENT = 1
+UNSUPPORTED = 2
+CUDA_ERROR = 3
+
+# Element types.
+F16 = 0
+BF16 = 1
+F32 = 2
+
+# Kernel families.
+FAMILY_AUTO = 0
+FAMILY_CODES = {"sm75": 75, "sm80": 80, "sm90": 90}
+FAMILY_NAMES = {code: name for name, code in FAMILY_CODES.items()}
+FAMILY_BITS = {"sm75": 1, "sm80": 2, "sm90": 4}
+
+# Ops, for family selection queries.
+OP_GEMM = 0
+OP_SOFTMAX = 1
+OP_CODES = {"gemm": OP_GEMM, "softmax": OP_SOFTMAX}
+
+LIBRARY_ENV = "SAMATTN_LIBRARY"
+PACKAGED_LIBRARY = Path(__file__).resolve().parent / "lib" / "libsamattn.so"
+
+
+class UnsupportedError(RuntimeError):
+    """The arguments are valid, but this GPU, kernel family or build cannot run them."""
+
+
+class LibraryError(ImportError):
+    """libsamattn could not be found or loaded."""
+
+
+class GemmArgs(ctypes.Structure):
+    _fields_ = [
+        ("dtype", ctypes.c_int32),
+        ("family", ctypes.c_int32),
+        ("device", ctypes.c_int32),
+        ("allow_tf32", ctypes.c_int32),
+        ("batch", ctypes.c_int64),
+        ("m", ctypes.c_int64),
+        ("n", ctypes.c_int64),
+        ("k", ctypes.c_int64),
+        ("a", ctypes.c_void_p),
+        ("a_batch_stride", ctypes.c_int64),
+        ("a_row_stride", ctypes.c_int64),
+        ("a_col_stride", ctypes.c_int64),
+        ("b", ctypes.c_void_p),
+        ("b_batch_stride", ctypes.c_int64),
+        ("b_row_stride", ctypes.c_int64),
+        ("b_col_stride", ctypes.c_int64),
+        ("c", ctypes.c_void_p),
+        ("c_batch_stride", ctypes.c_int64),
+        ("c_row_stride", ctypes.c_int64),
+        ("c_col_stride", ctypes.c_int64),
+        ("d", ctypes.c_void_p),
+        ("d_batch_stride", ctypes.c_int64),
+        ("d_row_stride", ctypes.c_int64),
+        ("d_col_stride", ctypes.c_int64),
+        ("alpha", ctypes.c_float),
+        ("beta", ctypes.c_float),
+        ("stream", ctypes.c_void_p),
+    ]
+
+
+class SoftmaxArgs(ctypes.Structure):
+    _fields_ = [
+        ("dtype", ctypes.c_int32),
+        ("family", ctypes.c_int32),
+        ("device", ctypes.c_int32),
+        ("reserved", ctypes.c_int32),
+        ("outer", ctypes.c_int64),
+        ("dim", ctypes.c_int64),
+        ("inner", ctypes.c_int64),
+        ("x", ctypes.c_void_p),
+        ("dy", ctypes.c_void_p),
+        ("out", ctypes.c_void_p),
+        ("stream", ctypes.c_void_p),
+    ]
+
+
+_i32 = ctypes.c_int32
+_i32_p = ctypes.POINTER(ctypes.c_int32)
+
+# name -> (restype, argtypes), one entry per function of samattn.h.
+SIGNATURES: dict[str, tuple[object, list[object]]] = {
+    "samattn_gemm": (ctypes.c_int, [ctypes.POINTER(GemmArgs), _i32_p]),
+    "samattn_softmax_forward": (ctypes.c_int, [ctypes.POINTER(SoftmaxArgs), _i32_p]),
+    "samattn_softmax_backward": (ctypes.c_int, [ctypes.POINTER(SoftmaxArgs), _i32_p]),
+    "samattn_last_error": (ctypes.c_char_p, []),
+    "samattn_version": (ctypes.c_char_p, []),
+    "samattn_abi_version": (_i32, []),
+    "samattn_built_families": (_i32, []),
+    "samattn_built_ops": (_i32, []),
+    "samattn_select_family": (ctypes.c_int, [_i32, _i32, _i32, _i32, _i32, _i32, _i32_p]),
+    "samattn_device_properties": (
+        ctypes.c_int,
+        [_i32, ctypes.c_char_p, _i32, _i32_p, _i32_p, _i32_p],
+    ),
+    "samattn_cuda_versions": (ctypes.c_int, [_i32_p, _i32_p]),
+}
+
+_load_lock = threading.Lock()
+_library: ctypes.CDLL | None = None
+_thread_state = threading.local()
+
+
+def library_path() -> Path:
+    """The absolute path libsamattn is loaded from ($SAMATTN_LIBRARY or the package's copy)."""
+    override = os.environ.get(LIBRARY_ENV, "")
+    return Path(override).resolve() if override else PACKAGED_LIBRARY
+
+
+def lib() -> ctypes.CDLL:
+    """The loaded library, with every signature declared; raises LibraryError if unusable."""
+    global _library
+    if _library is not None:
+        return _library
+    with _load_lock:
+        if _library is None:
+            _library = _load(library_path())
+    return _library
+
+
+def _load(path: Path) -> ctypes.CDLL:
+    how_to_build = (
+        "Install a samattn wheel (pip install samattn-cu12x), or build the library "
+        "(cmake -S . -B build -G Ninja && ninja -C build) and set "
+        f"{LIBRARY_ENV}=/abs/path/to/build/libsamattn.so."
+    )
+    if not path.is_file():
+        raise LibraryError(f"samattn: the library {path} does not exist. {how_to_build}")
+    try:
+        handle = ctypes.CDLL(str(path))
+    except OSError as error:
+        raise LibraryError(f"samattn: cannot load {path}: {error}. {how_to_build}") from error
+    for name, (restype, argtypes) in SIGNATURES.items():
+        try:
+            function = getattr(handle, name)
+        except AttributeError as error:
+            raise LibraryError(
+                f"samattn: {path} does not export {name}; it is not a matching libsamattn. "
+                f"{how_to_build}"
+            ) from error
+        function.restype = restype
+        function.argtypes = argtypes
+    abi = handle.samattn_abi_version()
+    if abi != ABI_VERSION:
+        raise LibraryError(
+            f"samattn: {path} has C ABI version {abi}, this Python package needs {ABI_VERSION}. "
+            f"{how_to_build}"
+        )
+    return handle
+
+
+def last_error() -> str:
+    """The library's message for the last failure on this thread."""
+    message = lib().samattn_last_error()
+    return message.decode("utf-8", "replace") if message else ""
+
+
+def check(status: int) -> None:
+    """Raise the Python exception for a library status (ValueError, UnsupportedError, ...)."""
+    if status == OK:
+        return
+    message = last_error() or f"samattn: the library returned status {status}"
+    if status == INVALID_ARGUMENT:
+        raise ValueError(message)
+    if status == UNSUPPORTED:
+        raise UnsupportedError(message)
+    raise RuntimeError(message)
+
+
+def set_last_family(code: int) -> None:
+    _thread_state.last_family = FAMILY_NAMES.get(code)
+
+
+def last_family() -> str | None:
+    """The family ("sm75", "sm80", "sm90") of the last kernel this thread ran, or None."""
+    return getattr(_thread_state, "last_family", None)
+
+
+def version() -> str:
+    return lib().samattn_version().decode()
+
+
+def built_families() -> list[str]:
+    mask = lib().samattn_built_families()
+    return [name for name, bit in FAMILY_BITS.items() if mask & bit]
+
+
+def built_ops() -> list[str]:
+    mask = lib().samattn_built_ops()
+    return [name for name, code in OP_CODES.items() if mask & (1 << code)]
+
+
+def select_family(
+    op: str, dtype_code: int, cc: tuple[int, int], requested: int, allow_tf32: bool
+) -> str:
+    """The family that would run `op` on a GPU of compute capability `cc` (raises if none)."""
+    family = ctypes.c_int32(0)
+    status = lib().samattn_select_family(
+        OP_CODES[op], dtype_code, cc[0], cc[1], requested, int(allow_tf32), ctypes.byref(family)
+    )
+    check(status)
+    return FAMILY_NAMES[family.value]
+
+
+def device_properties(device: int) -> dict[str, object]:
+    """Name, compute capability and SM count of a CUDA ordinal (raises without a GPU)."""
+    name = ctypes.create_string_buffer(256)
+    major, minor, sms = ctypes.c_int32(), ctypes.c_int32(), ctypes.c_int32()
+    status = lib().samattn_device_properties(
+        device, name, len(name), ctypes.byref(major), ctypes.byref(minor), ctypes.byref(sms)
+    )
+    check(status)
+    return {
+        "name": name.value.decode("utf-8", "replace"),
+        "compute_capability": (major.value, minor.value),
+        "sm_count": sms.value,
+    }
+
+
+def cuda_versions() -> tuple[int, int]:
+    """(runtime, driver) as CUDA encodes them (12040 = 12.4); driver 0 means none installed."""
+    runtime, driver = ctypes.c_int32(), ctypes.c_int32()
+    check(lib().samattn_cuda_versions(ctypes.byref(runtime), ctypes.byref(driver)))
+    return runtime.value, driver.value

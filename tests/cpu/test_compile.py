@@ -1,0 +1,152 @@
+"""Fake implementations and autograd under torch.compile, without a GPU.
+
+Meta tensors and FakeTensors (which may claim a CUDA device here) run only the fake
+implementations. The autograd formulas are checked with gradcheck by swapping the CUDA
+implementations for float64 CPU references, so that only the wiring is under test.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+import samattn
+from samattn import _cuda, _family
+
+
+def meta(*shape: int, dtype: torch.dtype = torch.float16, grad: bool = False) -> torch.Tensor:
+    return torch.empty(shape, dtype=dtype, device="meta", requires_grad=grad)
+
+
+def model(a, b, c):
+    return samattn.softmax(samattn.gemm(a, b, c, alpha=0.5, beta=2.0), dim=1)
+
+
+GEMM_SHAPES = [
+    # a, b, c -> output
+    ((4, 5), (5, 6), (4, 6), (4, 6)),
+    ((3, 4, 5), (5, 6), (6,), (3, 4, 6)),
+    ((1, 4, 5), (3, 5, 6), (4, 1), (3, 4, 6)),
+    ((4, 5), (3, 5, 6), (3, 1, 6), (3, 4, 6)),
+    ((3, 4, 5), (3, 5, 6), (), (3, 4, 6)),
+]
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+@pytest.mark.parametrize("shapes", GEMM_SHAPES, ids=str)
+def test_compiled_shapes_and_gradients(backend, shapes):
+    a_shape, b_shape, c_shape, out_shape = shapes
+    torch._dynamo.reset()
+    a, b, c = (meta(*s, dtype=torch.bfloat16, grad=True) for s in (a_shape, b_shape, c_shape))
+    out = torch.compile(model, fullgraph=True, backend=backend)(a, b, c)
+    assert out.shape == out_shape and out.dtype == torch.bfloat16 and out.device.type == "meta"
+    out.sum().backward()
+    assert (a.grad.shape, b.grad.shape, c.grad.shape) == (a.shape, b.shape, c.shape)
+    assert a.grad.dtype == b.grad.dtype == c.grad.dtype == torch.bfloat16
+
+
+def test_no_graph_break():
+    torch._dynamo.reset()
+    explanation = torch._dynamo.explain(model)(meta(2, 4, 5), meta(5, 6), meta(6))
+    assert explanation.graph_break_count == 0
+    assert explanation.graph_count == 1
+
+
+def test_fake_cuda_tensors_keep_device_and_dtype():
+    with FakeTensorMode():
+        a = torch.empty(2, 8, 16, dtype=torch.float16, device="cuda")
+        b = torch.empty(16, 4, dtype=torch.float16, device="cuda")
+        out = samattn.gemm(a, b)
+        assert out.shape == (2, 8, 4) and out.device.type == "cuda"
+        y = samattn.softmax(torch.empty(3, 5, 7, dtype=torch.float32, device="cuda:1"), dim=0)
+        assert y.shape == (3, 5, 7) and y.device == torch.device("cuda:1")
+        dx = torch.ops.samattn.softmax_backward(y, torch.empty_like(y), 0)
+        assert dx.shape == y.shape and dx.device == y.device
+
+
+@pytest.mark.parametrize(
+    "op, args",
+    [
+        ("gemm", (meta(4, 5), meta(2, 5, 6), meta(6), 1.0, 1.0)),
+        ("gemm", (meta(4, 5), meta(5, 6), None, 2.0, 0.0)),
+        ("softmax", (meta(3, 7), 0)),
+        ("softmax_backward", (meta(3, 7), meta(3, 7), -1)),
+    ],
+)
+def test_opcheck(op, args):
+    torch.library.opcheck(getattr(torch.ops.samattn, op).default, args)
+
+
+# ---------------------------------------------------- autograd formulas ----
+class References:
+    """float64 CPU stand-ins for the CUDA implementations; records what they were given."""
+
+    def __init__(self) -> None:
+        self.gemm_calls: list[dict] = []
+        self.softmax_families: list[int] = []
+
+    def gemm(self, a, b, c, alpha, beta):
+        self.gemm_calls.append({"a": a, "b": b, "family": _family.requested_family()})
+        out = alpha * torch.matmul(a, b)
+        if c is not None and beta != 0.0:
+            out = out + beta * c
+        return out.contiguous()
+
+    def softmax(self, x, dim):
+        return torch.softmax(x, dim)
+
+    def softmax_backward(self, y, dy, dim):
+        self.softmax_families.append(_family.requested_family())
+        return y * (dy - (dy * y).sum(dim, keepdim=True))
+
+
+@pytest.fixture
+def references(monkeypatch) -> References:
+    refs = References()
+    for name in ("gemm", "softmax", "softmax_backward"):
+        monkeypatch.setattr(_cuda, name, getattr(refs, name))
+    return refs
+
+
+def double(*shape: int) -> torch.Tensor:
+    return torch.randn(shape, dtype=torch.float64, requires_grad=True)
+
+
+@pytest.mark.parametrize("shapes", GEMM_SHAPES, ids=str)
+@pytest.mark.parametrize("alpha, beta", [(1.0, 0.0), (0.5, 2.0), (-1.5, 1.0)])
+def test_gemm_gradients(references, shapes, alpha, beta):
+    a_shape, b_shape, c_shape, _ = shapes
+    a, b, c = double(*a_shape), double(*b_shape), double(*c_shape)
+    assert torch.autograd.gradcheck(
+        lambda a, b, c: samattn.gemm(a, b, c, alpha=alpha, beta=beta), (a, b, c)
+    )
+
+
+def test_gemm_backward_uses_transposed_views(references):
+    a, b = double(7, 5), double(5, 3)
+    samattn.gemm(a, b).sum().backward()
+    _forward, grad_a, grad_b = references.gemm_calls
+    assert grad_a["b"].data_ptr() == b.data_ptr() and grad_a["b"].shape == (3, 5)
+    assert grad_b["a"].data_ptr() == a.data_ptr() and grad_b["a"].shape == (5, 7)
+
+
+def test_gemm_backward_skips_unneeded_gradients(references):
+    a, b = double(7, 5), torch.randn(5, 3, dtype=torch.float64)
+    samattn.gemm(a, b).sum().backward()
+    assert len(references.gemm_calls) == 2  # forward and dA only
+
+
+@pytest.mark.parametrize("shape, dim", [((6,), 0), ((4, 5), 1), ((2, 3, 4), 1), ((3, 4), -2)])
+def test_softmax_gradients(references, shape, dim):
+    assert torch.autograd.gradcheck(lambda x: samattn.softmax(x, dim), (double(*shape),))
+
+
+def test_backward_replays_the_forward_family(references):
+    a, b, x = double(3, 4), double(4, 2), double(3, 5)
+    with samattn.use_family("sm75"):
+        out = samattn.gemm(a, b).sum() + samattn.softmax(x).sum()
+    out.backward()
+    assert [call["family"] for call in references.gemm_calls] == [75, 75, 75]
+    assert references.softmax_families == [75]
+    assert _family.requested_family() == 0

@@ -1,0 +1,61 @@
+"""samattn.info() and `python -m samattn.info`, on a machine with or without a GPU."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import samattn
+from samattn import _lib
+
+
+def _gpu_visible() -> bool:
+    try:
+        _lib.device_properties(0)
+    except (RuntimeError, ValueError):
+        return False
+    return True
+
+
+def test_module_runs_and_exits_0():
+    package_parent = str(Path(samattn.__file__).resolve().parents[1])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([package_parent, env.get("PYTHONPATH", "")])
+    result = subprocess.run(
+        [sys.executable, "-m", "samattn.info"], capture_output=True, text=True, env=env
+    )
+    assert result.returncode == 0, result.stderr
+    assert "RuntimeWarning" not in result.stderr, result.stderr
+    assert f"samattn {samattn.__version__}" in result.stdout
+    assert str(_lib.library_path()) in result.stdout
+    if _gpu_visible():
+        assert "GPU 0:" in result.stdout and "gemm" in result.stdout
+    else:
+        assert "no CUDA GPU visible" in result.stdout
+
+
+def test_info_prints_and_returns_the_facts():
+    out = io.StringIO()
+    facts = samattn.info(file=out)
+    text = out.getvalue()
+    assert facts["library"]["loaded"] and facts["library"]["version"] == samattn.__version__
+    assert facts["built_families"] == samattn.built_families()
+    assert facts["torch"] in text and facts["cuda_runtime"] in text
+    for family in facts["built_families"]:
+        assert family in text
+    archs = facts["archs"]
+    assert archs == "unknown" or set(archs) == {"sass", "ptx"}
+    if not _gpu_visible():
+        assert facts["gpus"] == [] and "no CUDA GPU visible" in text
+        assert facts["gpu_error"]
+
+
+def test_info_lists_a_family_per_op_and_dtype_for_each_gpu():
+    facts = samattn.info(file=io.StringIO())
+    for gpu in facts["gpus"]:
+        assert set(gpu["families"]) == {"gemm", "softmax"}
+        for choices in gpu["families"].values():
+            assert set(choices) == {"float16", "bfloat16", "float32"}

@@ -1,0 +1,132 @@
+"""Loading libsamattn: absolute path, ABI and version, exported symbols, struct layout."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+import samattn
+from samattn import _lib
+
+ROOT = Path(__file__).resolve().parents[2]
+HEADER = ROOT / "cpp" / "include" / "samattn" / "samattn.h"
+
+
+def _header_functions() -> set[str]:
+    text = re.sub(r"/\*.*?\*/", "", HEADER.read_text(), flags=re.S)
+    return set(re.findall(r"\b(samattn_\w+)\s*\(", text))
+
+
+def test_loads_by_absolute_path():
+    path = _lib.library_path()
+    assert path.is_absolute()
+    handle = _lib.lib()
+    assert Path(handle._name) == path  # ctypes was given the absolute path
+
+
+def test_abi_and_version():
+    lib = _lib.lib()
+    assert lib.samattn_abi_version() == _lib.ABI_VERSION
+    assert _lib.version() == samattn.__version__
+
+
+def test_built_families_and_ops_are_known():
+    assert set(samattn.built_families()) <= {"sm75", "sm80", "sm90"}
+    assert samattn.built_families(), "a library always has at least one family"
+    assert set(_lib.built_ops()) <= {"gemm", "softmax"}
+
+
+def test_bindings_cover_the_header():
+    assert set(_lib.SIGNATURES) == _header_functions()
+
+
+def test_exports_exactly_the_c_api():
+    nm = shutil.which("nm")
+    if nm is None:
+        pytest.skip("nm not available")
+    out = subprocess.run(
+        [nm, "-D", "--defined-only", str(_lib.library_path())],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    exported = {line.split()[-1] for line in out.splitlines() if line.strip()}
+    assert exported == _header_functions(), f"unexpected exports: {exported ^ _header_functions()}"
+
+
+def _c_layout(struct: str, fields: list[str]) -> list[int]:
+    """sizeof and offsetof of each field, as the C compiler lays out the header's struct."""
+    compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if compiler is None:
+        pytest.skip("no C compiler to check the struct layout")
+    prints = "".join(f'printf("%zu\\n", offsetof({struct}, {f}));' for f in fields)
+    source = (
+        "#include <stddef.h>\n#include <stdio.h>\n#include <samattn/samattn.h>\n"
+        f'int main(void) {{ printf("%zu\\n", sizeof({struct})); {prints} return 0; }}\n'
+    )
+    return [int(v) for v in _compile_and_run(compiler, source).split()]
+
+
+def _compile_and_run(compiler: str, source: str) -> str:
+    with tempfile.TemporaryDirectory() as tmp:
+        src, exe = Path(tmp) / "layout.c", Path(tmp) / "layout"
+        src.write_text(source)
+        subprocess.run(
+            [compiler, f"-I{ROOT / 'cpp' / 'include'}", str(src), "-o", str(exe)], check=True
+        )
+        return subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout
+
+
+@pytest.mark.parametrize(
+    "struct, ctype",
+    [("samattn_gemm_args", _lib.GemmArgs), ("samattn_softmax_args", _lib.SoftmaxArgs)],
+)
+def test_struct_layout_matches_header(struct, ctype):
+    fields = [name for name, _ in ctype._fields_]
+    expected = _c_layout(struct, fields)
+    actual = [ctypes.sizeof(ctype)] + [getattr(ctype, f).offset for f in fields]
+    assert actual == expected
+
+
+def _python(code: str, library: Path) -> str:
+    """stdout of `python -c code` importing this samattn, with SAMATTN_LIBRARY=library."""
+    package_parent = str(Path(samattn.__file__).resolve().parents[1])
+    env = dict(os.environ, SAMATTN_LIBRARY=str(library))
+    env["PYTHONPATH"] = os.pathsep.join([package_parent, env.get("PYTHONPATH", "")])
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+    )
+    return result.stdout
+
+
+_LOAD = (
+    "import samattn._lib as l\ntry:\n    l.lib()\nexcept ImportError as e:\n    print('ERR', e)\n"
+)
+
+
+def test_missing_library_message(tmp_path):
+    missing = tmp_path / "nowhere" / "libsamattn.so"
+    out = _python(_LOAD, missing)
+    assert out.startswith("ERR"), out
+    assert str(missing) in out and "SAMATTN_LIBRARY" in out and "build" in out
+
+
+def test_unloadable_library_message(tmp_path):
+    bogus = tmp_path / "libsamattn.so"
+    bogus.write_text("not an ELF file")
+    out = _python(_LOAD, bogus)
+    assert out.startswith("ERR") and "cannot load" in out and str(bogus) in out, out
+
+
+def test_import_does_not_need_the_library(tmp_path):
+    """`import samattn` works without the library; the first use says what is missing."""
+    out = _python("import samattn; print(samattn.__version__)", tmp_path / "none.so")
+    assert out.strip() == samattn.__version__

@@ -1,0 +1,216 @@
+"""Argument validation of samattn.gemm / samattn.softmax, without a GPU.
+
+Shapes and dtypes are checked before devices, so "meta" tensors reach every check; CPU
+tensors get the "needs CUDA tensors" error; two fake CUDA devices test device mixing.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+import samattn
+
+
+def meta(*shape: int, dtype: torch.dtype = torch.float16) -> torch.Tensor:
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def cpu(*shape: int, dtype: torch.dtype = torch.float16) -> torch.Tensor:
+    return torch.zeros(shape, dtype=dtype)
+
+
+# name -> (call, exception type, substrings the message must contain)
+BAD_GEMM = {
+    "a 1-D": (lambda: samattn.gemm(meta(5), meta(5, 7)), ValueError, ["a must be 2-D", "(5,)"]),
+    "a 4-D": (
+        lambda: samattn.gemm(meta(2, 2, 4, 5), meta(5, 7)),
+        ValueError,
+        ["a must be 2-D (M, K) or 3-D (batch, M, K)"],
+    ),
+    "b 1-D": (lambda: samattn.gemm(meta(4, 5), meta(5)), ValueError, ["b must be 2-D"]),
+    "inner sizes": (
+        lambda: samattn.gemm(meta(4, 5), meta(6, 7)),
+        ValueError,
+        ["inner sizes differ", "K = 5", "K = 6"],
+    ),
+    "batch sizes": (
+        lambda: samattn.gemm(meta(3, 4, 5), meta(2, 5, 7)),
+        ValueError,
+        ["batch sizes 3 (a) and 2 (b)"],
+    ),
+    "float64": (
+        lambda: samattn.gemm(meta(4, 5, dtype=torch.float64), meta(5, 7, dtype=torch.float64)),
+        TypeError,
+        ["torch.float64", "torch.float16, torch.bfloat16 or torch.float32"],
+    ),
+    "int32": (
+        lambda: samattn.gemm(meta(4, 5, dtype=torch.int32), meta(5, 7, dtype=torch.int32)),
+        TypeError,
+        ["torch.int32"],
+    ),
+    "mixed dtypes": (
+        lambda: samattn.gemm(meta(4, 5), meta(5, 7, dtype=torch.float32)),
+        TypeError,
+        ["b has dtype torch.float32", "same dtype"],
+    ),
+    "c dtype": (
+        lambda: samattn.gemm(meta(4, 5), meta(5, 7), meta(4, 7, dtype=torch.bfloat16), beta=1),
+        TypeError,
+        ["c has dtype torch.bfloat16"],
+    ),
+    "c shape": (
+        lambda: samattn.gemm(meta(4, 5), meta(5, 7), meta(3, 7), beta=1.0),
+        ValueError,
+        ["c of shape (3, 7)", "output shape (4, 7)"],
+    ),
+    "c rank": (
+        lambda: samattn.gemm(meta(4, 5), meta(5, 7), meta(2, 4, 7), beta=1.0),
+        ValueError,
+        ["c of shape (2, 4, 7)"],
+    ),
+    "alpha nan": (
+        lambda: samattn.gemm(meta(4, 5), meta(5, 7), alpha=math.nan),
+        ValueError,
+        ["alpha must be finite", "nan"],
+    ),
+    "alpha inf": (
+        lambda: samattn.gemm(meta(4, 5), meta(5, 7), alpha=math.inf),
+        ValueError,
+        ["alpha must be finite"],
+    ),
+    "beta inf": (
+        lambda: samattn.gemm(meta(4, 5), meta(5, 7), meta(4, 7), beta=-math.inf),
+        ValueError,
+        ["beta must be finite"],
+    ),
+    "beta without c": (
+        lambda: samattn.gemm(meta(4, 5), meta(5, 7), beta=0.5),
+        ValueError,
+        ["beta is 0.5 but c is None"],
+    ),
+    "cpu tensors": (
+        lambda: samattn.gemm(cpu(4, 5), cpu(5, 7)),
+        ValueError,
+        ["samattn ops need CUDA tensors", "a is on cpu"],
+    ),
+    "cpu b": (
+        lambda: samattn.gemm(meta(4, 5), cpu(5, 7)),
+        ValueError,
+        ["need CUDA tensors", "b is on cpu"],
+    ),
+    "cpu c": (
+        lambda: samattn.gemm(meta(4, 5), meta(5, 7), cpu(7), beta=1.0),
+        ValueError,
+        ["need CUDA tensors", "c is on cpu"],
+    ),
+    "a not a tensor": (
+        lambda: samattn.gemm([[1.0]], meta(1, 1)),
+        TypeError,
+        ["a must be a torch.Tensor"],
+    ),
+    "c not a tensor": (
+        lambda: samattn.gemm(meta(1, 1), meta(1, 1), 1.0, beta=1.0),
+        TypeError,
+        ["c must be a torch.Tensor"],
+    ),
+}
+
+BAD_SOFTMAX = {
+    "dim too large": (
+        lambda: samattn.softmax(meta(4, 5), dim=2),
+        IndexError,
+        ["Dimension out of range", "[-2, 1]", "got 2"],
+    ),
+    "dim too small": (lambda: samattn.softmax(meta(4, 5), dim=-3), IndexError, ["got -3"]),
+    "0-d dim 1": (lambda: samattn.softmax(meta(), dim=1), IndexError, ["[-1, 0]"]),
+    "dim not int": (lambda: samattn.softmax(meta(4, 5), dim=1.0), TypeError, ["dim must be"]),
+    "float64": (
+        lambda: samattn.softmax(meta(4, 5, dtype=torch.float64)),
+        TypeError,
+        ["torch.float64", "torch.float16, torch.bfloat16 or torch.float32"],
+    ),
+    "int64": (lambda: samattn.softmax(meta(4, dtype=torch.int64)), TypeError, ["torch.int64"]),
+    "cpu": (lambda: samattn.softmax(cpu(4, 5)), ValueError, ["need CUDA tensors", "x is on cpu"]),
+    "not a tensor": (lambda: samattn.softmax([1.0]), TypeError, ["x must be a torch.Tensor"]),
+    "backward shapes": (
+        lambda: torch.ops.samattn.softmax_backward(meta(4, 5), meta(4, 6), -1),
+        ValueError,
+        ["dy has shape (4, 6) but y has (4, 5)"],
+    ),
+    "backward dtypes": (
+        lambda: torch.ops.samattn.softmax_backward(meta(4, 5), meta(4, 5, dtype=torch.float32), 1),
+        TypeError,
+        ["dy has dtype torch.float32"],
+    ),
+    "backward cpu": (
+        lambda: torch.ops.samattn.softmax_backward(cpu(4, 5), cpu(4, 5), 1),
+        ValueError,
+        ["need CUDA tensors"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_GEMM) + list(BAD_SOFTMAX))
+def test_bad_arguments(case):
+    call, error, fragments = {**BAD_GEMM, **BAD_SOFTMAX}[case]
+    with pytest.raises(error) as raised:
+        call()
+    message = str(raised.value)
+    for fragment in fragments:
+        assert fragment in message, f"{fragment!r} not in {message!r}"
+
+
+def test_shapes_are_checked_before_devices():
+    with pytest.raises(ValueError, match="inner sizes differ"):
+        samattn.gemm(cpu(4, 5), cpu(6, 7))
+
+
+def test_mixed_cuda_devices():
+    with FakeTensorMode():
+        a = torch.empty(4, 5, dtype=torch.float16, device="cuda:0")
+        b = torch.empty(5, 7, dtype=torch.float16, device="cuda:1")
+        with pytest.raises(ValueError, match=r"same CUDA device.*cuda:0.*cuda:1"):
+            samattn.gemm(a, b)
+
+
+@pytest.mark.parametrize(
+    "a_shape, b_shape, out_shape",
+    [
+        ((4, 5), (5, 7), (4, 7)),
+        ((3, 4, 5), (5, 7), (3, 4, 7)),
+        ((4, 5), (3, 5, 7), (3, 4, 7)),
+        ((1, 4, 5), (3, 5, 7), (3, 4, 7)),
+        ((3, 4, 5), (1, 5, 7), (3, 4, 7)),
+        ((1, 4, 5), (5, 7), (1, 4, 7)),
+        ((0, 4, 5), (0, 5, 7), (0, 4, 7)),
+        ((0, 5), (5, 7), (0, 7)),
+        ((4, 5), (5, 0), (4, 0)),
+        ((4, 0), (0, 7), (4, 7)),
+    ],
+)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_gemm_output_shape(a_shape, b_shape, out_shape, dtype):
+    out = samattn.gemm(meta(*a_shape, dtype=dtype), meta(*b_shape, dtype=dtype))
+    assert out.shape == out_shape and out.dtype == dtype and out.is_contiguous()
+
+
+@pytest.mark.parametrize("c_shape", [(), (7,), (1, 7), (4, 1), (4, 7), (1, 4, 7), (3, 1, 7)])
+def test_gemm_c_broadcasts(c_shape):
+    out = samattn.gemm(meta(3, 4, 5), meta(5, 7), meta(*c_shape), beta=0.5)
+    assert out.shape == (3, 4, 7)
+
+
+def test_gemm_accepts_c_with_zero_beta_and_int_scalars():
+    assert samattn.gemm(meta(4, 5), meta(5, 7), meta(4, 7), alpha=2).shape == (4, 7)
+
+
+@pytest.mark.parametrize(
+    "shape, dim", [((), 0), ((), -1), ((5,), 0), ((4, 5), -1), ((2, 3, 4), 1), ((0, 5), 1)]
+)
+def test_softmax_output_shape(shape, dim):
+    out = samattn.softmax(meta(*shape), dim=dim)
+    assert out.shape == shape and out.dtype == torch.float16
