@@ -1,0 +1,201 @@
+#!/usr/bin/env bash
+# One call on the GPU machine: build the wheel, install it, print samattn.info, run the
+# CPU and GPU test tiers, and benchmark against torch. Run from the repository root with
+# $OUT set (a folder whose files come back); .whl/ must hold the nvidia-cutlass and nox
+# wheels (the machine has no network).
+#
+#   bash ci/gpu_session.sh
+#
+# Environment (all optional):
+#   STAGES              comma list of build,info,tests,bench (default: all four). Without
+#                       build, the newest wheel already in dist/ is installed.
+#   SAMATTN_CUDA_ARCHS  archs to build (default 75;80;86;89;90a; "75;80;90a" builds faster)
+#   TEST_PATHS          test paths relative to the repo (default "tests/cpu tests/gpu")
+#   PYTEST_ARGS         extra pytest arguments, e.g. "-x -k gemm"
+#   BENCH_ARGS          samattn.bench arguments (default "--families auto,sm75")
+#   DEADLINE_S          seconds for the whole script (default 540); each stage gets at most
+#                       what is left, and the benchmark adds --quick when little is left
+#
+# Files in $OUT: build.log, info.txt, tests.log, junit.xml, bench.log, bench.json,
+# bench.png, summary.txt. A failed stage does not stop the later ones; the exit status is
+# non-zero if any stage failed.
+
+# The stage functions run by name (--stage), and ls -t picks the newest wheel.
+# shellcheck disable=SC2329,SC2012
+set -u -o pipefail
+
+SCRIPT=$(readlink -f "${BASH_SOURCE[0]}")
+REPO=$(pwd)
+OUT=${OUT:?set OUT to the folder whose files come back}
+export SAMATTN_CUDA_ARCHS=${SAMATTN_CUDA_ARCHS:-75;80;86;89;90a}
+TEST_PATHS=${TEST_PATHS:-tests/cpu tests/gpu}
+PYTEST_ARGS=${PYTEST_ARGS:-}
+BENCH_ARGS=${BENCH_ARGS:---families auto,sm75}
+DEADLINE_S=${DEADLINE_S:-540}
+export SESSION_START=${SESSION_START:-$(date +%s)}
+export PIP_ROOT_USER_ACTION=ignore
+
+# Both folders are git-ignored, so they stay between calls while the machine is warm.
+WHEELHOUSE=$REPO/dist
+SITE=$REPO/build/gpu-session/site # the installed samattn wheel
+TOOLS=/tmp/site                   # the carried wheels: cutlass_library (CUTLASS headers), nox
+export PYTHONPATH=$SITE:$TOOLS${PYTHONPATH:+:$PYTHONPATH}
+if ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then
+  export PATH=/usr/local/cuda/bin:$PATH
+fi
+
+remaining() { echo $((DEADLINE_S - ($(date +%s) - SESSION_START))); }
+
+# ----------------------------------------------------------------- stages ----
+build() {
+  # One CuTe translation unit needs about 2.2 GB of memory to compile.
+  local jobs mem_gb began wheel
+  mem_gb=$(awk '/MemAvailable/ {print int($2 / 1048576)}' /proc/meminfo)
+  jobs=$(nproc)
+  ((mem_gb * 10 / 25 < jobs)) && jobs=$((mem_gb * 10 / 25))
+  ((jobs < 1)) && jobs=1
+  echo "archs $SAMATTN_CUDA_ARCHS, $jobs jobs; full log in \$OUT/build.log"
+  began=$(date +%s)
+  if ! CMAKE_BUILD_PARALLEL_LEVEL=$jobs python3 -m pip wheel --no-index --no-build-isolation \
+    --no-deps -v -w "$WHEELHOUSE" . >"$OUT/build.log" 2>&1; then
+    echo "build failed; the end of build.log:"
+    tail -n 60 "$OUT/build.log"
+    return 1
+  fi
+  grep -E "\[[0-9]+/[0-9]+\]" "$OUT/build.log" | tail -n 1
+  wheel=$(ls -t "$WHEELHOUSE"/samattn*.whl | head -n 1)
+  echo "built $(basename "$wheel") ($(du -h "$wheel" | cut -f1)) in $(($(date +%s) - began))s"
+}
+
+install_wheel() {
+  local wheel
+  wheel=$(ls -t "$WHEELHOUSE"/samattn*.whl 2>/dev/null | head -n 1)
+  if [[ -z $wheel ]]; then
+    echo "no samattn wheel in $WHEELHOUSE: run the build stage"
+    return 1
+  fi
+  rm -rf "$SITE"
+  python3 -m pip install -q --no-index --no-deps --target "$SITE" "$wheel" || return 1
+  echo "installed $(basename "$wheel")"
+}
+
+# What imports samattn runs from /tmp, so that the source tree's samattn/ (which has no
+# library) does not shadow the installed one.
+info() {
+  cd /tmp || return 1
+  {
+    python3 -c 'import samattn; print("samattn imported from", samattn.__file__)' &&
+      python3 -m samattn.info
+  } 2>&1 | tee "$OUT/info.txt"
+}
+
+tests() {
+  local paths=() path status
+  for path in $TEST_PATHS; do paths+=("$REPO/$path"); done
+  cd /tmp || return 1
+  # PYTEST_ARGS is split into words on purpose.
+  # shellcheck disable=SC2086
+  python3 -m pytest -c "$REPO/pyproject.toml" --rootdir "$REPO" -q -p no:cacheprovider \
+    --durations=10 --junitxml="$OUT/junit.xml" "${paths[@]}" $PYTEST_ARGS >"$OUT/tests.log" 2>&1
+  status=$?
+  # The slowest tests, the failures and the counts (skip reasons stay in tests.log).
+  grep -v "^SKIPPED" "$OUT/tests.log" | sed -n '/slowest 10 durations/,$p' | tail -n 100
+  return "$status"
+}
+
+bench() {
+  local args=$BENCH_ARGS
+  if (($(remaining) < 150)) && [[ $args != *--quick* ]]; then
+    echo "little time left: adding --quick"
+    args="$args --quick"
+  fi
+  cd /tmp || return 1
+  # shellcheck disable=SC2086
+  python3 -m samattn.bench --json "$OUT/bench.json" --plot "$OUT/bench.png" $args 2>&1 |
+    tee "$OUT/bench.log"
+}
+
+# `gpu_session.sh --stage NAME` runs one stage: how run_stage puts a timeout on it.
+if [[ ${1:-} == --stage ]]; then
+  "$2"
+  exit $?
+fi
+
+# ------------------------------------------------------------------- main ----
+STAGES=",${STAGES:-build,info,tests,bench},"
+SUMMARY=()
+FAILED=0
+NO_WHEEL=""  # why the later stages cannot run, if they cannot
+LAST_STATUS=0 # of the last stage run
+mkdir -p "$OUT" "$WHEELHOUSE"
+
+# run_stage NAME CAP_SECONDS: the stage with a timeout of CAP_SECONDS or what is left.
+run_stage() {
+  local name=$1 cap=$2 left limit began status verdict
+  [[ $STAGES == *",$name,"* ]] || return 0
+  if [[ $name != build && -n $NO_WHEEL ]]; then
+    SUMMARY+=("$(printf '%-6s skipped: %s' "$name" "$NO_WHEEL")")
+    FAILED=1
+    return 0
+  fi
+  left=$(remaining)
+  if ((left < 20)); then
+    SUMMARY+=("$(printf '%-6s skipped: out of time' "$name")")
+    FAILED=1
+    return 0
+  fi
+  limit=$((cap < left ? cap : left))
+  printf '\n=== %s (at most %ds) ===\n' "$name" "$limit"
+  began=$(date +%s)
+  timeout --kill-after=10 "$limit" bash "$SCRIPT" --stage "$name"
+  status=$?
+  verdict=ok
+  if ((status == 124 || status == 137)); then
+    verdict="TIMED OUT after ${limit}s"
+  elif ((status != 0)); then
+    verdict="FAILED (exit $status)"
+  fi
+  ((status != 0)) && FAILED=1
+  LAST_STATUS=$status
+  SUMMARY+=("$(printf '%-6s %-24s %4ds' "$name" "$verdict" $(($(date +%s) - began)))")
+}
+
+echo "=== setup ==="
+if command -v nvidia-smi >/dev/null; then
+  nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader
+fi
+rm -rf "$TOOLS"
+if ! python3 -m pip install -q --no-index --no-deps --target "$TOOLS" .whl/*.whl; then
+  echo "could not install the carried wheels from .whl/ (nvidia-cutlass, nox)"
+  FAILED=1
+fi
+python3 -c 'import sys, torch; print(f"python {sys.version.split()[0]}, torch {torch.__version__}, CUDA {torch.version.cuda}, GPU: {torch.cuda.is_available()}")'
+
+run_stage build 420
+if [[ $STAGES == *",build,"* && $LAST_STATUS != 0 ]]; then
+  NO_WHEEL="the build failed (an older wheel in dist/ would test stale code)"
+elif [[ $STAGES =~ ,(info|tests|bench), ]] && ! install_wheel; then
+  NO_WHEEL="no wheel could be installed"
+fi
+run_stage info 60
+run_stage tests 300
+run_stage bench 300
+
+{
+  printf '\n=== summary (%ds, archs %s) ===\n' $(($(date +%s) - SESSION_START)) "$SAMATTN_CUDA_ARCHS"
+  printf '%s\n' "${SUMMARY[@]}"
+  if [[ -f $OUT/junit.xml ]]; then
+    python3 - "$OUT/junit.xml" <<'EOF'
+import sys
+import xml.etree.ElementTree as ET
+
+root = ET.parse(sys.argv[1]).getroot()
+suites = [root] if root.tag == "testsuite" else list(root)
+count = {k: sum(int(s.get(k, 0)) for s in suites) for k in ("tests", "failures", "errors", "skipped")}
+print("tests: {tests} run, {failures} failed, {errors} errors, {skipped} skipped".format(**count))
+EOF
+  fi
+  [[ -f $OUT/bench.log ]] && sed -n '/^summary:/,$p' "$OUT/bench.log"
+  echo "files in \$OUT: $(cd "$OUT" && ls | tr '\n' ' ')"
+} | tee "$OUT/summary.txt"
+exit $FAILED

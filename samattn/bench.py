@@ -1,0 +1,517 @@
+"""Benchmarks of samattn against torch, measured in the same run.
+
+    python -m samattn.bench [--ops gemm,softmax] [--families sm80,sm75] [--quick]
+                            [--json PATH] [--plot PATH]
+
+GEMM is reported in TFLOPS (2 * batch * M * N * K flops) against torch.matmul
+(cuBLAS) in the same dtype and fp32 precision; softmax in GB/s of the minimum
+traffic (forward reads x and writes y: 2 * numel * element size; backward
+reads y and dy and writes dx: 3x) against torch.softmax and
+torch._softmax_backward_data, and the forward also against a device-to-device
+copy of the same bytes (y.copy_(x)), the bandwidth a softmax could reach.
+`ratio` is samattn / torch: above 1 is faster.
+
+Timing: CUDA events around every call, median of 20-200 calls (about 0.2 s
+of GPU time per measurement, less with --quick) after a warm-up. Before the
+timed calls the GPU is kept busy (torch.cuda._sleep) for as long as the CPU
+needs to queue them all, so Python overhead between calls does not count:
+the numbers are GPU time. Inputs are fresh random normal data; when one set
+of inputs fits in twice the L2 cache, several sets are rotated so that every
+call reads from memory, not from L2.
+
+Results go to benchmarks/results/<gpu>.json (relative to the current folder;
+--json DIR/ picks the folder), with the GPU, torch, CUDA and samattn versions
+and this command line; --plot writes a PNG of the ratios (needs matplotlib).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import re
+import shlex
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import samattn
+
+from . import _lib
+
+OPS = ("gemm", "softmax")
+FAMILIES = ("auto", *_lib.FAMILY_CODES)  # "auto": the library's own choice for the GPU
+
+# dtype name -> (torch dtype, torch fp32 matmul precision): "f32" is exact fp32
+# ("highest"), "tf32" lets fp32 GEMMs use tf32 tensor cores ("high").
+DTYPES = {
+    "f16": (torch.float16, "highest"),
+    "bf16": (torch.bfloat16, "highest"),
+    "f32": (torch.float32, "highest"),
+    "tf32": (torch.float32, "high"),
+}
+
+Shape = tuple[int, ...]
+
+# (dtype, (batch, M, N, K)). 4096 x 14336 x 4096 is an LLM MLP projection.
+_SQUARES = [(1, s, s, s) for s in (1024, 2048, 4096, 8192)]
+_LLM_AND_BATCHED = [(1, 4096, 14336, 4096), (64, 512, 512, 512)]
+GEMM_CASES = {
+    "full": [
+        *[("f16", s) for s in _SQUARES + _LLM_AND_BATCHED],
+        *[("bf16", s) for s in _SQUARES + _LLM_AND_BATCHED],
+        ("f32", (1, 4096, 4096, 4096)),
+        ("f32", (1, 8192, 8192, 8192)),
+        ("tf32", (1, 4096, 4096, 4096)),
+    ],
+    "quick": [
+        ("f16", (1, 2048, 2048, 2048)),
+        ("f16", (1, 4096, 4096, 4096)),
+        ("f16", (64, 512, 512, 512)),
+        ("bf16", (1, 4096, 4096, 4096)),
+        ("f32", (1, 4096, 4096, 4096)),
+        ("tf32", (1, 4096, 4096, 4096)),
+    ],
+}
+
+# (dtype, (rows, cols)), softmax over the last dim; every shape is 64M elements.
+_SOFTMAX_SHAPES = [(65536, 1024), (16384, 4096), (8192, 8192), (4096, 16384), (2048, 32768)]
+SOFTMAX_CASES = {
+    "full": [
+        *[("f16", s) for s in _SOFTMAX_SHAPES],
+        *[("f32", s) for s in _SOFTMAX_SHAPES],
+        ("bf16", (65536, 1024)),
+        ("bf16", (8192, 8192)),
+    ],
+    "quick": [
+        ("f16", (16384, 4096)),
+        ("f16", (2048, 32768)),
+        ("f32", (16384, 4096)),
+    ],
+}
+
+# samattn's output may differ from torch's by rounding, not by more.
+AGREEMENT_LIMIT = 2e-2
+
+
+# --------------------------------------------------------------- timing ----
+
+
+class Timer:
+    """Median GPU time of a call, with inputs rotated through several sets."""
+
+    def __init__(self, quick: bool) -> None:
+        self.target_s = 0.05 if quick else 0.2
+        self.min_reps, self.max_reps = (10, 50) if quick else (20, 200)
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        self.l2_bytes = getattr(props, "L2_cache_size", 0) or 50 * 2**20
+        # torch.cuda._sleep counts GPU clock cycles; clock_rate is in kHz = cycles per ms.
+        self.cycles_per_ms = getattr(props, "clock_rate", 0) or 2_000_000
+
+    def input_set_count(self, set_bytes: int) -> int:
+        """How many input sets to rotate so that their total is well past the L2 cache."""
+        if set_bytes >= 2 * self.l2_bytes:
+            return 1
+        return min(64, math.ceil(3 * self.l2_bytes / max(set_bytes, 1)))
+
+    def _sleep(self, ms: float) -> None:
+        torch.cuda._sleep(int(min(ms, 2000.0) * self.cycles_per_ms))
+
+    def median_ms(self, fn: Callable[..., object], input_sets: Sequence[tuple]) -> float:
+        sets = len(input_sets)
+        # Warm-up, also measuring how long the CPU takes to queue one call.
+        warmup = max(3, min(sets, 10))
+        torch.cuda.synchronize()
+        started = time.perf_counter()
+        for i in range(warmup):
+            fn(*input_sets[i % sets])
+        cpu_ms = (time.perf_counter() - started) * 1e3 / warmup
+        torch.cuda.synchronize()
+
+        # A first estimate of the GPU time per call picks the repetitions.
+        estimate_calls = max(3, min(sets, 10))
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        self._sleep(estimate_calls * cpu_ms * 1.5 + 1)
+        start.record()
+        for i in range(estimate_calls):
+            fn(*input_sets[i % sets])
+        end.record()
+        torch.cuda.synchronize()
+        gpu_ms = max(start.elapsed_time(end) / estimate_calls, 1e-3)
+        reps = int(min(self.max_reps, max(self.min_reps, self.target_s * 1e3 / gpu_ms)))
+
+        events = [
+            (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            for _ in range(reps)
+        ]
+        self._sleep(reps * cpu_ms * 1.3 + 1)
+        for i, (start, end) in enumerate(events):
+            start.record()
+            fn(*input_sets[i % sets])
+            end.record()
+        torch.cuda.synchronize()
+        return statistics.median(start.elapsed_time(end) for start, end in events)
+
+
+# ---------------------------------------------------------------- cases ----
+
+
+def _randn(shape: Shape, dtype: torch.dtype) -> torch.Tensor:
+    return torch.randn(shape, device="cuda", dtype=torch.float32).to(dtype)
+
+
+def _nbytes(*tensors: torch.Tensor) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def _relative_difference(x: torch.Tensor, y: torch.Tensor) -> float:
+    y = y.double()
+    return ((x.double() - y).norm() / y.norm().clamp_min(1e-30)).item()
+
+
+class Bench:
+    """Runs the cases, prints one line per record and keeps the records."""
+
+    def __init__(self, timer: Timer, families: list[str | None]) -> None:
+        self.timer = timer
+        self.families = families
+        self.records: list[dict[str, Any]] = []
+        self.skipped: list[str] = []
+        self.errors: list[str] = []
+        self._baselines: dict[tuple, float] = {}  # torch's times, measured once per case
+
+    def _samattn_ms(self, family: str | None, fn, input_sets) -> tuple[float, str]:
+        """Median time of fn under `family` (None: automatic), and the family that ran."""
+        with samattn.use_family(family):
+            _lib.set_last_family(_lib.FAMILY_AUTO)
+            fn(*input_sets[0])
+            ran = _lib.last_family() or "?"
+            return self.timer.median_ms(fn, input_sets), ran
+
+    def _baseline_ms(self, key: tuple, fn, input_sets) -> float:
+        if key not in self._baselines:
+            self._baselines[key] = self.timer.median_ms(fn, input_sets)
+        return self._baselines[key]
+
+    def _run_case(self, label: str, body: Callable[[str | None], None]) -> None:
+        for family in self.families:
+            what = f"{label} [{family or 'auto'}]"
+            try:
+                body(family)
+            except samattn.UnsupportedError as error:
+                self.skipped.append(f"{what}: {error}")
+                print(f"  skipped {what}: {str(error).splitlines()[0]}", flush=True)
+            except Exception as error:  # keep benchmarking the other cases
+                self.errors.append(f"{what}: {type(error).__name__}: {error}")
+                print(f"  ERROR {what}: {type(error).__name__}: {error}", flush=True)
+                torch.cuda.synchronize()  # a sticky CUDA error ends the run here
+
+    def _record(self, **fields: Any) -> None:
+        fields["ratio"] = fields["samattn"] / fields["baseline"]
+        self.records.append(fields)
+        print(format_record(fields), flush=True)
+
+    # -- GEMM
+    def gemm(self, dtype_name: str, shape: Shape) -> None:
+        batch, m, n, k = shape
+        dtype, precision = DTYPES[dtype_name]
+        a_shape = (batch, m, k) if batch > 1 else (m, k)
+        b_shape = (batch, k, n) if batch > 1 else (k, n)
+        set_bytes = (batch * m * k + batch * k * n) * torch.empty((), dtype=dtype).element_size()
+        count = self.timer.input_set_count(set_bytes)
+        sets = [(_randn(a_shape, dtype), _randn(b_shape, dtype)) for _ in range(count)]
+        tflop = 2 * batch * m * n * k / 1e12
+
+        def body(family: str | None) -> None:
+            saved = torch.get_float32_matmul_precision()
+            torch.set_float32_matmul_precision(precision)
+            try:
+                ms, ran = self._samattn_ms(family, lambda a, b: samattn.gemm(a, b), sets)
+                base_ms = self._baseline_ms(("gemm", dtype_name, shape), torch.matmul, sets)
+                with samattn.use_family(family):
+                    agreement = _relative_difference(samattn.gemm(*sets[0]), torch.matmul(*sets[0]))
+            finally:
+                torch.set_float32_matmul_precision(saved)
+            self._record(
+                op="gemm",
+                family=ran,
+                forced=family is not None,
+                dtype=dtype_name,
+                shape=list(shape),
+                unit="TFLOPS",
+                samattn=tflop / (ms / 1e3),
+                baseline=tflop / (base_ms / 1e3),
+                baseline_name="torch.matmul (cuBLAS)",
+                samattn_ms=ms,
+                baseline_ms=base_ms,
+                difference_to_baseline=agreement,
+            )
+
+        self._run_case(f"gemm {dtype_name} {_shape_text(shape)}", body)
+
+    # -- softmax
+    def softmax(self, dtype_name: str, shape: Shape) -> None:
+        dtype = DTYPES[dtype_name][0]
+        x = _randn(shape, dtype)
+        count = self.timer.input_set_count(_nbytes(x))
+        xs = [(x,)] + [(_randn(shape, dtype),) for _ in range(count - 1)]
+        forward_gb = 2 * _nbytes(x) / 1e9
+        backward_gb = 3 * _nbytes(x) / 1e9
+        # Backward inputs: a valid y = softmax(x) and a random dy.
+        backward_sets = [(torch.softmax(x, -1), _randn(shape, dtype)) for (x,) in xs]
+
+        def forward(family: str | None) -> None:
+            ms, ran = self._samattn_ms(family, lambda x: samattn.softmax(x, -1), xs)
+            key = ("softmax_forward", dtype_name, shape)
+            base_ms = self._baseline_ms(key, lambda x: torch.softmax(x, -1), xs)
+            copy_sets = [(x, torch.empty_like(x)) for (x,) in xs]
+            copy_ms = self._baseline_ms(("copy", *key), lambda x, y: y.copy_(x), copy_sets)
+            del copy_sets
+            with samattn.use_family(family):
+                agreement = _relative_difference(samattn.softmax(x, -1), torch.softmax(x, -1))
+            self._record(
+                op="softmax_forward",
+                family=ran,
+                forced=family is not None,
+                dtype=dtype_name,
+                shape=list(shape),
+                unit="GB/s",
+                samattn=forward_gb / (ms / 1e3),
+                baseline=forward_gb / (base_ms / 1e3),
+                baseline_name="torch.softmax",
+                samattn_ms=ms,
+                baseline_ms=base_ms,
+                copy=forward_gb / (copy_ms / 1e3),
+                ratio_to_copy=copy_ms / ms,
+                difference_to_baseline=agreement,
+            )
+
+        def backward(family: str | None) -> None:
+            def samattn_backward(y, dy):
+                return torch.ops.samattn.softmax_backward(y, dy, -1)
+
+            def torch_backward(y, dy):
+                return torch._softmax_backward_data(dy, y, -1, dtype)
+
+            ms, ran = self._samattn_ms(family, samattn_backward, backward_sets)
+            key = ("softmax_backward", dtype_name, shape)
+            base_ms = self._baseline_ms(key, torch_backward, backward_sets)
+            with samattn.use_family(family):
+                agreement = _relative_difference(
+                    samattn_backward(*backward_sets[0]), torch_backward(*backward_sets[0])
+                )
+            self._record(
+                op="softmax_backward",
+                family=ran,
+                forced=family is not None,
+                dtype=dtype_name,
+                shape=list(shape),
+                unit="GB/s",
+                samattn=backward_gb / (ms / 1e3),
+                baseline=backward_gb / (base_ms / 1e3),
+                baseline_name="torch._softmax_backward_data",
+                samattn_ms=ms,
+                baseline_ms=base_ms,
+                difference_to_baseline=agreement,
+            )
+
+        self._run_case(f"softmax_forward {dtype_name} {_shape_text(shape)}", forward)
+        self._run_case(f"softmax_backward {dtype_name} {_shape_text(shape)}", backward)
+
+
+# ------------------------------------------------------------ reporting ----
+
+
+def _shape_text(shape: Sequence[int]) -> str:
+    return "x".join(str(s) for s in shape)
+
+
+def _family_text(r: dict[str, Any]) -> str:
+    return r["family"] + ("" if r["forced"] else "*")
+
+
+TABLE_HEADER = (
+    f"{'op':<17} {'family':<6} {'dtype':<5} {'shape':<22} "
+    f"{'samattn':>9} {'torch':>9} {'ratio':>6}  unit   "
+    "(* automatic family; gemm shape: batch x M x N x K)"
+)
+
+
+def format_record(r: dict[str, Any]) -> str:
+    line = (
+        f"{r['op']:<17} {_family_text(r):<6} {r['dtype']:<5} {_shape_text(r['shape']):<22} "
+        f"{r['samattn']:>9.1f} {r['baseline']:>9.1f} {r['ratio']:>6.2f}  {r['unit']}"
+    )
+    if "ratio_to_copy" in r:
+        line += f"  ({r['ratio_to_copy']:.2f} of copy at {r['copy']:.0f} GB/s)"
+    if r["difference_to_baseline"] > AGREEMENT_LIMIT:
+        line += f"  MISMATCH: differs from torch by {r['difference_to_baseline']:.2g}"
+    return line
+
+
+def summarize(bench: Bench) -> str:
+    """Geometric mean, min and max of the ratios per op x dtype x family."""
+    groups: dict[tuple[str, str, str], list[float]] = {}
+    for r in bench.records:
+        groups.setdefault((r["op"], r["dtype"], r["family"]), []).append(r["ratio"])
+    lines = ["", "summary: samattn / torch (above 1: samattn is faster)"]
+    for (op, dtype, family), ratios in sorted(groups.items()):
+        geomean = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+        lines.append(
+            f"  {op:<17} {dtype:<5} {family:<6} geomean {geomean:5.2f}  "
+            f"min {min(ratios):5.2f}  max {max(ratios):5.2f}  ({len(ratios)} shapes)"
+        )
+    copies = [r["ratio_to_copy"] for r in bench.records if "ratio_to_copy" in r]
+    if copies:
+        lines.append(f"  softmax forward vs copy bandwidth: {min(copies):.2f} .. {max(copies):.2f}")
+    mismatches = [r for r in bench.records if r["difference_to_baseline"] > AGREEMENT_LIMIT]
+    for r in mismatches:
+        lines.append(f"  MISMATCH {r['op']} {r['dtype']} {_shape_text(r['shape'])} {r['family']}")
+    lines += [f"  skipped {s}" for s in bench.skipped]
+    lines += [f"  ERROR {e}" for e in bench.errors]
+    return "\n".join(lines)
+
+
+def gpu_slug(name: str) -> str:
+    """ "NVIDIA H100 80GB HBM3" -> "nvidia-h100-80gb-hbm3"."""
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "gpu"
+
+
+def environment(command: str) -> dict[str, Any]:
+    device = torch.cuda.current_device()
+    major, minor = torch.cuda.get_device_capability(device)
+    runtime, driver = _lib.cuda_versions()
+    return {
+        "gpu": torch.cuda.get_device_name(device),
+        "cc": f"{major}.{minor}",
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "samattn": samattn.__version__,
+        "samattn_cuda_runtime": f"{runtime // 1000}.{runtime % 1000 // 10}",
+        "driver_cuda": f"{driver // 1000}.{driver % 1000 // 10}",
+        "command": command,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def write_plot(records: list[dict[str, Any]], gpu: str, path: Path) -> None:
+    """A horizontal bar per record: samattn / torch, with the line at 1."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print(f"note: matplotlib is not installed; no plot written to {path}")
+        return
+    labels = [f"{r['op']} {r['dtype']} {_shape_text(r['shape'])} [{r['family']}]" for r in records]
+    colors = {"gemm": "tab:blue", "softmax_forward": "tab:green", "softmax_backward": "tab:olive"}
+    fig, ax = plt.subplots(figsize=(9, 1.5 + 0.25 * len(records)))
+    ax.barh(
+        range(len(records)),
+        [r["ratio"] for r in records],
+        color=[colors.get(r["op"], "tab:gray") for r in records],
+    )
+    ax.set_xscale("log", base=2)
+    ax.axvline(1.0, color="black", linewidth=0.8)
+    ax.set_yticks(range(len(records)), labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("samattn / torch (higher is better; * automatic family)")
+    ax.set_title(f"samattn vs torch on {gpu}")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    print(f"plot: {path}")
+
+
+# ------------------------------------------------------------------ CLI ----
+
+
+def _list_argument(allowed: Sequence[str]) -> Callable[[str], list[str]]:
+    def parse(text: str) -> list[str]:
+        items = [item.strip() for item in text.split(",") if item.strip()]
+        unknown = [item for item in items if item not in allowed]
+        if unknown or not items:
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: choose from {', '.join(allowed)} (comma-separated)"
+            )
+        return items
+
+    return parse
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m samattn.bench",
+        description="Benchmark samattn against torch (cuBLAS, torch.softmax) on this GPU.",
+    )
+    parser.add_argument(
+        "--ops", type=_list_argument(OPS), default=list(OPS), help="gemm,softmax (default: all)"
+    )
+    parser.add_argument(
+        "--families",
+        type=_list_argument(FAMILIES),
+        default=["auto"],
+        help="kernel families to measure, e.g. sm80,sm75 or auto,sm75 (default: auto, the "
+        "family samattn picks for this GPU)",
+    )
+    parser.add_argument(
+        "--json",
+        default="benchmarks/results/",
+        help="results file, or a folder (ending in /) for <gpu>.json "
+        "(default: benchmarks/results/<gpu>.json)",
+    )
+    parser.add_argument("--plot", type=Path, default=None, help="write a PNG of the ratios here")
+    parser.add_argument("--quick", action="store_true", help="fewer shapes and repetitions")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    if not torch.cuda.is_available():
+        print("samattn.bench: torch sees no CUDA GPU; nothing to measure", file=sys.stderr)
+        return 2
+    command = "python -m samattn.bench" + ("" if not argv else " " + shlex.join(argv))
+    env = environment(command)
+    json_path = Path(args.json)
+    if args.json.endswith("/") or json_path.is_dir():
+        json_path = json_path / f"{gpu_slug(env['gpu'])}.json"
+    print(
+        f"samattn {env['samattn']} on {env['gpu']} (cc {env['cc']}), torch {env['torch']}, "
+        f"CUDA {env['cuda']}; families built: {', '.join(samattn.built_families())}"
+    )
+    print(f"command: {command}\n")
+
+    size = "quick" if args.quick else "full"
+    families = [None if name == "auto" else name for name in dict.fromkeys(args.families)]
+    bench = Bench(Timer(args.quick), families)
+    started = time.perf_counter()
+    print(TABLE_HEADER, flush=True)
+    if "gemm" in args.ops:
+        for dtype_name, shape in GEMM_CASES[size]:
+            bench.gemm(dtype_name, shape)
+    if "softmax" in args.ops:
+        for dtype_name, shape in SOFTMAX_CASES[size]:
+            bench.softmax(dtype_name, shape)
+            torch.cuda.empty_cache()  # the 64M-element inputs of the next shape need room
+    print(summarize(bench))
+    print(f"\n{len(bench.records)} records in {time.perf_counter() - started:.0f} s")
+
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps({**env, "records": bench.records}, indent=1) + "\n")
+    print(f"results: {json_path}")
+    if args.plot is not None and bench.records:
+        write_plot(bench.records, env["gpu"], args.plot)
+    return 1 if bench.errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

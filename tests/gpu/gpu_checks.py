@@ -1,0 +1,209 @@
+"""Helpers shared by the GPU tests: forcing a family, poisoning outputs, and
+comparing results with an fp64 reference the way flash-attn does.
+
+Accuracy rule. For every check there are three results: samattn's, torch's
+own in the same dtype and precision (the baseline), and an fp64 reference
+computed on the GPU from the same inputs. samattn passes when its error
+against the reference is at most twice the baseline's error plus a small
+floor (about one rounding of the output), measured both as the relative
+Frobenius norm and as the largest absolute error. A single wrong element
+hardly moves the Frobenius norm but dominates the max-abs error; poisoned
+(NaN) outputs that were never written fail the finiteness check.
+
+Poisoning. samattn allocates its outputs with torch's caching allocator, so
+before each call `poison_allocator` allocates a block of the output's size,
+fills it with NaN bytes (0xFF is NaN in fp16, bf16 and fp32) and frees it:
+the allocator's best-fit search usually hands that block to the next
+allocation of the same size. This is best effort (a temporary allocated
+first would take the block); test_gpu_capi.py is the exact check: it calls
+the C ABI on output buffers that the test fills with NaN itself, with guard
+elements around them that must stay untouched.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import TypeVar
+
+import pytest
+import torch
+
+import samattn
+
+DEVICE = "cuda"
+
+# Families whose kernels cover every op and dtype (DESIGN.md section 2): an
+# UnsupportedError from them is a failure. Others (sm90 while its kernels are
+# being written) skip the cases they cannot run.
+COMPLETE_FAMILIES = ("sm75", "sm80")
+
+# The first compute capability each family runs on; sm90 (sm_90a) runs on 9.0 only.
+_FAMILY_MIN_CC = {"sm75": (7, 5), "sm80": (8, 0), "sm90": (9, 0)}
+
+# Unit roundoff of the arithmetic each dtype mode ends in.
+UNIT_ROUNDOFF = {
+    torch.float16: 2.0**-11,
+    torch.bfloat16: 2.0**-8,
+    torch.float32: 2.0**-24,
+}
+TF32_UNIT_ROUNDOFF = 2.0**-11
+
+# GEMM dtype mode -> (dtype, torch fp32 matmul precision). "f32" is exact fp32
+# ("highest": FMA kernels), "tf32" lets fp32 use tf32 tensor cores ("high").
+GEMM_MODES = {
+    "f16": (torch.float16, "highest"),
+    "bf16": (torch.bfloat16, "highest"),
+    "f32": (torch.float32, "highest"),
+    "tf32": (torch.float32, "high"),
+}
+
+T = TypeVar("T")
+
+
+def runnable_families() -> list[str]:
+    """Families compiled into the library that this GPU can run."""
+    major, minor = torch.cuda.get_device_capability()
+    families = []
+    for family in samattn.built_families():
+        lowest = _FAMILY_MIN_CC.get(family)
+        if lowest is None:
+            continue
+        if family == "sm90" and (major, minor) != (9, 0):
+            continue
+        if (major, minor) >= lowest:
+            families.append(family)
+    return families
+
+
+def call_forced(family: str, fn: Callable[[], T], may_launch_nothing: bool = False) -> T:
+    """Run fn() with `family` forced and check that this family ran the op.
+
+    may_launch_nothing: an empty output needs no kernel, so no family runs.
+    """
+    samattn._lib.set_last_family(samattn._lib.FAMILY_AUTO)  # forget the previous op
+    try:
+        with samattn.use_family(family):
+            result = fn()
+    except samattn.UnsupportedError as error:
+        if family in COMPLETE_FAMILIES:
+            raise
+        pytest.skip(f"{family}: {error}")
+    last = samattn._lib.last_family()
+    if not (may_launch_nothing and last is None):
+        assert last == family, f"forced {family}, but {last} ran the op"
+    return result
+
+
+def poison_allocator(shape: tuple[int, ...] | torch.Size, dtype: torch.dtype) -> None:
+    """Leave a NaN-filled free block of this size in the caching allocator."""
+    numel = math.prod(shape)
+    if numel == 0:
+        return
+    nbytes = numel * torch.empty((), dtype=dtype).element_size()
+    block = torch.empty(nbytes, dtype=torch.uint8, device=DEVICE)
+    block.fill_(0xFF)
+    del block
+
+
+def _summary(x: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
+    """(relative Frobenius error, max abs error) of x against ref, both fp64."""
+    diff = x.double() - ref
+    ref_norm = ref.norm().item()
+    rel = diff.norm().item() / ref_norm if ref_norm > 0 else diff.norm().item()
+    return rel, diff.abs().max().item()
+
+
+def assert_close_to_reference(
+    out: torch.Tensor,
+    ref: torch.Tensor,
+    baseline: torch.Tensor,
+    floor: float,
+    what: str = "",
+) -> None:
+    """Check out against the fp64 reference, allowing 2x the baseline's error + floor.
+
+    out and baseline: the same shape as ref (fp64), any floating dtype.
+    floor is relative: to the reference's norm (Frobenius) and to its largest
+    magnitude (max-abs). NaN in the reference (e.g. a softmax row of -inf)
+    must be NaN in out at exactly the same positions; every other element
+    must be finite.
+    """
+    assert out.shape == ref.shape, f"{what}: shape {tuple(out.shape)} != {tuple(ref.shape)}"
+    ref_nan = ref.isnan()
+    out_nan = out.isnan()
+    assert torch.equal(out_nan, ref_nan), (
+        f"{what}: NaN at {int((out_nan & ~ref_nan).sum())} positions where the reference "
+        f"has none, and missing at {int((ref_nan & ~out_nan).sum())} where it has NaN"
+    )
+    finite = torch.isfinite(ref)
+    bad = finite & ~torch.isfinite(out)
+    assert not bad.any(), f"{what}: {int(bad.sum())} non-finite outputs where the reference isn't"
+    if ref.numel() == 0:
+        return
+    if not finite.all():
+        # Compare the finite part; +-inf must match exactly.
+        assert torch.equal(out[~finite & ~ref_nan].double(), ref[~finite & ~ref_nan]), what
+        out, ref, baseline = out[finite], ref[finite], baseline[finite]
+    if ref.numel() == 0:
+        return
+    rel, max_abs = _summary(out, ref)
+    base_rel, base_max_abs = _summary(baseline, ref)
+    ref_max = ref.abs().max().item()
+    rel_bound = 2 * base_rel + floor
+    abs_bound = 2 * base_max_abs + floor * ref_max
+    assert rel <= rel_bound and max_abs <= abs_bound, (
+        f"{what}: relative error {rel:.3g} (bound {rel_bound:.3g}, torch {base_rel:.3g}), "
+        f"max abs error {max_abs:.3g} (bound {abs_bound:.3g}, torch {base_max_abs:.3g})"
+    )
+
+
+# Element-wise softmax bound |out - ref| <= atol + rtol * |ref|: fp32 as the
+# spec asks; fp16 and bf16 one unit in the last place (an fp32 computation
+# rounded once is within half of one), atol at fp16's subnormal spacing.
+SOFTMAX_ELEMENTWISE = {
+    torch.float32: (1e-5, 1e-6),
+    torch.float16: (2.0**-10, 2.0**-24),
+    torch.bfloat16: (2.0**-7, 1e-37),
+}
+
+
+def assert_softmax_close(
+    out: torch.Tensor, ref: torch.Tensor, baseline: torch.Tensor, what: str = ""
+) -> None:
+    """A softmax forward output: element-wise bound, and for fp16/bf16 also the 2x-torch rule."""
+    if out.dtype != torch.float32:
+        floor = 0.25 * UNIT_ROUNDOFF[out.dtype]
+        assert_close_to_reference(out, ref, baseline, floor, what)
+    assert torch.equal(out.isnan(), ref.isnan()), f"{what}: NaN positions differ"
+    rtol, atol = SOFTMAX_ELEMENTWISE[out.dtype]
+    ok = ~ref.isnan()
+    err = (out.double() - ref).abs()[ok]
+    excess = err - (atol + rtol * ref.abs()[ok])
+    if err.numel() and excess.max() > 0:
+        worst = excess.argmax()
+        raise AssertionError(
+            f"{what}: {int((excess > 0).sum())} elements beyond {rtol:.3g} * |ref| + {atol:.3g}; "
+            f"worst: {out[ok][worst].item():.6g} for {ref[ok][worst].item():.6g}"
+        )
+
+
+def gemm_floor(dtype: torch.dtype, k: int, tf32: bool) -> float:
+    """Error floor for a GEMM output: one output rounding plus fp32 accumulation."""
+    if dtype == torch.float32:
+        if tf32:
+            # Rounding vs. truncating inputs to tf32 differ by up to 2x.
+            return TF32_UNIT_ROUNDOFF
+        return UNIT_ROUNDOFF[torch.float32] * (4 + math.sqrt(k))
+    return 0.5 * UNIT_ROUNDOFF[dtype] + UNIT_ROUNDOFF[torch.float32] * math.sqrt(k)
+
+
+def randn(*shape: int, dtype: torch.dtype, scale: float = 1.0) -> torch.Tensor:
+    """Normal random values on the GPU, rounded to dtype."""
+    return (torch.randn(*shape, device=DEVICE, dtype=torch.float32) * scale).to(dtype)
+
+
+def assert_cuda_healthy() -> None:
+    """No sticky CUDA error was left behind (an illegal access would surface here)."""
+    torch.cuda.synchronize()
+    torch.empty(1, device=DEVICE).fill_(1.0).item()
