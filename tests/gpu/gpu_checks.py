@@ -188,6 +188,22 @@ def assert_softmax_close(
         )
 
 
+def round_to_tf32(t: torch.Tensor) -> torch.Tensor:
+    """fp32 values rounded to tf32 (10 mantissa bits, ties away from zero, like cvt.rna)."""
+    bits = t.float().contiguous().view(torch.int32)
+    bits = (bits + 0x1000) & ~0x1FFF
+    return bits.view(torch.float32).view(t.shape)
+
+
+def tf32_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The exact product of tf32-rounded inputs, in fp32: the baseline for tf32 kernels.
+
+    torch.matmul is no baseline there: cuBLAS runs small or batched problems in exact fp32
+    even when tf32 is allowed.
+    """
+    return (round_to_tf32(a).double() @ round_to_tf32(b).double()).float()
+
+
 def gemm_floor(dtype: torch.dtype, k: int, tf32: bool) -> float:
     """Error floor for a GEMM output: one output rounding plus fp32 accumulation."""
     if dtype == torch.float32:

@@ -24,6 +24,7 @@ from gpu_checks import (
     assert_softmax_close,
     gemm_floor,
     randn,
+    tf32_matmul,
 )
 
 from samattn import _lib
@@ -132,7 +133,7 @@ def test_capi_gemm_writes_exactly_d(lib, family, mode, d_layout, c_kind, shape):
     torch.cuda.synchronize()
 
     ref = alpha * (a.double() @ b.double())
-    baseline = alpha * torch.matmul(a, b).float()
+    baseline = alpha * (tf32_matmul(a, b) if tf32 else torch.matmul(a, b).float())
     if c is not None:
         ref = ref + beta * c.double()
         baseline = baseline + beta * c.float()

@@ -17,6 +17,7 @@ from gpu_checks import (
     gemm_floor,
     poison_allocator,
     randn,
+    tf32_matmul,
 )
 
 import samattn
@@ -61,9 +62,9 @@ def _id(shape: tuple[int, ...]) -> str:
     return "x".join(map(str, shape))
 
 
-def torch_gemm(a, b, c=None, alpha=1.0, beta=0.0):
+def torch_gemm(a, b, c=None, alpha=1.0, beta=0.0, tf32=False):
     """torch's result in the inputs' dtype: the baseline error to compare with."""
-    out = torch.matmul(a, b)
+    out = tf32_matmul(a, b) if tf32 else torch.matmul(a, b)
     if alpha == 1.0 and (beta == 0.0 or c is None):
         return out
     acc = alpha * out.float()
@@ -89,7 +90,7 @@ def check_gemm(family, mode, a, b, c=None, alpha=1.0, beta=0.0, what=""):
     ref = alpha * (a.double() @ b.double())
     if c is not None and beta != 0.0:
         ref = ref + beta * c.double()
-    baseline = torch_gemm(a, b, c, alpha, beta)
+    baseline = torch_gemm(a, b, c, alpha, beta, tf32=mode == "tf32")
     k = a.shape[-1]
     floor = gemm_floor(dtype, k, tf32=mode == "tf32")
     assert_close_to_reference(out, ref, baseline, floor, f"{family} {mode} {what}")

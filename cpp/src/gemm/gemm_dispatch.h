@@ -21,12 +21,13 @@ inline OperandPlan plan_operand(const MatrixView& view, int64_t rows, int64_t co
   const bool aligned_ptr = reinterpret_cast<uintptr_t>(view.ptr) % 16 == 0;
   const bool batch_ok = batch == 1 || view.batch_stride % vector == 0;
   auto fits = [&](int64_t contiguous_extent, int64_t other_extent, int64_t leading_stride) {
+    (void)other_extent;
     return aligned_ptr && batch_ok && contiguous_extent % vector == 0 &&
-           (other_extent == 1 || leading_stride % vector == 0);
+           leading_stride % vector == 0;
   };
   // Row-contiguous (col_stride 1) or column-contiguous (row_stride 1).
-  const bool row_contiguous = view.col_stride == 1 || cols == 1;
-  const bool col_contiguous = view.row_stride == 1 || rows == 1;
+  const bool row_contiguous = view.col_stride == 1;
+  const bool col_contiguous = view.row_stride == 1;
   const Major row_contiguous_major = k_along_cols ? Major::K : Major::MN;
   const Major col_contiguous_major = k_along_cols ? Major::MN : Major::K;
   if (row_contiguous && fits(cols, rows, view.row_stride)) return {row_contiguous_major, true};
@@ -41,6 +42,20 @@ cudaError_t launch(TensorCoreGemm<T, A, B, V, F>, const GemmProblem& problem) {
 template <DType T, Major A, Major B, bool V, Family F>
 cudaError_t launch(SimtGemm<T, A, B, V, F>, const GemmProblem& problem) {
   return run_simt<SimtGemm<T, A, B, V, F>>(problem);
+}
+
+// Strides of size-1 modes never matter; zeroing them lets layout checks
+// ignore them (a (K,1) column is as vectorizable as any K-major operand).
+inline GemmProblem canonical(GemmProblem p) {
+  auto clean = [&](MatrixView& v, int64_t rows, int64_t cols) {
+    if (rows == 1) v.row_stride = 0;
+    if (cols == 1) v.col_stride = 0;
+    if (p.batch == 1) v.batch_stride = 0;
+  };
+  clean(p.a, p.m, p.k);
+  clean(p.b, p.k, p.n);
+  clean(p.c, p.m, p.n);
+  return p;
 }
 
 // D^T = B^T A^T: the same product with the operands' roles swapped.
@@ -62,7 +77,8 @@ inline GemmProblem transposed(const GemmProblem& problem) {
 // problems run transposed (A K-major) or element-wise.
 template <template <DType, Major, Major, bool, Family> class Kernel, DType T, Family F,
           bool kNMajorB = true>
-cudaError_t run_gemm(const GemmProblem& problem, int element_bytes) {
+cudaError_t run_gemm(const GemmProblem& original, int element_bytes) {
+  const GemmProblem problem = canonical(original);
   const OperandPlan a = plan_operand(problem.a, problem.m, problem.k, /*k_along_cols=*/true,
                                      problem.batch, element_bytes);
   const OperandPlan b = plan_operand(problem.b, problem.k, problem.n, /*k_along_cols=*/false,

@@ -86,6 +86,23 @@ __device__ inline void load_operand_tile(TiledCopy const& tiled_copy, TG const& 
   }
 }
 
+// fp32 operands feed the tf32 MMA; without this the MMA truncates the low
+// mantissa bits, which doubles the error. cvt.rna rounds to nearest.
+template <class Fragment>
+__device__ inline void round_to_tf32(Fragment&& fragment) {
+  using Value = typename std::decay_t<Fragment>::value_type;
+  if constexpr (std::is_same_v<Value, cute::tfloat32_t>) {
+    CUTE_UNROLL
+    for (int i = 0; i < cute::size(fragment); ++i) {
+      uint32_t rounded;
+      asm("cvt.rna.tf32.f32 %0, %1;"
+          : "=r"(rounded)
+          : "f"(reinterpret_cast<float const&>(fragment(i))));
+      fragment(i) = reinterpret_cast<Value const&>(rounded);
+    }
+  }
+}
+
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kThreads)
     gemm_tensor_core_kernel(TensorCoreParams const p) {
@@ -177,6 +194,8 @@ __global__ void __launch_bounds__(Traits::kThreads)
   __syncthreads();
   copy(smem_copy_a, tXsA(_, _, 0, read_stage), tXrA(_, _, 0));
   copy(smem_copy_b, tXsB(_, _, 0, read_stage), tXrB(_, _, 0));
+  round_to_tf32(tCrA(_, _, 0));
+  round_to_tf32(tCrB(_, _, 0));
 
   // Main loop: while tile t is multiplied out of registers, tile t+1 moves
   // from shared memory to registers and tile t+kStages-1 from global to
@@ -193,6 +212,8 @@ __global__ void __launch_bounds__(Traits::kThreads)
       const int kb_next = (kb + 1) % kBlocks;
       copy(smem_copy_a, tXsA(_, _, kb_next, read_stage), tXrA(_, _, kb_next));
       copy(smem_copy_b, tXsB(_, _, kb_next, read_stage), tXrB(_, _, kb_next));
+      round_to_tf32(tCrA(_, _, kb_next));
+      round_to_tf32(tCrB(_, _, kb_next));
       if (kb == 0) {
         if (k_tile_next < k_tiles) {
           load_operand_tile<Traits>(gmem_copy_a, tAgA(_, _, _, k_tile_next),
