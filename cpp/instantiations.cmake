@@ -68,4 +68,20 @@ endforeach()
 samattn_family_sources(gemm sm75 cpp/src/gemm/sm75/gemm_sm75.cu)
 
 # ------------------------------------------------------------- softmax ----
-# (softmax instantiations go here)
+# One translation unit per (family, direction, dtype): each instantiates
+# run_forward or run_backward, which holds every kernel configuration for that
+# dtype (cpp/src/softmax/softmax_launch.cuh). Both families compile the same
+# templates, told apart by their Family argument.
+set(_softmax_dtype_f16 "samattn::DType::f16")
+set(_softmax_dtype_bf16 "samattn::DType::bf16")
+set(_softmax_dtype_f32 "samattn::DType::f32")
+foreach(family sm80 sm75)
+  foreach(direction forward backward)
+    foreach(dtype f16 bf16 f32)
+      samattn_instantiate(softmax ${family} softmax_${family}_${direction}_${dtype}
+                          "softmax/softmax_launch.cuh"
+                          "template cudaError_t samattn::softmax::run_${direction}<${_softmax_dtype_${dtype}}, samattn::softmax::Family::${family}>(const samattn::SoftmaxProblem&);")
+    endforeach()
+  endforeach()
+  samattn_family_sources(softmax ${family} cpp/src/softmax/${family}/softmax_${family}.cu)
+endforeach()
