@@ -113,8 +113,8 @@ int samattn_select_family(int32_t op, int32_t dtype, int32_t cc_major, int32_t c
                           int32_t requested, int32_t allow_tf32, int32_t* family);
 
 /* Device facts (name is NUL-terminated, truncated to name_capacity). */
-int samattn_device_properties(int32_t device, char* name, int32_t name_capacity,
-                              int32_t* cc_major, int32_t* cc_minor, int32_t* sm_count);
+int samattn_device_properties(int32_t device, char* name, int32_t name_capacity, int32_t* cc_major,
+                              int32_t* cc_minor, int32_t* sm_count);
 /* CUDA runtime compiled in and driver installed, as CUDA encodes them (12040 = 12.4). */
 int samattn_cuda_versions(int32_t* runtime_version, int32_t* driver_version);
 
