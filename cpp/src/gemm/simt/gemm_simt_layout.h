@@ -1,5 +1,7 @@
-// Which SIMT GEMM instantiation can run a problem. No CuTe here, so that the
-// family dispatch (gemm_sm80.cu, gemm_sm75.cu) can include it cheaply.
+// The precondition of the vectorized SIMT GEMM kernels, checked by run_simt.
+// The family dispatch (gemm_dispatch.h) chooses the instantiation with a rule
+// at least as strict (16-byte vectors); this check keeps a wrong choice from
+// ever reading out of bounds. No CuTe here.
 //
 // The vectorized kernels move 4 elements per access (16 bytes of fp32, 8 bytes
 // of bf16). An operand qualifies in a layout when, for that layout,
@@ -42,29 +44,6 @@ inline SimtOperandLayout simt_layout_of_a(const GemmProblem& p) {
 }
 inline SimtOperandLayout simt_layout_of_b(const GemmProblem& p) {
   return {p.b.col_stride, p.b.row_stride, p.b.batch_stride, p.n, p.k};
-}
-
-inline int64_t simt_element_bytes(DType dtype) { return dtype == DType::f32 ? 4 : 2; }
-
-// Picks the layout of a vectorized SIMT kernel for one operand: K-major is
-// preferred when both qualify (k == 1 or mn == 1 views). Returns false when
-// the operand needs the element-wise kernel.
-inline bool simt_vectorized_major(const void* ptr, DType dtype, const SimtOperandLayout& op,
-                                  Major* major) {
-  for (Major candidate : {Major::K, Major::MN}) {
-    if (simt_operand_vectorizable(ptr, simt_element_bytes(dtype), op, candidate)) {
-      *major = candidate;
-      return true;
-    }
-  }
-  return false;
-}
-
-// True when SimtGemm<dtype, *a_major, *b_major, /*Vectorized=*/true, F> can run
-// the problem; false means SimtGemm<dtype, Major::K, Major::K, false, F>.
-inline bool simt_vectorized_layout(const GemmProblem& p, Major* a_major, Major* b_major) {
-  return simt_vectorized_major(p.a.ptr, p.dtype, simt_layout_of_a(p), a_major) &&
-         simt_vectorized_major(p.b.ptr, p.dtype, simt_layout_of_b(p), b_major);
 }
 
 }  // namespace samattn::gemm

@@ -424,32 +424,23 @@ int check_rasterization() {
   return failures;
 }
 
-int check_layout_selection() {
-  GemmProblem p{};
+int check_vectorized_precondition() {
   alignas(16) static float buffer[64];
-  p.dtype = DType::f32;
-  p.m = 8;
-  p.n = 12;
-  p.k = 16;
-  p.a = {buffer, 0, 16, 1};  // row-major A: K-major
-  p.b = {buffer, 0, 12, 1};  // row-major B: N-major
+  const int64_t f32 = 4, bf16 = 2;
+  // (mn_stride, k_stride, batch_stride, mn_extent, k_extent)
+  const SimtOperandLayout row_major_a{16, 1, 0, 8, 16};  // K-major
+  const SimtOperandLayout col_major_a{1, 8, 0, 8, 16};   // M-major
   int failures = 0;
-  Major a, b;
-  failures += !(simt_vectorized_layout(p, &a, &b) && a == Major::K && b == Major::MN);
-  p.a = {buffer, 0, 1, 8};  // column-major A: M-major
-  failures += !(simt_vectorized_layout(p, &a, &b) && a == Major::MN);
-  p.a = {buffer + 1, 0, 1, 8};  // misaligned
-  failures += simt_vectorized_layout(p, &a, &b);
-  p.a = {buffer, 6, 1, 8};  // batch stride not a multiple of 4
-  failures += simt_vectorized_layout(p, &a, &b);
-  p.a = {buffer, 0, 1, 8};
-  p.m = 6;  // contiguous extent not a multiple of 4
-  failures += simt_vectorized_layout(p, &a, &b);
-  p.dtype = DType::bf16;  // bf16 needs 8-byte alignment
-  p.m = 8;
-  p.a = {reinterpret_cast<char*>(buffer) + 8, 0, 1, 8};
-  failures += !simt_vectorized_layout(p, &a, &b);
-  std::printf("layout selection: %s\n", failures ? "FAIL" : "ok");
+  failures += !simt_operand_vectorizable(buffer, f32, row_major_a, Major::K);
+  failures += simt_operand_vectorizable(buffer, f32, row_major_a, Major::MN);
+  failures += !simt_operand_vectorizable(buffer, f32, col_major_a, Major::MN);
+  failures += simt_operand_vectorizable(buffer + 1, f32, col_major_a, Major::MN);   // misaligned
+  failures += simt_operand_vectorizable(buffer, f32, {1, 8, 6, 8, 16}, Major::MN);  // batch 6
+  failures += simt_operand_vectorizable(buffer, f32, {1, 8, 0, 6, 16}, Major::MN);  // m = 6
+  // bf16 vectors are 8 bytes.
+  failures +=
+      !simt_operand_vectorizable(reinterpret_cast<char*>(buffer) + 8, bf16, col_major_a, Major::MN);
+  std::printf("vectorized precondition: %s\n", failures ? "FAIL" : "ok");
   return failures;
 }
 
@@ -461,7 +452,7 @@ int main() {
   using namespace samattn::gemm;
   using namespace samattn::gemm::simt;
   std::mt19937 rng(1234);
-  int failures = check_rasterization() + check_layout_selection();
+  int failures = check_rasterization() + check_vectorized_precondition();
   failures += run_config<DType::f32, Major::K, Major::MN, true, Family::sm80>(rng);
   failures += run_config<DType::f32, Major::K, Major::K, true, Family::sm80>(rng);
   failures += run_config<DType::f32, Major::MN, Major::K, true, Family::sm80>(rng);
