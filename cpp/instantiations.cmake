@@ -67,6 +67,35 @@ foreach(dtype f32 bf16)
 endforeach()
 samattn_family_sources(gemm sm75 cpp/src/gemm/sm75/gemm_sm75.cu)
 
+# sm90: TMA + wgmma (CUTLASS 3 Hopper collectives), fp16, bf16 and tf32; one
+# kernel per (dtype, operand layout, tile); two functions per tag, the launch
+# and its workspace size. tf32 wgmma reads only K-major tiles, so tf32 has
+# the K-major layout alone (other operands are staged K-major first), and no
+# swap_ab tile. Exact fp32 stays on sm80's FMA kernel.
+foreach(dtype f16 bf16 f32)
+  if(dtype STREQUAL "f32")
+    set(layouts "k,k")
+    set(tiles k128x256_c2x1 k128x128_c1x2 k128x64_streamk)
+  else()
+    set(layouts "k,k" "k,mn" "mn,k" "mn,mn")
+    set(tiles k128x256_c2x1 k128x128_c1x2 k128x64_streamk k128x64_swap_ab)
+  endif()
+  foreach(layout IN LISTS layouts)
+    string(REPLACE "," ";" pair "${layout}")
+    list(GET pair 0 a)
+    list(GET pair 1 b)
+    foreach(tile IN LISTS tiles)
+      string(REGEX REPLACE "^k" "" tile_id "${tile}")
+      set(cfg "samattn::gemm::Sm90Gemm<${_dtypes_cpp_${dtype}}, ${_major_${a}}, ${_major_${b}}, samattn::gemm::sm90::Tile::${tile}>")
+      set(args "const samattn::gemm::sm90::Plan&, const samattn::GemmProblem&")
+      samattn_instantiate(gemm sm90 "gemm_sm90_${dtype}_a${a}_b${b}_${tile_id}"
+                          "gemm/sm90/gemm_sm90_launch.cuh"
+                          "template cudaError_t samattn::gemm::run_sm90<${cfg}>(${args});\ntemplate size_t samattn::gemm::sm90_workspace_bytes<${cfg}>(${args});")
+    endforeach()
+  endforeach()
+endforeach()
+samattn_family_sources(gemm sm90 cpp/src/gemm/sm90/gemm_sm90.cu)
+
 # ------------------------------------------------------------- softmax ----
 # One translation unit per (family, direction, dtype): each instantiates
 # run_forward or run_backward, which holds every kernel configuration for that

@@ -33,20 +33,20 @@ def _stream(device: torch.device) -> int:
     return torch.cuda.current_stream(device).cuda_stream
 
 
-def gemm(
-    a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None, alpha: float, beta: float
-) -> torch.Tensor:
-    """D = alpha * a @ b + beta * c on the GPU; see samattn.gemm."""
-    sizes = _checks.gemm(a, b, c, alpha, beta)
-    out = torch.empty(sizes.out_shape, dtype=a.dtype, device=a.device)
-    if out.numel() == 0:
-        return out
-    a = _operand(a)
-    b = _operand(b)
+def _gemm_args(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    c: torch.Tensor | None,
+    alpha: float,
+    beta: float,
+    sizes: _checks.GemmShape,
+    out_ptr: int,
+) -> _lib.GemmArgs:
+    """The C arguments of D = alpha * a @ b + beta * c, D contiguous at out_ptr."""
     args = _lib.GemmArgs()
     args.dtype = _checks.DTYPE_CODES[a.dtype]
     args.family = _family.requested_family()
-    args.device = a.device.index
+    args.device = a.device.index if a.device.index is not None else 0
     args.allow_tf32 = int(torch.get_float32_matmul_precision() != "highest")
     args.batch, args.m, args.n, args.k = sizes.batch, sizes.m, sizes.n, sizes.k
     args.a = a.data_ptr()
@@ -59,15 +59,59 @@ def gemm(
         strides = expanded.stride()
         args.c_batch_stride = strides[0] if len(strides) == 3 else 0
         args.c_row_stride, args.c_col_stride = strides[-2], strides[-1]
-    args.d = out.data_ptr()
+    args.d = out_ptr
     args.d_batch_stride = sizes.m * sizes.n
     args.d_row_stride, args.d_col_stride = sizes.n, 1
     args.alpha, args.beta = alpha, beta
+    return args
+
+
+def gemm(
+    a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None, alpha: float, beta: float
+) -> torch.Tensor:
+    """D = alpha * a @ b + beta * c on the GPU; see samattn.gemm."""
+    sizes = _checks.gemm(a, b, c, alpha, beta)
+    out = torch.empty(sizes.out_shape, dtype=a.dtype, device=a.device)
+    if out.numel() == 0:
+        return out
+    a = _operand(a)
+    b = _operand(b)
+    args = _gemm_args(a, b, c, alpha, beta, sizes, out.data_ptr())
     args.stream = _stream(a.device)
+    library = _lib.lib()
+    needed = ctypes.c_int64(0)
+    _lib.check(library.samattn_gemm_workspace_size(ctypes.byref(args), ctypes.byref(needed)))
+    workspace = None
+    if needed.value > 0:
+        # From torch's caching allocator, so it is cheap, stream-ordered and
+        # capturable in CUDA graphs; freed when the kernel is done with it.
+        workspace = torch.empty(needed.value, dtype=torch.uint8, device=a.device)
+        args.workspace, args.workspace_bytes = workspace.data_ptr(), needed.value
     family = ctypes.c_int32(_lib.FAMILY_AUTO)
-    _lib.check(_lib.lib().samattn_gemm(ctypes.byref(args), ctypes.byref(family)))
+    _lib.check(library.samattn_gemm(ctypes.byref(args), ctypes.byref(family)))
     _lib.set_last_family(family.value)
     return out
+
+
+def gemm_plan(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    c: torch.Tensor | None = None,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+) -> tuple[str, str]:
+    """(family, configuration) samattn.gemm would use for these CUDA tensors (no launch).
+
+    Honours the forced family (samattn.use_family / SAMATTN_FAMILY) and torch's fp32
+    matmul precision like samattn.gemm. Assumes a contiguous output, as gemm allocates.
+    """
+    sizes = _checks.gemm(a, b, c, alpha, beta)
+    a = _operand(a)
+    b = _operand(b)
+    # A freshly allocated output is at least 16-byte aligned: stand in 256.
+    args = _gemm_args(a, b, c, alpha, beta, sizes, 256)
+    props = _lib.device_properties(args.device)
+    return _lib.gemm_plan(args, props["compute_capability"], props["sm_count"])
 
 
 def _run_softmax(

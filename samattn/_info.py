@@ -25,14 +25,22 @@ def _cuda_version_text(encoded: int) -> str | None:
     return f"{encoded // 1000}.{encoded % 1000 // 10}"
 
 
-def _archs(path: str) -> dict[str, list[int]] | str:
+def _archs(path: str) -> dict[str, list[str]] | str:
+    """{"sass": ["sm_75", ..., "sm_90a"], "ptx": ["compute_80"]} read from the library."""
     try:
         from ._fatbin import read_fatbin_archs
 
         found = read_fatbin_archs(path)
-        return {"sass": list(found["sass"]), "ptx": list(found["ptx"])}
     except Exception:
         return "unknown"
+    names: dict[str, set[tuple[int, str]]] = {"sass": set(), "ptx": set()}
+    for entry in found["entries"]:
+        names[entry["kind"]].add((entry["arch"], "a" if entry["arch_specific"] else ""))
+    prefix = {"sass": "sm", "ptx": "compute"}
+    return {
+        kind: [f"{prefix[kind]}_{arch}{suffix}" for arch, suffix in sorted(found_names)]
+        for kind, found_names in names.items()
+    }
 
 
 def _family_choices(cc: tuple[int, int]) -> dict[str, dict[str, str]]:
@@ -109,12 +117,10 @@ def collect() -> dict[str, Any]:
     return facts
 
 
-def _archs_text(archs: dict[str, list[int]] | str) -> str:
+def _archs_text(archs: dict[str, list[str]] | str) -> str:
     if isinstance(archs, str):
         return archs
-    sass = ", ".join(f"sm_{a}" for a in archs["sass"]) or "none"
-    ptx = ", ".join(f"compute_{a}" for a in archs["ptx"]) or "none"
-    return f"SASS {sass}; PTX {ptx}"
+    return f"SASS {', '.join(archs['sass']) or 'none'}; PTX {', '.join(archs['ptx']) or 'none'}"
 
 
 def format_report(facts: dict[str, Any]) -> str:

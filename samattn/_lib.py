@@ -12,7 +12,7 @@ import os
 import threading
 from pathlib import Path
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 # Status codes.
 OK = 0
@@ -77,6 +77,8 @@ class GemmArgs(ctypes.Structure):
         ("alpha", ctypes.c_float),
         ("beta", ctypes.c_float),
         ("stream", ctypes.c_void_p),
+        ("workspace", ctypes.c_void_p),
+        ("workspace_bytes", ctypes.c_int64),
     ]
 
 
@@ -102,6 +104,14 @@ _i32_p = ctypes.POINTER(ctypes.c_int32)
 # name -> (restype, argtypes), one entry per function of samattn.h.
 SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "samattn_gemm": (ctypes.c_int, [ctypes.POINTER(GemmArgs), _i32_p]),
+    "samattn_gemm_workspace_size": (
+        ctypes.c_int,
+        [ctypes.POINTER(GemmArgs), ctypes.POINTER(ctypes.c_int64)],
+    ),
+    "samattn_gemm_plan": (
+        ctypes.c_int,
+        [ctypes.POINTER(GemmArgs), _i32, _i32, _i32, _i32_p, ctypes.c_char_p, _i32],
+    ),
     "samattn_softmax_forward": (ctypes.c_int, [ctypes.POINTER(SoftmaxArgs), _i32_p]),
     "samattn_softmax_backward": (ctypes.c_int, [ctypes.POINTER(SoftmaxArgs), _i32_p]),
     "samattn_last_error": (ctypes.c_char_p, []),
@@ -221,6 +231,21 @@ def select_family(
     )
     check(status)
     return FAMILY_NAMES[family.value]
+
+
+def gemm_plan(args: GemmArgs, cc: tuple[int, int], sm_count: int) -> tuple[str, str]:
+    """(family, configuration) samattn_gemm would use for `args` on such a GPU; no GPU needed.
+
+    The configuration reads "tile=... swizzle=... transposed=..." for the sm90 family,
+    "sm90 cannot run it: <reason>" when sm90 handed the problem to sm80, else "".
+    """
+    family = ctypes.c_int32(0)
+    text = ctypes.create_string_buffer(512)
+    status = lib().samattn_gemm_plan(
+        ctypes.byref(args), cc[0], cc[1], sm_count, ctypes.byref(family), text, len(text)
+    )
+    check(status)
+    return FAMILY_NAMES[family.value], text.value.decode()
 
 
 def device_properties(device: int) -> dict[str, object]:

@@ -10,8 +10,9 @@
 #   sm75 family: built when 75 is requested; SASS for every requested arch.
 #   sm80 family: built when any of 80, 86, 89 (or a plain arch >= 100) is
 #                requested; SASS for every requested arch >= 80, plus PTX.
-#   sm90 family: (no kernels yet) will be built when 90a is requested; SASS
-#                for sm_90a only.
+#   sm90 family: built when 90a is requested; SASS for sm_90a only (wgmma
+#                and setmaxnreg exist only there). 90a also gives the older
+#                families sm_90 SASS, so they can be forced on Hopper.
 
 set(_real_archs "")
 set(SAMATTN_FAMILIES "")
@@ -32,8 +33,7 @@ foreach(arch IN LISTS SAMATTN_CUDA_ARCHS)
   elseif(_num GREATER_EQUAL 80 AND _num LESS 90)
     set(_want_sm80 ON)
   elseif(_num EQUAL 90 AND "${CMAKE_MATCH_2}" STREQUAL "a")
-    # The sm90 family has no kernels yet (the Hopper issue adds them); 90a
-    # still gives the older families sm_90 SASS.
+    list(APPEND SAMATTN_FAMILIES sm90)
     set(_want_sm80 ON)
   elseif(_num GREATER_EQUAL 100 OR (_num EQUAL 90 AND "${CMAKE_MATCH_2}" STREQUAL ""))
     set(_want_sm80 ON)

@@ -18,7 +18,7 @@
 extern "C" {
 #endif
 
-#define SAMATTN_ABI_VERSION 1
+#define SAMATTN_ABI_VERSION 2
 
 /* Status codes. */
 enum {
@@ -65,6 +65,8 @@ typedef struct samattn_gemm_args {
   int64_t d_batch_stride, d_row_stride, d_col_stride;
   float alpha, beta;
   void* stream; /* cudaStream_t */
+  void* workspace;
+  int64_t workspace_bytes;
 } samattn_gemm_args;
 
 /*
@@ -87,6 +89,8 @@ typedef struct samattn_softmax_args {
 
 /* Ops. `family_used` (may be NULL) receives the family that ran. */
 int samattn_gemm(const samattn_gemm_args* args, int32_t* family_used);
+/* Device workspace samattn_gemm needs for these arguments (workspace fields ignored). */
+int samattn_gemm_workspace_size(const samattn_gemm_args* args, int64_t* bytes);
 int samattn_softmax_forward(const samattn_softmax_args* args, int32_t* family_used);
 int samattn_softmax_backward(const samattn_softmax_args* args, int32_t* family_used);
 
@@ -112,6 +116,18 @@ int32_t samattn_built_ops(void);
 int samattn_select_family(int32_t op, int32_t dtype, int32_t cc_major, int32_t cc_minor,
                           int32_t requested, int32_t allow_tf32, int32_t* family);
 
+/*
+ * How samattn_gemm would run `args` on a GPU of compute capability
+ * cc_major.cc_minor with sm_count multiprocessors, in a library built with
+ * every family (whatever this one holds), without a GPU: the family
+ * (after the sm90 family hands problems TMA cannot describe to sm80) and a
+ * description of the kernel configuration, NUL-terminated and truncated to
+ * plan_capacity: "tile=128x256_c2x1 swizzle=4 transposed=0" for sm90, or
+ * "sm90 cannot run it: <reason>" when it fell back, or "" otherwise. The
+ * pointers in args are only inspected for alignment.
+ */
+int samattn_gemm_plan(const samattn_gemm_args* args, int32_t cc_major, int32_t cc_minor,
+                      int32_t sm_count, int32_t* family, char* plan, int32_t plan_capacity);
 /* Device facts (name is NUL-terminated, truncated to name_capacity). */
 int samattn_device_properties(int32_t device, char* name, int32_t name_capacity, int32_t* cc_major,
                               int32_t* cc_minor, int32_t* sm_count);

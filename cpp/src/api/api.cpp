@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -12,6 +13,7 @@
 #include "api/error.h"
 #include "api/family.h"
 #include "common/problem.h"
+#include "gemm/sm90/gemm_sm90_plan.h"
 #include "samattn/samattn.h"
 
 #ifndef SAMATTN_VERSION_STRING
@@ -156,6 +158,11 @@ bool run_gemm(int32_t family, const GemmProblem& problem, cudaError_t* launched)
       *launched = gemm_sm75(problem);
       return true;
 #endif
+#if defined(SAMATTN_WITH_SM90) && defined(SAMATTN_WITH_GEMM)
+    case SAMATTN_FAMILY_SM90:
+      *launched = gemm_sm90(problem);
+      return true;
+#endif
     default:
       (void)problem;
       (void)launched;
@@ -208,26 +215,28 @@ int check_codes(const std::string& subject, int32_t dtype, int32_t family, int32
   return SAMATTN_OK;
 }
 
-int gemm(const samattn_gemm_args* args, int32_t* family_used) {
-  const std::string op = "samattn gemm";
-  if (family_used != nullptr) *family_used = SAMATTN_FAMILY_AUTO;
-  if (args == nullptr) return fail(SAMATTN_INVALID_ARGUMENT, op + ": args is NULL");
-  const samattn_gemm_args& g = *args;
+// Checks a GEMM's arguments (no device access). `empty`: D has no elements,
+// so there is nothing to compute. `subject` names the op and dtype for messages.
+int check_gemm_args(const std::string& op, const samattn_gemm_args& g, std::string* subject,
+                    bool* empty) {
+  *empty = false;
+  *subject = op;
   int status = check_codes(op, g.dtype, g.family, g.device);
   if (status != SAMATTN_OK) return status;
-  const std::string subject = op + " (" + dtype_name(g.dtype) + ")";
+  *subject = op + " (" + dtype_name(g.dtype) + ")";
+  const std::string& subject_text = *subject;
   if (g.batch < 0 || g.m < 0 || g.n < 0 || g.k < 0) {
     return fail(SAMATTN_INVALID_ARGUMENT,
-                subject + ": sizes must be >= 0, got batch=" + to_text(g.batch) +
+                subject_text + ": sizes must be >= 0, got batch=" + to_text(g.batch) +
                     " m=" + to_text(g.m) + " n=" + to_text(g.n) + " k=" + to_text(g.k));
   }
   if (!std::isfinite(g.alpha)) {
     return fail(SAMATTN_INVALID_ARGUMENT,
-                subject + ": alpha must be finite, got " + float_to_text(g.alpha));
+                subject_text + ": alpha must be finite, got " + float_to_text(g.alpha));
   }
   if (!std::isfinite(g.beta)) {
     return fail(SAMATTN_INVALID_ARGUMENT,
-                subject + ": beta must be finite, got " + float_to_text(g.beta));
+                subject_text + ": beta must be finite, got " + float_to_text(g.beta));
   }
   const struct {
     const char* name;
@@ -238,26 +247,33 @@ int gemm(const samattn_gemm_args* args, int32_t* family_used) {
                  {"d", g.d_batch_stride, g.d_row_stride, g.d_col_stride}};
   for (const auto& s : strides) {
     if (any_negative(s.batch, s.row, s.col)) {
-      return fail(SAMATTN_INVALID_ARGUMENT, subject + ": " + s.name +
+      return fail(SAMATTN_INVALID_ARGUMENT, subject_text + ": " + s.name +
                                                 " strides must be >= 0, got " +
                                                 strides_text(s.batch, s.row, s.col));
     }
   }
+  if (g.workspace_bytes < 0) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                subject_text + ": workspace_bytes must be >= 0, got " + to_text(g.workspace_bytes));
+  }
   if (g.c == nullptr && g.beta != 0.0f) {
-    return fail(SAMATTN_INVALID_ARGUMENT, subject + ": c is NULL but beta is " +
+    return fail(SAMATTN_INVALID_ARGUMENT, subject_text + ": c is NULL but beta is " +
                                               float_to_text(g.beta) +
                                               " (c may be NULL only "
                                               "when beta == 0)");
   }
-  if (g.batch == 0 || g.m == 0 || g.n == 0) return SAMATTN_OK;  // D is empty
+  *empty = g.batch == 0 || g.m == 0 || g.n == 0;
+  if (*empty) return SAMATTN_OK;  // D is empty: nothing to check or compute
 
-  if (g.d == nullptr) return fail(SAMATTN_INVALID_ARGUMENT, subject + ": d is NULL");
-  if (g.k > 0 && g.a == nullptr) return fail(SAMATTN_INVALID_ARGUMENT, subject + ": a is NULL");
-  if (g.k > 0 && g.b == nullptr) return fail(SAMATTN_INVALID_ARGUMENT, subject + ": b is NULL");
+  if (g.d == nullptr) return fail(SAMATTN_INVALID_ARGUMENT, subject_text + ": d is NULL");
+  if (g.k > 0 && g.a == nullptr)
+    return fail(SAMATTN_INVALID_ARGUMENT, subject_text + ": a is NULL");
+  if (g.k > 0 && g.b == nullptr)
+    return fail(SAMATTN_INVALID_ARGUMENT, subject_text + ": b is NULL");
   if ((g.batch > 1 && g.d_batch_stride == 0) || (g.m > 1 && g.d_row_stride == 0) ||
       (g.n > 1 && g.d_col_stride == 0)) {
     return fail(SAMATTN_INVALID_ARGUMENT,
-                subject + ": d strides " +
+                subject_text + ": d strides " +
                     strides_text(g.d_batch_stride, g.d_row_stride, g.d_col_stride) +
                     " make elements of d overlap (a stride of 0 on a size > 1)");
   }
@@ -272,18 +288,15 @@ int gemm(const samattn_gemm_args* args, int32_t* family_used) {
       !fits_in_int64(g.batch, g.m, g.n, g.d_batch_stride, g.d_row_stride, g.d_col_stride,
                      element)) {
     return fail(SAMATTN_INVALID_ARGUMENT,
-                subject + ": sizes and strides overflow a 64-bit byte offset");
+                subject_text + ": sizes and strides overflow a 64-bit byte offset");
   }
 
-  DeviceInfo device;
-  status = device_info(g.device, subject, &device);
-  if (status != SAMATTN_OK) return status;
-  int32_t family = SAMATTN_FAMILY_AUTO;
-  status =
-      select_family(SAMATTN_OP_GEMM, g.dtype, device.gpu, g.family, g.allow_tf32 != 0, &family);
-  if (status != SAMATTN_OK) return status;
+  return SAMATTN_OK;
+}
 
-  GemmProblem problem;
+GemmProblem make_gemm_problem(const samattn_gemm_args& g, int sm_count) {
+  GemmProblem problem{};
+  const bool with_c = g.beta != 0.0f;
   problem.dtype = static_cast<DType>(g.dtype);
   problem.batch = g.batch;
   problem.m = g.m;
@@ -299,8 +312,65 @@ int gemm(const samattn_gemm_args* args, int32_t* family_used) {
   problem.alpha = g.alpha;
   problem.beta = g.beta;
   problem.allow_tf32 = g.allow_tf32 != 0;
-  problem.sm_count = device.sm_count;
+  problem.sm_count = sm_count;
   problem.stream = static_cast<cudaStream_t>(g.stream);
+  problem.workspace = g.workspace;
+  problem.workspace_bytes = g.workspace_bytes;
+  return problem;
+}
+
+// The family that runs `problem`: the selected one, except that the sm90
+// family hands what TMA cannot describe to sm80 (`plan` says why, or gives
+// the sm90 configuration).
+int choose_gemm_family(const samattn_gemm_args& g, const GpuSpec& gpu, const GemmProblem& problem,
+                       int32_t* family, gemm::sm90::Plan* plan,
+                       bool assume_complete_build = false) {
+  int status = select_family(SAMATTN_OP_GEMM, g.dtype, gpu, g.family, g.allow_tf32 != 0, family,
+                             assume_complete_build);
+  if (status != SAMATTN_OK || *family != SAMATTN_FAMILY_SM90) return status;
+  *plan = gemm::sm90::plan(problem);
+  if (plan->eligible) return SAMATTN_OK;
+  return select_family(SAMATTN_OP_GEMM, g.dtype, gpu, SAMATTN_FAMILY_SM80, g.allow_tf32 != 0,
+                       family, assume_complete_build);
+}
+
+// Workspace bytes the chosen family needs for `problem`.
+int64_t gemm_workspace_bytes(int32_t family, const GemmProblem& problem) {
+#if defined(SAMATTN_WITH_SM90) && defined(SAMATTN_WITH_GEMM)
+  if (family == SAMATTN_FAMILY_SM90) {
+    return static_cast<int64_t>(gemm_sm90_workspace_bytes(problem));
+  }
+#endif
+  (void)family;
+  (void)problem;
+  return 0;
+}
+
+int gemm_op(const samattn_gemm_args* args, int32_t* family_used) {
+  const std::string op = "samattn gemm";
+  if (family_used != nullptr) *family_used = SAMATTN_FAMILY_AUTO;
+  if (args == nullptr) return fail(SAMATTN_INVALID_ARGUMENT, op + ": args is NULL");
+  const samattn_gemm_args& g = *args;
+  std::string subject;
+  bool empty = false;
+  int status = check_gemm_args(op, g, &subject, &empty);
+  if (status != SAMATTN_OK || empty) return status;
+
+  DeviceInfo device;
+  status = device_info(g.device, subject, &device);
+  if (status != SAMATTN_OK) return status;
+  const GemmProblem problem = make_gemm_problem(g, device.sm_count);
+  int32_t family = SAMATTN_FAMILY_AUTO;
+  gemm::sm90::Plan plan;
+  status = choose_gemm_family(g, device.gpu, problem, &family, &plan);
+  if (status != SAMATTN_OK) return status;
+  const int64_t needed = gemm_workspace_bytes(family, problem);
+  if (needed > 0 && (g.workspace == nullptr || g.workspace_bytes < needed)) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                subject + ": needs " + to_text(needed) + " bytes of workspace, got " +
+                    to_text(g.workspace == nullptr ? 0 : g.workspace_bytes) +
+                    " (ask samattn_gemm_workspace_size)");
+  }
 
   DeviceGuard guard;
   const cudaError_t entered = guard.enter(g.device);
@@ -311,6 +381,63 @@ int gemm(const samattn_gemm_args* args, int32_t* family_used) {
   status = launch_status(launched, subject, family, device);
   if (status == SAMATTN_OK && family_used != nullptr) *family_used = family;
   return status;
+}
+
+int gemm_workspace_size_op(const samattn_gemm_args* args, int64_t* bytes) {
+  const std::string op = "samattn gemm_workspace_size";
+  if (args == nullptr || bytes == nullptr) {
+    return fail(SAMATTN_INVALID_ARGUMENT, op + ": args or bytes is NULL");
+  }
+  *bytes = 0;
+  std::string subject;
+  bool empty = false;
+  int status = check_gemm_args(op, *args, &subject, &empty);
+  if (status != SAMATTN_OK || empty) return status;
+  DeviceInfo device;
+  status = device_info(args->device, subject, &device);
+  if (status != SAMATTN_OK) return status;
+  const GemmProblem problem = make_gemm_problem(*args, device.sm_count);
+  int32_t family = SAMATTN_FAMILY_AUTO;
+  gemm::sm90::Plan plan;
+  status = choose_gemm_family(*args, device.gpu, problem, &family, &plan);
+  if (status != SAMATTN_OK) return status;
+  *bytes = gemm_workspace_bytes(family, problem);
+  return SAMATTN_OK;
+}
+
+int gemm_plan_op(const samattn_gemm_args* args, int32_t cc_major, int32_t cc_minor,
+                 int32_t sm_count, int32_t* family, char* text, int32_t capacity) {
+  const std::string op = "samattn gemm_plan";
+  if (args == nullptr || family == nullptr || text == nullptr || capacity < 1) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                op + ": args, family and plan must be non-NULL, plan_capacity >= 1");
+  }
+  if (sm_count < 1) {
+    return fail(SAMATTN_INVALID_ARGUMENT, op + ": sm_count must be >= 1, got " + to_text(sm_count));
+  }
+  *family = SAMATTN_FAMILY_AUTO;
+  text[0] = '\0';
+  std::string subject;
+  bool empty = false;
+  int status = check_gemm_args(op, *args, &subject, &empty);
+  if (status != SAMATTN_OK) return status;
+  GpuSpec gpu;
+  gpu.cc_major = cc_major;
+  gpu.cc_minor = cc_minor;
+  const GemmProblem problem = make_gemm_problem(*args, sm_count);
+  gemm::sm90::Plan plan;
+  status = choose_gemm_family(*args, gpu, problem, family, &plan, /*assume_complete_build=*/true);
+  if (status != SAMATTN_OK) return status;
+  std::string description;
+  if (*family == SAMATTN_FAMILY_SM90) {
+    description = std::string("tile=") + gemm::sm90::tile_name(plan.tile) +
+                  " swizzle=" + to_text(plan.swizzle) +
+                  " transposed=" + (plan.transposed ? "1" : "0");
+  } else if (!plan.reason.empty()) {
+    description = "sm90 cannot run it: " + plan.reason;
+  }
+  std::snprintf(text, static_cast<size_t>(capacity), "%s", description.c_str());
+  return SAMATTN_OK;
 }
 
 int softmax(const samattn_softmax_args* args, bool backward, int32_t* family_used) {
@@ -378,7 +505,20 @@ using samattn::catch_all;
 using samattn::fail;
 
 SAMATTN_EXPORT int samattn_gemm(const samattn_gemm_args* args, int32_t* family_used) {
-  return catch_all("samattn_gemm", [&] { return samattn::gemm(args, family_used); });
+  return catch_all("samattn_gemm", [&] { return samattn::gemm_op(args, family_used); });
+}
+
+SAMATTN_EXPORT int samattn_gemm_workspace_size(const samattn_gemm_args* args, int64_t* bytes) {
+  return catch_all("samattn_gemm_workspace_size",
+                   [&] { return samattn::gemm_workspace_size_op(args, bytes); });
+}
+
+SAMATTN_EXPORT int samattn_gemm_plan(const samattn_gemm_args* args, int32_t cc_major,
+                                     int32_t cc_minor, int32_t sm_count, int32_t* family,
+                                     char* plan, int32_t plan_capacity) {
+  return catch_all("samattn_gemm_plan", [&] {
+    return samattn::gemm_plan_op(args, cc_major, cc_minor, sm_count, family, plan, plan_capacity);
+  });
 }
 
 SAMATTN_EXPORT int samattn_softmax_forward(const samattn_softmax_args* args, int32_t* family_used) {

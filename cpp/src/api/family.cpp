@@ -22,6 +22,8 @@ struct FamilyOp {
 // Which family has which op for which dtypes. A new family op is one line,
 // e.g. {SAMATTN_OP_GEMM, SAMATTN_FAMILY_SM90, kF16 | kBF16 | kTF32}.
 constexpr FamilyOp kSupport[] = {
+    // Hopper: TMA + wgmma. Exact fp32 has no wgmma: it runs on sm80's FMA kernel.
+    {SAMATTN_OP_GEMM, SAMATTN_FAMILY_SM90, kF16 | kBF16 | kTF32},
     {SAMATTN_OP_GEMM, SAMATTN_FAMILY_SM80, kF16 | kBF16 | kF32 | kTF32},
     // Turing has no tf32: fp32 always runs exact, which is never an error.
     {SAMATTN_OP_GEMM, SAMATTN_FAMILY_SM75, kF16 | kBF16 | kF32},
@@ -234,7 +236,10 @@ int32_t built_ops_mask() {
 }
 
 int select_family(int32_t op, int32_t dtype, const GpuSpec& gpu, int32_t requested, bool allow_tf32,
-                  int32_t* family) {
+                  int32_t* family, bool assume_complete_build) {
+  const auto built = [assume_complete_build](int32_t candidate) {
+    return assume_complete_build || is_built(candidate);
+  };
   if (family == nullptr) return fail(SAMATTN_INVALID_ARGUMENT, "samattn: family output is NULL");
   if (op_name(op) == nullptr) {
     return fail(SAMATTN_INVALID_ARGUMENT, "samattn: unknown op code " + to_text(op) +
@@ -278,7 +283,7 @@ int select_family(int32_t op, int32_t dtype, const GpuSpec& gpu, int32_t request
                                          "is the oldest GPU samattn runs on (requested " +
                                          family_text + ").");
   }
-  if ((built_ops_mask() & (1 << op)) == 0) {
+  if (!assume_complete_build && (built_ops_mask() & (1 << op)) == 0) {
     return fail(SAMATTN_UNSUPPORTED,
                 subject + ": this library was built without the " + op_name(op) +
                     " ops (SAMATTN_OPS at build time), so no family runs it; running on " +
@@ -286,7 +291,7 @@ int select_family(int32_t op, int32_t dtype, const GpuSpec& gpu, int32_t request
   }
 
   if (requested != SAMATTN_FAMILY_AUTO) {
-    if (!is_built(requested)) {
+    if (!built(requested)) {
       return fail(SAMATTN_UNSUPPORTED, subject + ": " + family_text +
                                            " is not built into this library (built families: " +
                                            join_families(built_families_mask()) + "); running on " +
@@ -317,8 +322,7 @@ int select_family(int32_t op, int32_t dtype, const GpuSpec& gpu, int32_t request
   }
 
   for (int32_t candidate : kFamilies) {
-    if (is_built(candidate) && runs_on(candidate, gpu) &&
-        supports(op, candidate, dtype, allow_tf32)) {
+    if (built(candidate) && runs_on(candidate, gpu) && supports(op, candidate, dtype, allow_tf32)) {
       *family = candidate;
       return SAMATTN_OK;
     }

@@ -33,7 +33,9 @@ int32_t built_ops_mask();
 // SAMATTN_FAMILY_AUTO (then SAMATTN_FAMILY in the environment is honoured)
 // or a forced family. Returns a SAMATTN_* status; on failure the thread's
 // last error names the op, dtype, GPU, family and what would work.
+// assume_complete_build: answer as a library with every family and op would
+// (samattn_gemm_plan, so that the plan can be tested on any build).
 int select_family(int32_t op, int32_t dtype, const GpuSpec& gpu, int32_t requested, bool allow_tf32,
-                  int32_t* family);
+                  int32_t* family, bool assume_complete_build = false);
 
 }  // namespace samattn

@@ -5,6 +5,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace samattn {
@@ -27,6 +28,10 @@ struct GemmProblem {
   bool allow_tf32;  // fp32 inputs: tf32 tensor cores (true) or exact FMA (false)
   int sm_count;     // multiprocessors of the device, for grid sizing
   cudaStream_t stream;
+  // Device scratch from the caller (the sm90 family's stream-K partial sums);
+  // nullptr / 0 when gemm_sm90_workspace_bytes() is 0.
+  void* workspace;
+  int64_t workspace_bytes;
 };
 
 // Softmax over the middle mode of a contiguous (outer, dim, inner) tensor.
@@ -45,6 +50,11 @@ struct SoftmaxProblem {
 // checks support first (see api/family.h).
 cudaError_t gemm_sm80(const GemmProblem& problem);
 cudaError_t gemm_sm75(const GemmProblem& problem);
+// sm90: only for problems that gemm::sm90::plan() finds eligible (the API
+// runs the rest on sm80). The workspace it needs, in bytes, is
+// gemm_sm90_workspace_bytes(problem) (0 for most problems).
+cudaError_t gemm_sm90(const GemmProblem& problem);
+size_t gemm_sm90_workspace_bytes(const GemmProblem& problem);
 cudaError_t softmax_forward_sm80(const SoftmaxProblem& problem);
 cudaError_t softmax_backward_sm80(const SoftmaxProblem& problem);
 cudaError_t softmax_forward_sm75(const SoftmaxProblem& problem);

@@ -1,0 +1,128 @@
+// GEMM, sm90 family (Hopper, sm_90a): fp16, bf16, and fp32 as tf32, on TMA
+// and wgmma. The plan (gemm_sm90_plan.h) orients the problem and picks the
+// tile; this file stages tf32 operands that are not K-major and maps the
+// plan to the one instantiation that runs it.
+#include <cuda_runtime_api.h>
+
+#include "common/problem.h"
+#include "gemm/sm90/gemm_sm90_config.h"
+
+namespace samattn {
+namespace {
+
+using gemm::Major;
+using gemm::Sm90Gemm;
+using gemm::sm90::Plan;
+using gemm::sm90::Tile;
+
+// Copies a batch of fp32 (rows, cols) views with unit stride along rows into
+// row-major (cols contiguous, leading dimension `cols`) matrices: a tiled
+// transpose through shared memory, so that both the reads and the writes are
+// coalesced. Block (32, 8) moves a 32 x 32 tile.
+constexpr int kTransposeTile = 32;
+constexpr int kTransposeRows = 8;
+
+__global__ void __launch_bounds__(kTransposeTile* kTransposeRows)
+    stage_k_major(const float* __restrict__ src, int64_t rows, int64_t cols, int64_t src_col_stride,
+                  int64_t src_batch_stride, float* __restrict__ dst) {
+  __shared__ float tile[kTransposeTile][kTransposeTile + 1];  // +1: no bank conflicts
+  const int64_t batch = blockIdx.z;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kTransposeTile;
+  const int64_t col0 = static_cast<int64_t>(blockIdx.y) * kTransposeTile;
+  const float* in = src + batch * src_batch_stride;
+  float* out = dst + batch * rows * cols;
+  // Read along rows (the source's unit stride).
+  for (int c = threadIdx.y; c < kTransposeTile; c += kTransposeRows) {
+    const int64_t row = row0 + threadIdx.x, col = col0 + c;
+    if (row < rows && col < cols) tile[c][threadIdx.x] = in[col * src_col_stride + row];
+  }
+  __syncthreads();
+  // Write along cols (the copy's unit stride).
+  for (int r = threadIdx.y; r < kTransposeTile; r += kTransposeRows) {
+    const int64_t row = row0 + r, col = col0 + threadIdx.x;
+    if (row < rows && col < cols) out[row * cols + col] = tile[threadIdx.x][r];
+  }
+}
+
+cudaError_t stage(const Plan::Staging& staging, int64_t batch, void* workspace,
+                  cudaStream_t stream) {
+  if (!staging.active) return cudaSuccess;
+  const dim3 grid(static_cast<unsigned>((staging.rows + kTransposeTile - 1) / kTransposeTile),
+                  static_cast<unsigned>((staging.cols + kTransposeTile - 1) / kTransposeTile),
+                  static_cast<unsigned>(batch));
+  if (grid.y > 65535 || grid.z > 65535) return cudaErrorInvalidConfiguration;
+  stage_k_major<<<grid, dim3(kTransposeTile, kTransposeRows), 0, stream>>>(
+      static_cast<const float*>(staging.src), staging.rows, staging.cols, staging.src_col_stride,
+      staging.src_batch_stride,
+      reinterpret_cast<float*>(static_cast<char*>(workspace) + staging.offset));
+  return cudaGetLastError();
+}
+
+// Calls action(Sm90Gemm<...>{}) for the instantiation that runs `plan`.
+template <DType T, Major A, Major B, class Action>
+auto with_tile(const Plan& plan, Action&& action) {
+  switch (plan.tile) {
+    case Tile::k128x256_c2x1:
+      return action(Sm90Gemm<T, A, B, Tile::k128x256_c2x1>{});
+    case Tile::k128x128_c1x2:
+      return action(Sm90Gemm<T, A, B, Tile::k128x128_c1x2>{});
+    case Tile::k128x64_swap_ab:
+      if constexpr (T != DType::f32) return action(Sm90Gemm<T, A, B, Tile::k128x64_swap_ab>{});
+      break;  // the plan never picks it for tf32
+    case Tile::k128x64_streamk:
+      break;
+  }
+  return action(Sm90Gemm<T, A, B, Tile::k128x64_streamk>{});
+}
+
+template <DType T, class Action>
+auto with_layout(const Plan& plan, Action&& action) {
+  if constexpr (T == DType::f32) {
+    return with_tile<T, Major::K, Major::K>(plan, action);  // staged K-major
+  } else {
+    if (plan.a.k_major) {
+      return plan.b.k_major ? with_tile<T, Major::K, Major::K>(plan, action)
+                            : with_tile<T, Major::K, Major::MN>(plan, action);
+    }
+    return plan.b.k_major ? with_tile<T, Major::MN, Major::K>(plan, action)
+                          : with_tile<T, Major::MN, Major::MN>(plan, action);
+  }
+}
+
+template <class Action>
+auto with_config(DType dtype, const Plan& plan, Action&& action) {
+  switch (dtype) {
+    case DType::f16:
+      return with_layout<DType::f16>(plan, action);
+    case DType::bf16:
+      return with_layout<DType::bf16>(plan, action);
+    case DType::f32:
+      break;
+  }
+  return with_layout<DType::f32>(plan, action);
+}
+
+}  // namespace
+
+size_t gemm_sm90_workspace_bytes(const GemmProblem& problem) {
+  const Plan plan = gemm::sm90::plan(problem);
+  if (!plan.eligible) return 0;
+  return plan.staging_bytes + with_config(problem.dtype, plan, [&](auto config) {
+           return gemm::sm90_workspace_bytes<decltype(config)>(plan, problem);
+         });
+}
+
+cudaError_t gemm_sm90(const GemmProblem& problem) {
+  const Plan plan = gemm::sm90::plan(problem);
+  if (!plan.eligible) return cudaErrorNotSupported;  // the API sends these to sm80
+  if (plan.staging_bytes > problem.workspace_bytes) return cudaErrorInvalidValue;
+  cudaError_t error = stage(plan.stage_a, plan.batch, problem.workspace, problem.stream);
+  if (error == cudaSuccess) {
+    error = stage(plan.stage_b, plan.batch, problem.workspace, problem.stream);
+  }
+  if (error != cudaSuccess) return error;
+  return with_config(problem.dtype, plan,
+                     [&](auto config) { return gemm::run_sm90<decltype(config)>(plan, problem); });
+}
+
+}  // namespace samattn

@@ -1,0 +1,209 @@
+// The sm90 GEMM kernel: CUTLASS 3's Hopper collectives assembled for one tag.
+//
+// Mainloop: TMA loads of A and B tiles into 128-byte-swizzled shared memory,
+// completing on mbarriers, a multistage pipeline (as many stages as fit next
+// to the epilogue's buffers), wgmma with fp32 accumulators in registers. The
+// kernel is warp-specialized: one producer warp issues the TMA loads, two
+// consumer warpgroups share a tile ("cooperative") and take most registers
+// through setmaxnreg. Grid: persistent, one CTA per SM walking tiles in
+// swizzled raster order; clusters of 2 multicast the shared operand tile.
+// The stream-K tile scheduler splits K across CTAs when there are too few
+// output tiles to fill the GPU. Epilogue: alpha * acc + beta * C through
+// shared memory and TMA stores, row-major (column-major for swap_ab).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cutlass/cutlass.h>
+#include <cutlass/gemm/device/gemm_universal_adapter.h>
+#include <cute/tensor.hpp>
+#include <cutlass/epilogue/collective/collective_builder.hpp>
+#include <cutlass/epilogue/fusion/operations.hpp>
+#include <cutlass/gemm/collective/collective_builder.hpp>
+#include <cutlass/gemm/dispatch_policy.hpp>
+#include <cutlass/gemm/kernel/gemm_universal.hpp>
+#include <cutlass/gemm/kernel/tile_scheduler.hpp>
+#include <type_traits>
+
+#include "gemm/sm90/gemm_sm90_config.h"
+
+namespace samattn::gemm::sm90 {
+
+template <DType T>
+struct Element;
+template <>
+struct Element<DType::f16> {
+  using type = cutlass::half_t;
+};
+template <>
+struct Element<DType::bf16> {
+  using type = cutlass::bfloat16_t;
+};
+template <>
+struct Element<DType::f32> {
+  using type = float;  // the builder maps float operands to tf32 wgmma
+};
+
+// Output tile, cluster and tile scheduler of each Tile.
+template <Tile kTile>
+struct TileTraits;
+// Both consumer warpgroups share each tile (the "cooperative" schedule).
+struct Cooperative {
+  using Mainloop = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+  using Epilogue = cutlass::epilogue::TmaWarpSpecializedCooperative;
+};
+
+template <>
+struct TileTraits<Tile::k128x256_c2x1> : Cooperative {
+  using TileMN = cute::Shape<cute::_128, cute::_256>;
+  using Cluster = cute::Shape<cute::_2, cute::_1, cute::_1>;
+  using Scheduler = cutlass::gemm::PersistentScheduler;
+};
+template <>
+struct TileTraits<Tile::k128x128_c1x2> : Cooperative {
+  using TileMN = cute::Shape<cute::_128, cute::_128>;
+  using Cluster = cute::Shape<cute::_1, cute::_2, cute::_1>;
+  using Scheduler = cutlass::gemm::PersistentScheduler;
+};
+template <>
+struct TileTraits<Tile::k128x64_streamk> : Cooperative {
+  using TileMN = cute::Shape<cute::_128, cute::_64>;
+  using Cluster = cute::Shape<cute::_1, cute::_1, cute::_1>;
+  using Scheduler = cutlass::gemm::StreamKScheduler;
+};
+template <>
+struct TileTraits<Tile::k128x64_swap_ab> : TileTraits<Tile::k128x64_streamk> {};
+
+template <class Config>
+struct Kernel;
+
+template <DType T, Major A, Major B, Tile kTile>
+struct Kernel<Sm90Gemm<T, A, B, kTile>> {
+  using ElementT = typename Element<T>::type;
+  // CUTLASS names layouts after the (m, k) A and (k, n) B matrices:
+  // row-major A and column-major B are the K-major ones.
+  using LayoutA =
+      std::conditional_t<A == Major::K, cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>;
+  using LayoutB =
+      std::conditional_t<B == Major::K, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
+  using LayoutD = std::conditional_t<d_column_major(kTile), cutlass::layout::ColumnMajor,
+                                     cutlass::layout::RowMajor>;
+  static constexpr int kAlignment = 16 / sizeof(ElementT);  // TMA: 16-byte rows
+  // K extent of a tile: 128 bytes, one 128-byte swizzle atom per row.
+  using TileK = cute::Int<128 / sizeof(ElementT)>;
+  using Traits = TileTraits<kTile>;
+  using TileShape = cute::Shape<cute::tuple_element_t<0, typename Traits::TileMN>,
+                                cute::tuple_element_t<1, typename Traits::TileMN>, TileK>;
+
+  using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, typename Traits::Cluster,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, ElementT, LayoutD, kAlignment,
+      ElementT, LayoutD, kAlignment, typename Traits::Epilogue,
+      cutlass::epilogue::fusion::LinearCombination<ElementT, float, ElementT, float>>::CollectiveOp;
+
+  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementT, LayoutA, kAlignment, ElementT,
+      LayoutB, kAlignment, float, TileShape, typename Traits::Cluster,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+          sizeof(typename Epilogue::SharedStorage))>,
+      typename Traits::Mainloop>::CollectiveOp;
+
+  using GemmKernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop,
+                                                          Epilogue, typename Traits::Scheduler>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
+};
+
+// A CuTe stride of (outer, inner, batch) modes; static modes (the unit
+// stride) keep their compile-time value.
+template <class Stride>
+Stride make_stride3(int64_t s0, int64_t s1, int64_t s2) {
+  Stride stride{};
+  const auto set = [](auto&& slot, int64_t value) {
+    if constexpr (!cute::is_static<std::decay_t<decltype(slot)>>::value) slot = value;
+  };
+  set(cute::get<0>(stride), s0);
+  set(cute::get<1>(stride), s1);
+  set(cute::get<2>(stride), s2);
+  return stride;
+}
+
+template <class Config>
+typename Kernel<Config>::Gemm::Arguments make_arguments(const Plan& plan,
+                                                        const GemmProblem& problem) {
+  using K = Kernel<Config>;
+  using GemmKernel = typename K::GemmKernel;
+  using ElementT = typename K::ElementT;
+  // A (m, k, l) and B (n, k, l): K-major puts the unit stride on k.
+  const auto stride_a = make_stride3<typename GemmKernel::StrideA>(
+      plan.a.k_major ? plan.a.ld : 1, plan.a.k_major ? 1 : plan.a.ld, plan.a.batch_stride);
+  const auto stride_b = make_stride3<typename GemmKernel::StrideB>(
+      plan.b.k_major ? plan.b.ld : 1, plan.b.k_major ? 1 : plan.b.ld, plan.b.batch_stride);
+  // D and C (m, n, l): the unit stride on n (row-major) or m (column-major).
+  const auto output_stride = [&plan](const Operand& x) {
+    return d_column_major(plan.tile)
+               ? make_stride3<typename GemmKernel::StrideD>(1, x.ld, x.batch_stride)
+               : make_stride3<typename GemmKernel::StrideD>(x.ld, 1, x.batch_stride);
+  };
+  static_assert(std::is_same_v<typename GemmKernel::StrideC, typename GemmKernel::StrideD>);
+  const auto stride_d = output_stride(plan.d);
+  // Without C (beta == 0) the epilogue never reads it, but its TMA descriptor
+  // still needs a valid tensor: describe D.
+  const Operand& c = plan.c.ptr != nullptr ? plan.c : plan.d;
+  const auto stride_c = output_stride(c);
+
+  cutlass::KernelHardwareInfo hw_info;
+  cudaGetDevice(&hw_info.device_id);
+  hw_info.sm_count = problem.sm_count;
+
+  typename K::Gemm::Arguments arguments{cutlass::gemm::GemmUniversalMode::kGemm,
+                                        {static_cast<int>(plan.m), static_cast<int>(plan.n),
+                                         static_cast<int>(plan.k), static_cast<int>(plan.batch)},
+                                        {static_cast<const ElementT*>(plan.a.ptr), stride_a,
+                                         static_cast<const ElementT*>(plan.b.ptr), stride_b},
+                                        {{},
+                                         static_cast<const ElementT*>(c.ptr),
+                                         stride_c,
+                                         static_cast<ElementT*>(const_cast<void*>(plan.d.ptr)),
+                                         stride_d},
+                                        hw_info};
+  arguments.epilogue.thread.alpha = problem.alpha;
+  arguments.epilogue.thread.beta = plan.c.ptr != nullptr ? problem.beta : 0.0f;
+  arguments.scheduler.max_swizzle_size = plan.swizzle;
+  return arguments;
+}
+
+}  // namespace samattn::gemm::sm90
+
+namespace samattn::gemm {
+
+// The kernel's own workspace (stream-K partial sums and flags), which
+// follows the plan's staging area in the caller's workspace.
+template <class Config>
+size_t sm90_workspace_bytes(const sm90::Plan& plan, const GemmProblem& problem) {
+  using Gemm = typename sm90::Kernel<Config>::Gemm;
+  return Gemm::get_workspace_size(sm90::make_arguments<Config>(plan, problem));
+}
+
+template <class Config>
+cudaError_t run_sm90(const sm90::Plan& plan, const GemmProblem& problem) {
+  using Gemm = typename sm90::Kernel<Config>::Gemm;
+  const auto arguments = sm90::make_arguments<Config>(plan, problem);
+  // The plan mirrors these checks; a refusal here is a bug in the plan.
+  if (Gemm::can_implement(arguments) != cutlass::Status::kSuccess) return cudaErrorNotSupported;
+  const size_t kernel_bytes = Gemm::get_workspace_size(arguments);
+  if (plan.staging_bytes + kernel_bytes > static_cast<size_t>(problem.workspace_bytes)) {
+    return cudaErrorInvalidValue;
+  }
+  void* kernel_workspace =
+      kernel_bytes > 0 ? static_cast<char*>(problem.workspace) + plan.staging_bytes : nullptr;
+  Gemm gemm;
+  cutlass::Status status = gemm.initialize(arguments, kernel_workspace, problem.stream);
+  if (status == cutlass::Status::kSuccess) status = gemm.run(problem.stream);
+  if (status != cutlass::Status::kSuccess) {
+    const cudaError_t error = cudaGetLastError();
+    return error != cudaSuccess ? error : cudaErrorLaunchFailure;
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace samattn::gemm

@@ -1,0 +1,335 @@
+// The sm90 GEMM plan: orientation, TMA eligibility, tf32 staging and the
+// tile heuristic.
+#include "gemm/sm90/gemm_sm90_plan.h"
+
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+
+namespace samattn::gemm::sm90 {
+namespace {
+
+constexpr int64_t kTmaAlignmentBytes = 16;
+constexpr int64_t kWorkspaceAlignment = 256;
+constexpr int64_t kInt32Max = 2147483647;
+// Decode-like problems up to this M run as D^T = B^T A^T (the swap_ab tile;
+// measured on an H200 at N = K = 8192: 0.81-0.95 of cuBLAS against 0.49-0.90
+// for stream-K on 128x64 tiles, M = 16..128).
+constexpr int64_t kSwapAbMaxM = 128;
+
+struct TileShape {
+  int64_t m, n;
+};
+
+TileShape tile_shape(Tile tile) {
+  switch (tile) {
+    case Tile::k128x256_c2x1:
+      return {128, 256};
+    case Tile::k128x128_c1x2:
+      return {128, 128};
+    case Tile::k128x64_streamk:
+    case Tile::k128x64_swap_ab:
+      return {128, 64};
+  }
+  return {128, 128};
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+
+int64_t element_size(DType dtype) { return dtype == DType::f32 ? 4 : 2; }
+
+// A strided (rows, cols) view with a batch stride, in the caller's terms.
+struct View {
+  const void* ptr;
+  int64_t rows, cols, row_stride, col_stride, batch_stride;
+};
+
+View transpose(const View& v) {
+  return {v.ptr, v.cols, v.rows, v.col_stride, v.row_stride, v.batch_stride};
+}
+
+// Which mode of a view is contiguous; `prefer_cols` decides when a size-1
+// mode leaves the choice open. False when neither has a unit stride.
+bool contiguous_mode(const View& v, bool prefer_cols, bool* cols) {
+  const bool cols_unit = v.col_stride == 1 || v.cols == 1;
+  const bool rows_unit = v.row_stride == 1 || v.rows == 1;
+  if (!cols_unit && !rows_unit) return false;
+  *cols = (cols_unit && rows_unit) ? prefer_cols : cols_unit;
+  return true;
+}
+
+// Fills `out` for an operand whose K mode is its columns (A) or rows (B; C
+// and D have none: k_is_cols false, so that k_major means column-major), or
+// says why TMA cannot load it. Where a size-1 mode leaves the choice open,
+// `prefer_cols` picks: K-major for A and B (tf32 wgmma reads those tiles
+// directly), D's layout for C and D.
+bool make_operand(const View& v, bool k_is_cols, bool prefer_cols, int64_t batch, int64_t elem,
+                  const char* name, Operand* out, std::string* reason) {
+  const int64_t align = kTmaAlignmentBytes / elem;
+  bool contiguous_cols = false;
+  if (!contiguous_mode(v, prefer_cols, &contiguous_cols)) {
+    *reason = std::string(name) + " has no unit stride";
+    return false;
+  }
+  const int64_t extent = contiguous_cols ? v.cols : v.rows;  // the contiguous mode
+  const int64_t others = contiguous_cols ? v.rows : v.cols;
+  int64_t ld = contiguous_cols ? v.row_stride : v.col_stride;
+  // With one row (column) the leading dimension is never stepped; give TMA a
+  // valid one.
+  if (others == 1) ld = round_up(extent, align);
+  if (extent % align != 0) {
+    *reason = std::string(name) + "'s contiguous extent " + std::to_string(extent) +
+              " is not a multiple of " + std::to_string(align) + " elements (16 bytes)";
+    return false;
+  }
+  if (ld % align != 0 || ld < extent) {
+    *reason = std::string(name) + "'s leading dimension " + std::to_string(ld) +
+              " is not a multiple of 16 bytes at least the row length";
+    return false;
+  }
+  if (reinterpret_cast<uintptr_t>(v.ptr) % kTmaAlignmentBytes != 0) {
+    *reason = std::string(name) + " is not 16-byte aligned";
+    return false;
+  }
+  int64_t batch_stride = v.batch_stride;
+  if (batch > 1) {
+    if (batch_stride == 0) {
+      *reason = std::string(name) + " is broadcast over the batch";
+      return false;
+    }
+    if (batch_stride % align != 0) {
+      *reason = std::string(name) + "'s batch stride is not a multiple of 16 bytes";
+      return false;
+    }
+  } else {
+    batch_stride = ld * others;
+  }
+  out->ptr = v.ptr;
+  out->ld = ld;
+  out->batch_stride = batch_stride;
+  out->k_major = contiguous_cols == k_is_cols;
+  return true;
+}
+
+// tf32: an operand with its unit stride along M (A) or N (B) is copied
+// K-major into the workspace. `v` is the operand with K as its columns (A
+// itself, or B transposed), unit stride along rows.
+bool stage_operand(const View& v, int64_t batch, const char* name, Plan::Staging* staging,
+                   Operand* out, int64_t* workspace_end, std::string* reason) {
+  if (batch > 1 && v.batch_stride == 0) {
+    *reason = std::string(name) + " is broadcast over the batch";
+    return false;
+  }
+  const int64_t align = kTmaAlignmentBytes / 4;
+  if (v.cols % align != 0) {  // TMA rows of whole 16 bytes (CUTLASS's can_implement)
+    *reason = std::string(name) + "'s K extent " + std::to_string(v.cols) +
+              " is not a multiple of 4 elements (16 bytes)";
+    return false;
+  }
+  const int64_t ld = v.cols;
+  staging->active = true;
+  staging->src = v.ptr;
+  staging->rows = v.rows;
+  staging->cols = v.cols;
+  staging->src_col_stride = v.col_stride;
+  staging->src_batch_stride = v.batch_stride;
+  staging->offset = *workspace_end;
+  staging->bytes = round_up(batch * v.rows * ld * 4, kWorkspaceAlignment);
+  *workspace_end += staging->bytes;
+  out->ptr = nullptr;  // set when the workspace is known
+  out->ld = ld;
+  out->batch_stride = v.rows * ld;
+  out->k_major = true;
+  return true;
+}
+
+int env_int(const char* name, int fallback) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return fallback;
+  char* end = nullptr;
+  const long value = std::strtol(text, &end, 10);
+  return (*end == '\0' && value > 0 && value <= 64) ? static_cast<int>(value) : fallback;
+}
+
+}  // namespace
+
+const char* tile_name(Tile tile) {
+  switch (tile) {
+    case Tile::k128x256_c2x1:
+      return "128x256_c2x1";
+    case Tile::k128x128_c1x2:
+      return "128x128_c1x2";
+    case Tile::k128x64_streamk:
+      return "128x64_streamk";
+    case Tile::k128x64_swap_ab:
+      return "128x64_swap_ab";
+  }
+  return nullptr;
+}
+
+bool parse_tile(const std::string& name, Tile* tile) {
+  for (int i = 0; i < kTileCount; ++i) {
+    if (name == tile_name(static_cast<Tile>(i))) {
+      *tile = static_cast<Tile>(i);
+      return true;
+    }
+  }
+  return false;
+}
+
+int64_t tile_count(Tile tile, int64_t batch, int64_t m, int64_t n) {
+  const TileShape shape = tile_shape(tile);
+  if (tile == Tile::k128x64_swap_ab) return batch * ceil_div(n, shape.m) * ceil_div(m, shape.n);
+  return batch * ceil_div(m, shape.m) * ceil_div(n, shape.n);
+}
+
+// Decode-like 16-bit problems run transposed; otherwise the largest tile
+// that still gives (nearly) a full wave of CTAs; below that, stream-K splits
+// K so that every SM has work.
+Tile choose_tile(DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k, int sm_count) {
+  (void)k;
+  if (dtype != DType::f32 && m <= kSwapAbMaxM) return Tile::k128x64_swap_ab;
+  const int64_t full_wave = (static_cast<int64_t>(sm_count) * 9) / 10;
+  if (tile_count(Tile::k128x256_c2x1, batch, m, n) >= full_wave) return Tile::k128x256_c2x1;
+  if (tile_count(Tile::k128x128_c1x2, batch, m, n) >= full_wave) return Tile::k128x128_c1x2;
+  return Tile::k128x64_streamk;
+}
+
+// Grouping tiles in swizzled bands keeps the operand tiles that consecutive
+// CTAs share in L2; it only matters with several waves of tiles. Measured
+// (benchmarks/tune_sm90_gemm.py): 16-bit operands gain nothing (swizzle 1 is
+// as fast as 2-8, within noise, from 2048^3 to 16384x14336x4096); tf32,
+// twice the bytes per tile, gains 3-6% from 8.
+int choose_swizzle(DType dtype, Tile tile, int64_t batch, int64_t m, int64_t n, int sm_count) {
+  if (dtype != DType::f32 || tile == Tile::k128x64_streamk || tile == Tile::k128x64_swap_ab) {
+    return 1;
+  }
+  const TileShape shape = tile_shape(tile);
+  const int64_t m_tiles = ceil_div(m, shape.m), n_tiles = ceil_div(n, shape.n);
+  if (tile_count(tile, batch, m, n) <= sm_count || m_tiles < 8 || n_tiles < 8) return 1;
+  return 8;
+}
+
+Plan plan(const GemmProblem& problem) {
+  Plan out;
+  const GemmProblem& p = problem;
+  if (p.dtype == DType::f32 && !p.allow_tf32) {
+    out.reason = "exact float32 runs on the FMA units (sm80 family)";
+    return out;
+  }
+  if (p.k == 0) {
+    out.reason = "k == 0";
+    return out;
+  }
+  if (p.m > kInt32Max || p.n > kInt32Max || p.k > kInt32Max || p.batch > kInt32Max) {
+    out.reason = "a size is above 2^31 - 1";
+    return out;
+  }
+  const int64_t elem = element_size(p.dtype);
+  const bool tf32 = p.dtype == DType::f32;
+  const bool with_c = p.c.ptr != nullptr;
+  View a{p.a.ptr, p.m, p.k, p.a.row_stride, p.a.col_stride, p.a.batch_stride};
+  View b{p.b.ptr, p.k, p.n, p.b.row_stride, p.b.col_stride, p.b.batch_stride};
+  View c{p.c.ptr, p.m, p.n, p.c.row_stride, p.c.col_stride, p.c.batch_stride};
+  View d{p.d, p.m, p.n, p.d_row_stride, p.d_col_stride, p.d_batch_stride};
+  int64_t batch = p.batch;
+
+  // A batch of row-major A against one shared B is one taller GEMM
+  // (a linear layer): fold the batch into M so that TMA needs no stride 0.
+  const auto stacks_rows = [](const View& v) {
+    return v.col_stride == 1 && v.batch_stride == v.rows * v.row_stride;
+  };
+  if (batch > 1 && b.batch_stride == 0 && stacks_rows(a) && stacks_rows(d) &&
+      (!with_c || stacks_rows(c)) && batch * p.m <= kInt32Max) {
+    a.rows = c.rows = d.rows = batch * p.m;
+    batch = 1;
+  }
+
+  // Orient the problem for a row-major D: a column-major D is D^T = B^T A^T.
+  bool d_cols = false;
+  if (!contiguous_mode(d, /*prefer_cols=*/true, &d_cols)) {
+    out.reason = "d has no unit stride";
+    return out;
+  }
+  out.transposed = !d_cols;
+  const auto transpose_problem = [&] {
+    const View a_t = transpose(b), b_t = transpose(a);
+    a = a_t;
+    b = b_t;
+    c = transpose(c);
+    d = transpose(d);
+  };
+  if (out.transposed) transpose_problem();
+
+  out.tile = choose_tile(p.dtype, batch, a.rows, b.cols, a.cols, p.sm_count);
+  Tile forced;
+  const char* forced_name = std::getenv("SAMATTN_SM90_GEMM_TILE");
+  if (forced_name != nullptr && parse_tile(forced_name, &forced)) out.tile = forced;
+  if (tf32 && out.tile == Tile::k128x64_swap_ab) out.tile = Tile::k128x64_streamk;  // 16-bit only
+  // The swap_ab kernel writes a column-major D: transpose once more.
+  const bool d_col_major = d_column_major(out.tile);
+  if (d_col_major) {
+    transpose_problem();
+    out.transposed = !out.transposed;
+  }
+  out.batch = batch;
+  out.m = a.rows;
+  out.n = b.cols;
+  out.k = a.cols;
+
+  // Messages name the caller's operands, which a transposition swapped.
+  const char* a_name = out.transposed ? "b" : "a";
+  const char* b_name = out.transposed ? "a" : "b";
+  // A and B: TMA straight from the caller's memory, or (tf32, not K-major)
+  // from a K-major copy in the workspace.
+  int64_t workspace_end = 0;
+  const auto place = [&](const View& v, bool k_is_cols, bool prefer_cols, const char* name,
+                         Operand* operand, Plan::Staging* staging) {
+    bool cols = false;
+    if (!contiguous_mode(v, prefer_cols, &cols)) {
+      out.reason = std::string(name) + " has no unit stride";
+      return false;
+    }
+    if (tf32 && cols != k_is_cols) {
+      return stage_operand(k_is_cols ? v : transpose(v), batch, name, staging, operand,
+                           &workspace_end, &out.reason);
+    }
+    return make_operand(v, k_is_cols, prefer_cols, batch, elem, name, operand, &out.reason);
+  };
+  if (!place(a, /*k_is_cols=*/true, /*prefer_cols=*/true, a_name, &out.a, &out.stage_a) ||
+      !place(b, /*k_is_cols=*/false, /*prefer_cols=*/false, b_name, &out.b, &out.stage_b)) {
+    return out;
+  }
+  if (!make_operand(d, /*k_is_cols=*/false, /*prefer_cols=*/!d_col_major, batch, elem, "d", &out.d,
+                    &out.reason)) {
+    return out;
+  }
+  if (out.d.k_major != d_col_major) {  // here "k-major" means column-major
+    out.reason = "d's layout does not match the kernel's";
+    return out;
+  }
+  if (with_c) {
+    if (!make_operand(c, /*k_is_cols=*/false, /*prefer_cols=*/!d_col_major, batch, elem, "c",
+                      &out.c, &out.reason)) {
+      return out;
+    }
+    if (out.c.k_major != d_col_major) {
+      out.reason = "c and d differ in which mode is contiguous";
+      return out;
+    }
+  }
+  out.staging_bytes = workspace_end;
+  if (p.workspace != nullptr) {
+    char* base = static_cast<char*>(p.workspace);
+    if (out.stage_a.active) out.a.ptr = base + out.stage_a.offset;
+    if (out.stage_b.active) out.b.ptr = base + out.stage_b.offset;
+  }
+
+  out.swizzle = choose_swizzle(p.dtype, out.tile, out.batch, out.m, out.n, p.sm_count);
+  out.swizzle = env_int("SAMATTN_SM90_GEMM_SWIZZLE", out.swizzle);
+  out.eligible = true;
+  return out;
+}
+
+}  // namespace samattn::gemm::sm90
