@@ -303,6 +303,29 @@ def test_no_kernel_is_a_trap(library: Path, build_info: dict) -> None:
     assert not traps, "kernels containing a trap:\n" + "\n".join(traps[:20])
 
 
+def test_sm90_gemm_runs_on_wgmma_and_tma(library: Path, build_info: dict) -> None:
+    """The sm90 family is sm_90a SASS only, and every GEMM kernel in it issues wgmma
+    (HGMMA) and TMA loads (UTMALDG): a kernel on mma.sync or plain loads would be on the
+    slow path without failing any accuracy test."""
+    families = _families_with_code(build_info)
+    if "sm90" not in families:
+        pytest.skip("this build has no sm90 family (90a is not among its archs)")
+    assert _sass_arch_names(families["sm90"]) == {"sm_90a"}
+    assert not families["sm90"][1], "the sm90 family must not embed PTX"
+    kernels = _sass_kernels(library, "sm_90a")
+    gemm = {name: ins for name, ins in kernels.items() if "GemmUniversal" in name}
+    assert gemm, f"no GEMM kernel in the sm_90a cubins ({len(kernels)} kernels there)"
+    lacking = [
+        name[:120]
+        for name, instructions in gemm.items()
+        if not any(i.startswith("HGMMA") for i in instructions)
+        or not any(i.startswith("UTMALDG") for i in instructions)
+    ]
+    assert not lacking, f"{len(lacking)} sm90 GEMM kernels without HGMMA or UTMALDG:\n" + "\n".join(
+        lacking[:10]
+    )
+
+
 # ----------------------------------------------------------------- wheel ----
 
 

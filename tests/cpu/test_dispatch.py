@@ -18,11 +18,18 @@ REQUESTS = [None, "sm75", "sm80", "sm90"]
 
 _ALL = {"float16", "bfloat16", "float32"}
 # Dtypes each family runs per op. sm75 runs fp32 exactly (no tf32 on Turing) and bf16 on
-# FMA units; sm90 has no ops yet.
+# FMA units; sm90 runs GEMM in fp16, bf16 and fp32 as tf32 only ("tf32"), and no softmax.
 HAS = {
-    "gemm": {"sm75": _ALL, "sm80": _ALL, "sm90": set()},
+    "gemm": {"sm75": _ALL, "sm80": _ALL, "sm90": {"float16", "bfloat16", "tf32"}},
     "softmax": {"sm75": _ALL, "sm80": _ALL, "sm90": set()},
 }
+
+
+def runs(op, family, dtype, allow_tf32):
+    dtypes = HAS[op][family]
+    return dtype in dtypes or (dtype == "float32" and allow_tf32 and "tf32" in dtypes)
+
+
 # Automatic choice in order of preference (a family later in the list is the fallback
 # when an earlier one is not built or lacks the op/dtype). Newer GPUs run sm80 (its PTX).
 AUTO_PREFERENCE = {
@@ -55,22 +62,24 @@ def select(op, dtype, cc, requested, allow_tf32=True):
     return status, None, _lib.last_error()
 
 
-def usable(op, dtype, cc):
+def usable(op, dtype, cc, allow_tf32=True):
     built = samattn.built_families()
-    return [f for f in NEWEST_FIRST if f in built and RUNS_ON[f](cc) and dtype in HAS[op][f]]
+    return [
+        f for f in NEWEST_FIRST if f in built and RUNS_ON[f](cc) and runs(op, f, dtype, allow_tf32)
+    ]
 
 
-def expected_family(op, dtype, cc, requested):
+def expected_family(op, dtype, cc, requested, allow_tf32=True):
     """The family that must run, or None when the library must refuse (UNSUPPORTED)."""
     if cc < (7, 5) or op not in _lib.built_ops():
         return None
     if requested is None:
         built = samattn.built_families()
         return next(
-            (f for f in AUTO_PREFERENCE[cc] if f in built and dtype in HAS[op][f]),
+            (f for f in AUTO_PREFERENCE[cc] if f in built and runs(op, f, dtype, allow_tf32)),
             None,
         )
-    return requested if requested in usable(op, dtype, cc) else None
+    return requested if requested in usable(op, dtype, cc, allow_tf32) else None
 
 
 def check_refusal(message, op, dtype, cc, family_text):
@@ -86,7 +95,7 @@ def test_selection(op, requested, cc):
     for dtype in DTYPES:
         for allow_tf32 in (True, False):
             status, family, message = select(op, dtype, cc, requested, allow_tf32)
-            want = expected_family(op, dtype, cc, requested)
+            want = expected_family(op, dtype, cc, requested, allow_tf32)
             case = f"{op} {dtype} cc {cc} requested {requested} tf32 {allow_tf32}"
             if want is not None:
                 assert (status, family) == (_lib.OK, want), f"{case}: {message}"
@@ -98,7 +107,7 @@ def test_selection(op, requested, cc):
             elif op not in _lib.built_ops():
                 assert f"built without the {op} ops" in message, message
             elif requested is not None:
-                names = ", ".join(usable(op, dtype, cc)) or "none in this build"
+                names = ", ".join(usable(op, dtype, cc, allow_tf32)) or "none in this build"
                 assert f"Families that can run it on this GPU: {names}." in message, message
 
 

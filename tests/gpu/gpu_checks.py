@@ -76,10 +76,28 @@ def runnable_families() -> list[str]:
     return families
 
 
-def call_forced(family: str, fn: Callable[[], T], may_launch_nothing: bool = False) -> T:
+def expected_gemm_family(family: str, a, b, c=None, alpha=1.0, beta=0.0) -> str:
+    """The family samattn.gemm(a, b, c, ...) must run with `family` forced: itself, except
+    that sm90 hands what TMA cannot describe to sm80 (samattn_gemm_plan decides)."""
+    if family != "sm90":
+        return family
+    try:
+        with samattn.use_family(family):
+            return samattn._cuda.gemm_plan(a, b, c, alpha, beta)[0]
+    except samattn.UnsupportedError:
+        return family  # e.g. exact fp32: samattn.gemm raises too, and call_forced skips
+
+
+def call_forced(
+    family: str,
+    fn: Callable[[], T],
+    may_launch_nothing: bool = False,
+    expected: str | None = None,
+) -> T:
     """Run fn() with `family` forced and check that this family ran the op.
 
     may_launch_nothing: an empty output needs no kernel, so no family runs.
+    expected: the family that must run, when not `family` (see expected_gemm_family).
     """
     samattn._lib.set_last_family(samattn._lib.FAMILY_AUTO)  # forget the previous op
     try:
@@ -90,9 +108,25 @@ def call_forced(family: str, fn: Callable[[], T], may_launch_nothing: bool = Fal
             raise
         pytest.skip(f"{family}: {error}")
     last = samattn._lib.last_family()
+    expected = expected or family
     if not (may_launch_nothing and last is None):
-        assert last == family, f"forced {family}, but {last} ran the op"
+        assert last == expected, f"forced {family}, expected {expected}, but {last} ran the op"
     return result
+
+
+def capture_graph(step: Callable[[], T]) -> tuple[torch.cuda.CUDAGraph, T]:
+    """Warm step() up on a side stream (as torch.cuda.graph's documentation asks), then
+    capture one call of it; returns the graph and the captured call's outputs."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outputs = step()
+    return graph, outputs
 
 
 def poison_allocator(shape: tuple[int, ...] | torch.Size, dtype: torch.dtype) -> None:

@@ -101,17 +101,43 @@ def _gemm_args(family, dtype, tf32, a, b, c, d, alpha, beta) -> GemmArgs:
     return args
 
 
-# D layouts as (batch, row, col) strides for a (batch, m, n) output.
+# D layouts as (batch, row, col) strides for a (batch, m, n) output. Padding by 3 or 5
+# elements leaves rows unaligned (no TMA: sm90 hands those to sm80); by 8, 16-byte aligned.
 D_LAYOUTS = {
     "row_major_padded": lambda m, n: ((n + 3) * m + 5, n + 3, 1),
     "column_major_padded": lambda m, n: ((m + 5) * n + 2, 1, m + 5),
+    "row_major_padded_8": lambda m, n: ((n + 8) * m + 16, n + 8, 1),
+    "column_major_padded_8": lambda m, n: ((m + 8) * n + 8, 1, m + 8),
 }
+
+
+def _with_workspace(lib, args: GemmArgs) -> torch.Tensor | None:
+    """Give args the device workspace samattn_gemm_workspace_size asks for (kept alive by
+    the returned tensor)."""
+    needed = ctypes.c_int64(-1)
+    if lib.samattn_gemm_workspace_size(ctypes.byref(args), ctypes.byref(needed)) != _lib.OK:
+        return None  # samattn_gemm reports the same error (or the test skips)
+    assert needed.value >= 0
+    if needed.value == 0:
+        return None
+    workspace = torch.empty(needed.value, dtype=torch.uint8, device=DEVICE)
+    args.workspace, args.workspace_bytes = workspace.data_ptr(), needed.value
+    return workspace
+
+
+def _expected_family(args: GemmArgs) -> int:
+    """The family samattn_gemm must report: the forced one, or sm80 where sm90 hands over."""
+    props = _lib.device_properties(args.device)
+    family, _ = _lib.gemm_plan(args, props["compute_capability"], props["sm_count"])
+    return _family_code(family)
 
 
 @pytest.mark.parametrize("mode", GEMM_MODES)
 @pytest.mark.parametrize("d_layout", D_LAYOUTS)
 @pytest.mark.parametrize("c_kind", ["none", "full", "row_broadcast"])
-@pytest.mark.parametrize("shape", [(1, 127, 65, 129), (3, 7, 1000, 33), (2, 64, 128, 256)])
+@pytest.mark.parametrize(
+    "shape", [(1, 127, 65, 129), (3, 7, 1000, 33), (2, 64, 128, 256), (2, 200, 392, 64)]
+)
 def test_capi_gemm_writes_exactly_d(lib, family, mode, d_layout, c_kind, shape):
     batch, m, n, k = shape
     dtype, precision = GEMM_MODES[mode]
@@ -127,9 +153,11 @@ def test_capi_gemm_writes_exactly_d(lib, family, mode, d_layout, c_kind, shape):
     out = GuardedOutput((batch, m, n), D_LAYOUTS[d_layout](m, n), dtype, guard=97)
 
     args = _gemm_args(family, dtype, tf32, a, b, c, out.view, alpha, beta)
+    workspace = _with_workspace(lib, args)
     status, used, message = _call(lib, "samattn_gemm", args)
     assert status == _lib.OK, f"status {status}: {message}"
-    assert used == _family_code(family)
+    assert used == _expected_family(args)
+    del workspace
     torch.cuda.synchronize()
 
     ref = alpha * (a.double() @ b.double())
@@ -198,3 +226,22 @@ def test_capi_device_out_of_range(lib, family):
     status, _, message = _call(lib, "samattn_gemm", args)
     assert status != _lib.OK and message
     assert_cuda_healthy()
+
+
+def test_capi_gemm_without_the_workspace_it_needs(lib, family):
+    """A stream-K sm90 GEMM given no workspace is refused with the size it needs."""
+    if family != "sm90":
+        pytest.skip("only the sm90 family uses a workspace")
+    a, b = randn(1, 16, 1024, dtype=torch.bfloat16), randn(1, 1024, 1024, dtype=torch.bfloat16)
+    d = torch.full((1, 16, 1024), float("nan"), dtype=torch.bfloat16, device=DEVICE)
+    args = _gemm_args(family, torch.bfloat16, False, a, b, None, d, 1.0, 0.0)
+    needed = ctypes.c_int64(0)
+    assert lib.samattn_gemm_workspace_size(ctypes.byref(args), ctypes.byref(needed)) == _lib.OK
+    assert needed.value > 0
+    args.workspace_bytes = needed.value - 1
+    args.workspace = d.data_ptr()
+    status, _, message = _call(lib, "samattn_gemm", args)
+    assert status == _lib.INVALID_ARGUMENT
+    assert f"needs {needed.value} bytes of workspace" in message
+    torch.cuda.synchronize()
+    assert d.isnan().all()

@@ -14,6 +14,7 @@ from gpu_checks import (
     GEMM_MODES,
     assert_close_to_reference,
     call_forced,
+    expected_gemm_family,
     gemm_floor,
     poison_allocator,
     randn,
@@ -83,6 +84,9 @@ def check_gemm(family, mode, a, b, c=None, alpha=1.0, beta=0.0, what=""):
         family,
         lambda: samattn.gemm(a, b, c, alpha=alpha, beta=beta),
         may_launch_nothing=math.prod(out_shape) == 0,
+        expected=expected_gemm_family(family, a, b, c, alpha, beta)
+        if math.prod(out_shape)
+        else None,
     )
     assert out.shape == out_shape and out.dtype == dtype, what
     assert out.device == a.device and out.is_contiguous(), what
@@ -267,7 +271,10 @@ def test_gemm_backward(family, mode, case):
         return grad_out, torch.autograd.grad(out, leaves, grad_out.to(out.dtype))
 
     def samattn_gemm(a, b, c=None):
-        return call_forced(family, lambda: samattn.gemm(a, b, c, alpha=alpha, beta=beta))
+        expected = expected_gemm_family(family, a, b, c, alpha, beta)
+        return call_forced(
+            family, lambda: samattn.gemm(a, b, c, alpha=alpha, beta=beta), expected=expected
+        )
 
     def torch_gemm_autograd(a, b, c=None):
         out = alpha * torch.matmul(a, b)

@@ -1,0 +1,222 @@
+"""The sm90 GEMM plan, through samattn_gemm_plan: which family runs a GEMM on an H100-like
+GPU, whether TMA can describe it (else sm80 runs it), and the tile heuristic.
+
+The plan is host code built into every library, and answers as a complete build would, so
+these run on any build and need no GPU. Pointers are fake addresses, only checked for
+alignment.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from samattn import _lib
+
+H100 = ((9, 0), 132)
+ALIGNED = 0x100000  # a 16-byte aligned fake address
+
+
+def plan_for(
+    m: int,
+    n: int,
+    k: int,
+    *,
+    batch: int = 1,
+    dtype: int = _lib.BF16,
+    allow_tf32: bool = True,
+    a_layout: str = "row",
+    b_layout: str = "row",
+    d_layout: str = "row",
+    lda: int | None = None,
+    a_offset: int = 0,
+    family: int = _lib.FAMILY_AUTO,
+    gpu: tuple[tuple[int, int], int] = H100,
+    **changes,
+) -> tuple[str, str]:
+    """(family, plan) of a contiguous batched D = A @ B with the given layouts."""
+
+    def strides(rows: int, cols: int, layout: str, ld: int | None = None) -> tuple[int, int, int]:
+        if layout == "row":
+            ld = ld or cols
+            return rows * ld, ld, 1
+        ld = ld or rows
+        return cols * ld, 1, ld
+
+    args = _lib.GemmArgs(dtype=dtype, family=family, device=0, allow_tf32=int(allow_tf32))
+    args.batch, args.m, args.n, args.k = batch, m, n, k
+    args.a, args.b, args.d = ALIGNED + a_offset, ALIGNED, ALIGNED
+    args.a_batch_stride, args.a_row_stride, args.a_col_stride = strides(m, k, a_layout, lda)
+    args.b_batch_stride, args.b_row_stride, args.b_col_stride = strides(k, n, b_layout)
+    args.d_batch_stride, args.d_row_stride, args.d_col_stride = strides(m, n, d_layout)
+    args.alpha, args.beta = 1.0, 0.0
+    for field, value in changes.items():
+        setattr(args, field, value)
+    return _lib.gemm_plan(args, *gpu)
+
+
+def fields(plan: str) -> dict[str, str]:
+    return dict(item.split("=", 1) for item in plan.split())
+
+
+@pytest.fixture(autouse=True)
+def _no_tuning_overrides(monkeypatch):
+    for name in ("SAMATTN_SM90_GEMM_TILE", "SAMATTN_SM90_GEMM_SWIZZLE", "SAMATTN_FAMILY"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.mark.parametrize(
+    ("shape", "tile", "swizzle"),
+    [
+        # Enough 128x256 tiles for a wave of 132 SMs: the big tile.
+        ((4096, 4096, 4096), "128x256_c2x1", "1"),
+        ((8192, 8192, 8192), "128x256_c2x1", "1"),
+        ((2048, 2048, 2048), "128x256_c2x1", "1"),
+        ((16384, 14336, 4096), "128x256_c2x1", "1"),
+        # Too few big tiles, enough 128x128 ones.
+        ((1536, 1536, 4096), "128x128_c1x2", "1"),
+        # Few output tiles: stream-K fills the GPU.
+        ((256, 4096, 4096), "128x64_streamk", "1"),
+        ((1024, 1024, 1024), "128x64_streamk", "1"),
+    ],
+)
+def test_tile_heuristic(shape, tile, swizzle):
+    family, plan = plan_for(*shape)
+    assert family == "sm90"
+    assert fields(plan) == {"tile": tile, "swizzle": swizzle, "transposed": "0"}
+
+
+def test_tf32_swizzles_in_bands_of_8():
+    assert fields(plan_for(4096, 4096, 4096, dtype=_lib.F32)[1])["swizzle"] == "8"
+    assert fields(plan_for(2048, 2048, 2048, dtype=_lib.F32)[1])["swizzle"] == "1"  # one wave
+
+
+@pytest.mark.parametrize("m", [1, 16, 64, 128])
+def test_decode_like_m_runs_transposed(m):
+    """M <= 128: D^T = B^T A^T, N along the 128-row side of the tile (16-bit only)."""
+    family, plan = plan_for(m, 8192, 8192)
+    assert family == "sm90"
+    assert fields(plan) == {"tile": "128x64_swap_ab", "swizzle": "1", "transposed": "1"}
+    # tf32 has no swap_ab kernel: plain stream-K.
+    assert fields(plan_for(m, 8192, 8192, dtype=_lib.F32)[1])["tile"] == "128x64_streamk"
+
+
+def test_batched_counts_every_batch_tile():
+    # 64 x 512^3: 8 tiles of 128x256 per matrix, 512 in all.
+    family, plan = plan_for(512, 512, 512, batch=64)
+    assert family == "sm90" and fields(plan)["tile"] == "128x256_c2x1"
+
+
+def test_heuristic_follows_sm_count():
+    # 128 tiles of 128x256 fill 132 SMs but not 264.
+    assert fields(plan_for(2048, 2048, 2048)[1])["tile"] == "128x256_c2x1"
+    assert fields(plan_for(2048, 2048, 2048, gpu=((9, 0), 264))[1])["tile"] == "128x128_c1x2"
+
+
+@pytest.mark.parametrize("dtype", [_lib.F16, _lib.BF16])
+@pytest.mark.parametrize("a_layout", ["row", "col"])
+@pytest.mark.parametrize("b_layout", ["row", "col"])
+def test_every_operand_layout_runs_on_sm90(dtype, a_layout, b_layout):
+    family, plan = plan_for(1024, 2048, 512, dtype=dtype, a_layout=a_layout, b_layout=b_layout)
+    assert family == "sm90", plan
+
+
+@pytest.mark.parametrize("a_layout", ["row", "col"])
+@pytest.mark.parametrize("b_layout", ["row", "col"])
+def test_tf32_runs_every_layout_on_sm90(a_layout, b_layout):
+    """tf32 operands that are not K-major are staged K-major in the workspace first."""
+    family, _ = plan_for(
+        4096, 4096, 4096, dtype=_lib.F32, a_layout=a_layout, b_layout=b_layout, allow_tf32=True
+    )
+    assert family == "sm90"
+
+
+def test_tf32_staging_lifts_the_contiguous_extent_rule():
+    # A column-major A with M = 1001: its copy is K-major, so only K must be a multiple of 4.
+    assert plan_for(1001, 256, 256, dtype=_lib.F32, a_layout="col")[0] == "sm90"
+    family, plan = plan_for(256, 256, 1001, dtype=_lib.F32, a_layout="col")
+    assert family == "sm80" and "K extent 1001" in plan
+
+
+def test_tf32_on_sm90_exact_fp32_on_sm80():
+    # No exact-fp32 wgmma: selection goes straight to sm80's FMA kernel.
+    assert plan_for(4096, 4096, 4096, dtype=_lib.F32, allow_tf32=False) == ("sm80", "")
+
+
+def test_column_major_d_is_computed_transposed():
+    family, plan = plan_for(4096, 1024, 512, d_layout="col")
+    assert family == "sm90" and fields(plan)["transposed"] == "1"
+
+
+@pytest.mark.parametrize(
+    ("case", "reason"),
+    [
+        ({"lda": 4099}, "a's leading dimension"),  # 4099 * 2 bytes: not a multiple of 16
+        ({"a_offset": 2}, "a is not 16-byte aligned"),
+        ({"k": 4097, "lda": 4104}, "contiguous extent 4097"),  # TMA rows of whole 16 bytes
+        ({"n": 4100}, "contiguous extent 4100"),
+        ({"k": 0}, "k == 0"),
+    ],
+)
+def test_what_tma_cannot_describe_runs_on_sm80(case, reason):
+    shape = {"m": 4096, "n": 4096, "k": 4096}
+    shape.update({key: case.pop(key) for key in ("m", "n", "k") if key in case})
+    family, plan = plan_for(shape["m"], shape["n"], shape["k"], **case)
+    assert family == "sm80"
+    assert plan.startswith("sm90 cannot run it: ") and reason in plan, plan
+
+
+def test_no_unit_stride_runs_on_sm80():
+    family, plan = plan_for(256, 256, 256, a_col_stride=2, a_row_stride=512)
+    assert family == "sm80" and "a has no unit stride" in plan
+
+
+def test_shared_b_is_folded_into_m():
+    # A linear layer: (batch, m, k) @ (k, n) is one (batch*m, k) @ (k, n) GEMM.
+    family, plan = plan_for(16, 4096, 4096, batch=64, b_batch_stride=0)  # M = 1024
+    assert family == "sm90" and fields(plan)["tile"] == "128x256_c2x1"
+
+
+def test_shared_a_cannot_be_folded():
+    family, plan = plan_for(512, 512, 512, batch=8, a_batch_stride=0)
+    assert family == "sm80" and "broadcast over the batch" in plan
+
+
+def test_c_must_match_d():
+    c = {"c": ALIGNED, "beta": 1.0}
+    family, _ = plan_for(1024, 1024, 1024, c_batch_stride=0, c_row_stride=1024, c_col_stride=1, **c)
+    assert family == "sm90"
+    # The swap_ab kernel's column-major D^T reads C transposed as well.
+    family, plan = plan_for(
+        16, 1024, 1024, c_batch_stride=0, c_row_stride=1024, c_col_stride=1, **c
+    )
+    assert family == "sm90" and "swap_ab" in plan
+    family, plan = plan_for(
+        1024, 1024, 1024, c_batch_stride=0, c_row_stride=1, c_col_stride=1024, **c
+    )
+    assert family == "sm80" and "c and d differ" in plan
+
+
+def test_older_gpus_and_forced_families_never_plan_sm90():
+    assert plan_for(4096, 4096, 4096, gpu=((8, 0), 108)) == ("sm80", "")
+    assert plan_for(4096, 4096, 4096, gpu=((8, 9), 128)) == ("sm80", "")
+    assert plan_for(4096, 4096, 4096, family=_lib.FAMILY_CODES["sm80"]) == ("sm80", "")
+    assert plan_for(4096, 4096, 4096, family=_lib.FAMILY_CODES["sm75"])[0] == "sm75"
+
+
+def test_tuning_overrides(monkeypatch):
+    monkeypatch.setenv("SAMATTN_SM90_GEMM_TILE", "128x64_streamk")
+    monkeypatch.setenv("SAMATTN_SM90_GEMM_SWIZZLE", "2")
+    assert fields(plan_for(4096, 4096, 4096)[1]) == {
+        "tile": "128x64_streamk",
+        "swizzle": "2",
+        "transposed": "0",
+    }
+    monkeypatch.setenv("SAMATTN_SM90_GEMM_TILE", "no-such-tile")
+    assert fields(plan_for(4096, 4096, 4096)[1])["tile"] == "128x256_c2x1"
+
+
+def test_bad_arguments_are_reported():
+    with pytest.raises(ValueError, match="sm_count must be >= 1"):
+        plan_for(16, 16, 16, gpu=((9, 0), 0))
+    with pytest.raises(ValueError, match="sizes must be >= 0"):
+        plan_for(-1, 16, 16)
