@@ -43,7 +43,7 @@ import torch
 
 import samattn
 
-from . import _lib
+from . import _cuda, _lib
 
 OPS = ("gemm", "softmax")
 FAMILIES = ("auto", *_lib.FAMILY_CODES)  # "auto": the library's own choice for the GPU
@@ -59,22 +59,27 @@ DTYPES = {
 
 Shape = tuple[int, ...]
 
-# (dtype, (batch, M, N, K)). 4096 x 14336 x 4096 is an LLM MLP projection.
+# (dtype, (batch, M, N, K)): squares, LLM projections (M tokens against (N, K) weights of a
+# Llama-3-8B layer), decode-like small M, and a batch of small products.
 _SQUARES = [(1, s, s, s) for s in (1024, 2048, 4096, 8192)]
-_LLM_AND_BATCHED = [(1, 4096, 14336, 4096), (64, 512, 512, 512)]
+_LLM_WEIGHTS = [(4096, 4096), (14336, 4096), (4096, 14336)]  # (N, K)
+_LLM = [(1, m, n, k) for m in (4096, 16384) for n, k in _LLM_WEIGHTS]
+_SMALL_M = [(1, m, 8192, 8192) for m in (16, 64, 128)]
+_BATCHED = [(64, 512, 512, 512)]
 GEMM_CASES = {
     "full": [
-        *[("f16", s) for s in _SQUARES + _LLM_AND_BATCHED],
-        *[("bf16", s) for s in _SQUARES + _LLM_AND_BATCHED],
+        *[(dt, s) for dt in ("bf16", "f16") for s in _SQUARES + _LLM + _SMALL_M + _BATCHED],
         ("f32", (1, 4096, 4096, 4096)),
         ("f32", (1, 8192, 8192, 8192)),
         ("tf32", (1, 4096, 4096, 4096)),
+        ("tf32", (1, 8192, 8192, 8192)),
     ],
     "quick": [
         ("f16", (1, 2048, 2048, 2048)),
         ("f16", (1, 4096, 4096, 4096)),
         ("f16", (64, 512, 512, 512)),
         ("bf16", (1, 4096, 4096, 4096)),
+        ("bf16", (1, 16, 8192, 8192)),
         ("f32", (1, 4096, 4096, 4096)),
         ("tf32", (1, 4096, 4096, 4096)),
     ],
@@ -236,6 +241,7 @@ class Bench:
                 base_ms = self._baseline_ms(("gemm", dtype_name, shape), torch.matmul, sets)
                 with samattn.use_family(family):
                     agreement = _relative_difference(samattn.gemm(*sets[0]), torch.matmul(*sets[0]))
+                    config = _cuda.gemm_plan(*sets[0])[1]
             finally:
                 torch.set_float32_matmul_precision(saved)
             self._record(
@@ -248,6 +254,7 @@ class Bench:
                 samattn=tflop / (ms / 1e3),
                 baseline=tflop / (base_ms / 1e3),
                 baseline_name="torch.matmul (cuBLAS)",
+                config=config,
                 samattn_ms=ms,
                 baseline_ms=base_ms,
                 difference_to_baseline=agreement,
