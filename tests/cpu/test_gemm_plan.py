@@ -71,7 +71,8 @@ def _no_tuning_overrides(monkeypatch):
         ((4096, 4096, 4096), "128x256_c2x1", "1"),
         ((8192, 8192, 8192), "128x256_c2x1", "1"),
         ((2048, 2048, 2048), "128x256_c2x1", "1"),
-        ((16384, 14336, 4096), "128x256_c2x1", "1"),
+        ((16384, 14336, 4096), "128x256_c2x1", "4"),  # very wide N: bands of 4
+        ((16384, 4096, 4096), "128x256_c2x1", "1"),
         # Too few big tiles, enough 128x128 ones.
         ((1536, 1536, 4096), "128x128_c1x2", "1"),
         # Few output tiles: stream-K fills the GPU.

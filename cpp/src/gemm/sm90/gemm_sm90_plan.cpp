@@ -197,18 +197,19 @@ Tile choose_tile(DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k, in
 }
 
 // Grouping tiles in swizzled bands keeps the operand tiles that consecutive
-// CTAs share in L2; it only matters with several waves of tiles. Measured
-// (benchmarks/tune_sm90_gemm.py): 16-bit operands gain nothing (swizzle 1 is
-// as fast as 2-8, within noise, from 2048^3 to 16384x14336x4096); tf32,
-// twice the bytes per tile, gains 3-6% from 8.
+// CTAs share in L2; it only matters with several waves of tiles. Measured on
+// the H100 (benchmarks/results/h100_sm90_gemm_tuning.json): 16-bit GEMMs gain
+// from bands of 4 only when N is very wide (56 tiles of 256 at N = 14336:
+// 0.87 -> 0.94 of cuBLAS at 16384 x 14336 x 4096) and lose a few percent
+// elsewhere (16384 x 4096 x 4096); tf32, twice the bytes per tile, gains
+// 3-6% from bands of 8.
 int choose_swizzle(DType dtype, Tile tile, int64_t batch, int64_t m, int64_t n, int sm_count) {
-  if (dtype != DType::f32 || tile == Tile::k128x64_streamk || tile == Tile::k128x64_swap_ab) {
-    return 1;
-  }
+  if (tile == Tile::k128x64_streamk || tile == Tile::k128x64_swap_ab) return 1;
   const TileShape shape = tile_shape(tile);
   const int64_t m_tiles = ceil_div(m, shape.m), n_tiles = ceil_div(n, shape.n);
   if (tile_count(tile, batch, m, n) <= sm_count || m_tiles < 8 || n_tiles < 8) return 1;
-  return 8;
+  if (dtype == DType::f32) return 8;
+  return n_tiles >= 48 ? 4 : 1;
 }
 
 Plan plan(const GemmProblem& problem) {
