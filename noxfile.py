@@ -42,7 +42,7 @@ import nox
 ROOT = Path(__file__).resolve().parent
 DIST = ROOT / "dist"
 ALL_ARCHS = "75;80;86;89;90a"
-ALL_OPS = "gemm;softmax"
+ALL_OPS = "gemm;softmax;attention"
 # One CuTe translation unit takes about this much memory to compile.
 GB_PER_COMPILE_JOB = 2.2
 

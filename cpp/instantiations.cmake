@@ -114,3 +114,33 @@ foreach(family sm80 sm75)
   endforeach()
   samattn_family_sources(softmax ${family} cpp/src/softmax/${family}/softmax_${family}.cu)
 endforeach()
+
+# ----------------------------------------------------------- attention ----
+# FlashAttention-2 forward, sm80 family: one translation unit per (dtype,
+# FlashFwdConfig). Keep this list equal to the configurations Sm80FwdTiles
+# names in cpp/src/attention/flash_fwd_config.h: a missing one fails the link
+# (-z defs), an extra one is dead code; tests/cpu/test_attention_build.py
+# compares the two. One entry: "head_dim,block_m,block_n,warps,q_in_regs".
+set(SAMATTN_ATTENTION_FWD_SM80_CONFIGS
+    "32,128,64,4,true"
+    "64,128,64,4,true"
+    "96,128,64,4,false"
+    "128,128,64,4,false"
+    "192,64,64,4,false"
+    "256,64,64,4,false")
+foreach(dtype f16 bf16)
+  foreach(config IN LISTS SAMATTN_ATTENTION_FWD_SM80_CONFIGS)
+    string(REPLACE "," ";" fields "${config}")
+    list(GET fields 0 head_dim)
+    list(GET fields 1 block_m)
+    list(GET fields 2 block_n)
+    list(GET fields 3 warps)
+    list(GET fields 4 q_in_regs)
+    set(cfg "samattn::attention::FlashFwdConfig<${_dtypes_cpp_${dtype}}, ${head_dim}, ${block_m}, ${block_n}, ${warps}, ${q_in_regs}, samattn::attention::Family::sm80>")
+    samattn_instantiate(attention sm80
+                        "attention_fwd_sm80_${dtype}_d${head_dim}_${block_m}x${block_n}_w${warps}_q${q_in_regs}"
+                        "attention/flash_fwd_launch.cuh"
+                        "template cudaError_t samattn::attention::run_flash_fwd<${cfg}>(const samattn::AttentionForwardProblem&);")
+  endforeach()
+endforeach()
+samattn_family_sources(attention sm80 cpp/src/attention/sm80/attention_sm80.cu)

@@ -1,4 +1,4 @@
-"""samattn: GEMM and softmax (later FlashAttention) CUDA kernels written with CUTLASS CuTe.
+"""samattn: GEMM, softmax and FlashAttention CUDA kernels written with CUTLASS CuTe.
 
 The kernels live in one C-ABI library, ``samattn/lib/libsamattn.so``, loaded with ctypes
 on first use; the ops are registered with ``torch.library`` as ``torch.ops.samattn.*`` and
@@ -14,14 +14,30 @@ from ._family import built_families, use_family  # noqa: E402
 from ._info import info  # noqa: E402
 from ._lib import UnsupportedError  # noqa: E402
 from ._version import __version__  # noqa: E402
+from .attention import (  # noqa: E402
+    flash_attn_func,
+    flash_attn_kvpacked_func,
+    flash_attn_qkvpacked_func,
+    flash_attn_varlen_func,
+    flash_attn_varlen_kvpacked_func,
+    flash_attn_varlen_qkvpacked_func,
+    scaled_dot_product_attention,
+)
 from .ops import gemm, softmax  # noqa: E402
 
 __all__ = [
     "UnsupportedError",
     "__version__",
     "built_families",
+    "flash_attn_func",
+    "flash_attn_kvpacked_func",
+    "flash_attn_qkvpacked_func",
+    "flash_attn_varlen_func",
+    "flash_attn_varlen_kvpacked_func",
+    "flash_attn_varlen_qkvpacked_func",
     "gemm",
     "info",
+    "scaled_dot_product_attention",
     "softmax",
     "use_family",
 ]

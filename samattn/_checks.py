@@ -186,3 +186,314 @@ def softmax_backward(y: torch.Tensor, dy: torch.Tensor, dim: int) -> SoftmaxShap
     _check_same_dtype(dy, f"{op}: dy", y, "y")
     _check_devices(op, {"y": y, "dy": dy})
     return _softmax_view(y, axis)
+
+
+# -------------------------------------------------------------- attention ----
+_ATTENTION_DTYPES = (torch.float16, torch.bfloat16)
+MAX_ATTENTION_HEAD_DIM = 256
+# The kernels move 16-byte vectors along the head dim (8 elements).
+ATTENTION_HEAD_DIM_MULTIPLE = 8
+
+
+@dataclass(frozen=True)
+class AttentionShape:
+    """Sizes of one attention call. Varlen: batch = len(cu_seqlens) - 1 and seqlen_q/k are
+    the packed row counts (total_q, total_k)."""
+
+    batch: int
+    nheads: int
+    nheads_k: int
+    seqlen_q: int
+    seqlen_k: int
+    headdim: int
+    varlen: bool
+
+    @property
+    def out_shape(self) -> tuple[int, ...]:
+        if self.varlen:
+            return (self.seqlen_q, self.nheads, self.headdim)
+        return (self.batch, self.seqlen_q, self.nheads, self.headdim)
+
+    @property
+    def lse_shape(self) -> tuple[int, ...]:
+        """flash-attn's softmax_lse: (batch, nheads, seqlen_q), or (nheads, total_q) for varlen."""
+        if self.varlen:
+            return (self.nheads, self.seqlen_q)
+        return (self.batch, self.nheads, self.seqlen_q)
+
+
+def _check_attention_dtype(t: torch.Tensor, what: str) -> None:
+    if t.dtype not in _ATTENTION_DTYPES:
+        raise TypeError(
+            f"{what} has dtype {t.dtype}; samattn attention supports torch.float16 and "
+            "torch.bfloat16"
+        )
+
+
+def _is_int(value: object) -> bool:
+    """An int or an int-like (SymInt, numpy integer), not a bool."""
+    if isinstance(value, bool):
+        return False
+    try:
+        operator.index(value)
+    except TypeError:
+        return isinstance(value, torch.SymInt)
+    return True
+
+
+def attention_scalars(
+    op: str,
+    softmax_scale: float | None,
+    window_size: object,
+    softcap: float,
+    headdim: int,
+) -> tuple[float, int, int]:
+    """(softmax_scale, window_left, window_right) with flash-attn's defaults applied."""
+    if softmax_scale is None:
+        softmax_scale = headdim**-0.5
+    if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)):
+        raise TypeError(
+            f"{op}: softmax_scale must be a float or None, got {type(softmax_scale).__name__}"
+        )
+    if not math.isfinite(softmax_scale):
+        raise ValueError(f"{op}: softmax_scale must be finite, got {softmax_scale}")
+    if (
+        not isinstance(window_size, (tuple, list))
+        or len(window_size) != 2
+        or not all(_is_int(w) for w in window_size)
+    ):
+        raise ValueError(
+            f"{op}: window_size must be a pair of ints (left, right), -1 meaning unbounded; "
+            f"got {window_size!r}"
+        )
+    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)):
+        raise TypeError(f"{op}: softcap must be a float, got {type(softcap).__name__}")
+    if not math.isfinite(softcap) or softcap < 0:
+        raise ValueError(f"{op}: softcap must be finite and >= 0 (0 = off), got {softcap}")
+    left, right = (int(w) for w in window_size)
+    # flash-attn: any negative bound is unbounded; the int32 of the C ABI caps the rest.
+    left, right = (-1 if w < 0 else min(w, 2**31 - 1) for w in (left, right))
+    return float(softmax_scale), left, right
+
+
+def not_implemented_attention_features(op: str, dropout_p: float, alibi_slopes: object) -> None:
+    """NotImplementedError for the flash-attn features samattn does not have yet."""
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)):
+        raise TypeError(f"{op}: dropout_p must be a float, got {type(dropout_p).__name__}")
+    if not 0.0 <= dropout_p <= 1.0:
+        raise ValueError(f"{op}: dropout_p must be in [0, 1], got {dropout_p}")
+    if dropout_p > 0.0:
+        raise NotImplementedError(
+            f"{op}: dropout_p={dropout_p} is not implemented yet in samattn; use dropout_p=0.0 "
+            "(flash-attn's dropout comes in a later samattn release)"
+        )
+    if alibi_slopes is not None:
+        raise NotImplementedError(
+            f"{op}: alibi_slopes is not implemented yet in samattn; pass alibi_slopes=None"
+        )
+
+
+def _check_head_dim(op: str, headdim: int, what: str) -> None:
+    if not 1 <= headdim <= MAX_ATTENTION_HEAD_DIM:
+        raise ValueError(
+            f"{op}: head dim must be in 1..{MAX_ATTENTION_HEAD_DIM}, got {headdim} ({what})"
+        )
+    if headdim % ATTENTION_HEAD_DIM_MULTIPLE != 0:
+        raise ValueError(
+            f"{op}: head dim {headdim} ({what}) is not a multiple of "
+            f"{ATTENTION_HEAD_DIM_MULTIPLE}; samattn's attention kernels do not support it yet"
+        )
+
+
+def _check_attention_tensors(
+    op: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rank: int, layout: str
+) -> None:
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        require_tensor(t, f"{op}: {name}")
+        if t.dim() != rank:
+            raise ValueError(
+                f"{op}: {name} must be {rank}-D {layout.format(name=name)}, got shape {_shape(t)}"
+            )
+
+
+def _check_heads_and_dims(
+    op: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str
+) -> tuple[int, int, int]:
+    """(nheads, nheads_k, headdim) of q, k, v whose last two modes are (heads, headdim)."""
+    nheads, headdim = q.shape[-2], q.shape[-1]
+    nheads_k = k.shape[-2]
+    if _shape(v)[:-1] != _shape(k)[:-1]:
+        raise ValueError(
+            f"{op}: k and v must agree on all but the head dim, got k {_shape(k)} and "
+            f"v {_shape(v)} ({layout})"
+        )
+    for name, t in (("k", k), ("v", v)):
+        if t.shape[-1] != headdim:
+            raise ValueError(
+                f"{op}: {name} has head dim {t.shape[-1]} but q has {headdim}; samattn needs "
+                "one head dim for q, k and v"
+            )
+    _check_head_dim(op, headdim, "q.shape[-1]")
+    if nheads_k < 1 or nheads % nheads_k != 0:
+        raise ValueError(
+            f"{op}: q has {nheads} heads and k, v have {nheads_k}; the number of query heads "
+            "must be a multiple of the number of key/value heads (GQA / MQA)"
+        )
+    _check_attention_dtype(q, f"{op}: q")
+    for name, t in (("k", k), ("v", v)):
+        _check_same_dtype(t, f"{op}: {name}", q, "q")
+    return nheads, nheads_k, headdim
+
+
+_FIXED_LAYOUT = "(batch, seqlen, nheads, headdim)"
+_PACKED_LAYOUT = "(total_tokens, nheads, headdim)"
+
+
+def flash_attn(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    op: str = "samattn.flash_attn_func",
+) -> AttentionShape:
+    """Validate fixed-length q, k, v (see samattn.flash_attn_func); return the sizes."""
+    _check_attention_tensors(op, q, k, v, 4, _FIXED_LAYOUT)
+    batch, seqlen_q = q.shape[0], q.shape[1]
+    batch_k, seqlen_k = k.shape[0], k.shape[1]
+    if batch_k != batch:
+        raise ValueError(
+            f"{op}: q has batch {batch} but k has {batch_k} (layout {_FIXED_LAYOUT}, "
+            f"q {_shape(q)}, k {_shape(k)})"
+        )
+    nheads, nheads_k, headdim = _check_heads_and_dims(op, q, k, v, _FIXED_LAYOUT)
+    _check_devices(op, {"q": q, "k": k, "v": v})
+    return AttentionShape(batch, nheads, nheads_k, seqlen_q, seqlen_k, headdim, varlen=False)
+
+
+def _has_values(t: torch.Tensor) -> bool:
+    """Whether t's values can be read without a device sync or a trace (eager CPU tensor)."""
+    from torch._subclasses.fake_tensor import is_fake
+
+    return t.device.type == "cpu" and not is_fake(t) and not torch.compiler.is_compiling()
+
+
+def cu_seqlens_values(
+    op: str, name: str, values: list[int], total: int, max_seqlen: int, max_name: str
+) -> None:
+    """Check the offsets of a varlen batch: non-decreasing from >= 0, within the packed
+    tensor's `total` rows, no sequence longer than max_seqlen."""
+    if values and values[0] < 0:
+        raise ValueError(f"{op}: {name}[0] must be >= 0, got {values[0]}")
+    lengths = [end - start for start, end in zip(values, values[1:])]
+    for b, length in enumerate(lengths):
+        if length < 0:
+            raise ValueError(
+                f"{op}: {name} must be non-decreasing, but {name}[{b + 1}] = {values[b + 1]} < "
+                f"{name}[{b}] = {values[b]}"
+            )
+    if values and values[-1] > total:
+        raise ValueError(
+            f"{op}: {name}[-1] = {values[-1]} exceeds the {total} tokens of the packed tensor"
+        )
+    for b, length in enumerate(lengths):
+        if length > max_seqlen:
+            raise ValueError(
+                f"{op}: sequence {b} has {length} tokens ({name}[{b + 1}] - {name}[{b}]) but "
+                f"{max_name} is {max_seqlen}"
+            )
+
+
+def flash_attn_varlen(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    op: str = "samattn.flash_attn_varlen_func",
+) -> AttentionShape:
+    """Validate packed q, k, v and their offsets (see samattn.flash_attn_varlen_func).
+
+    The offsets' values are checked here when they are readable for free (an eager CPU
+    tensor); CUDA offsets are checked by the CUDA implementation before the launch.
+    """
+    _check_attention_tensors(op, q, k, v, 3, _PACKED_LAYOUT)
+    nheads, nheads_k, headdim = _check_heads_and_dims(op, q, k, v, _PACKED_LAYOUT)
+    total_q, total_k = q.shape[0], k.shape[0]
+    for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+        require_tensor(cu, f"{op}: {name}")
+        if cu.dtype != torch.int32:
+            raise TypeError(f"{op}: {name} must have dtype torch.int32, got {cu.dtype}")
+        if cu.dim() != 1 or cu.shape[0] < 1:
+            raise ValueError(
+                f"{op}: {name} must be 1-D with batch + 1 offsets, got shape {_shape(cu)}"
+            )
+    if cu_seqlens_k.shape[0] != cu_seqlens_q.shape[0]:
+        raise ValueError(
+            f"{op}: cu_seqlens_q has {cu_seqlens_q.shape[0]} offsets but cu_seqlens_k has "
+            f"{cu_seqlens_k.shape[0]}; both must have batch + 1"
+        )
+    batch = cu_seqlens_q.shape[0] - 1
+    for name, value, total in (
+        ("max_seqlen_q", max_seqlen_q, total_q),
+        ("max_seqlen_k", max_seqlen_k, total_k),
+    ):
+        if not _is_int(value):
+            raise TypeError(f"{op}: {name} must be an int, got {type(value).__name__}")
+        if value < 0:
+            raise ValueError(f"{op}: {name} must be >= 0, got {value}")
+        if value > total:
+            raise ValueError(
+                f"{op}: {name} = {value} exceeds the {total} tokens of the packed tensor"
+            )
+    for name, cu, total, max_seqlen in (
+        ("cu_seqlens_q", cu_seqlens_q, total_q, max_seqlen_q),
+        ("cu_seqlens_k", cu_seqlens_k, total_k, max_seqlen_k),
+    ):
+        if _has_values(cu):
+            max_name = "max_seqlen_q" if name.endswith("q") else "max_seqlen_k"
+            cu_seqlens_values(op, name, cu.tolist(), total, max_seqlen, max_name)
+    _check_devices(
+        op, {"q": q, "k": k, "v": v, "cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k}
+    )
+    return AttentionShape(batch, nheads, nheads_k, total_q, total_k, headdim, varlen=True)
+
+
+def sdpa_fallback_reason(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None,
+    is_causal: bool,
+    enable_gqa: bool,
+) -> str | None:
+    """Why samattn.scaled_dot_product_attention hands this call to torch's (None: it serves
+    it itself). Pure: looks at shapes, dtypes and devices only."""
+    tensors = {"query": query, "key": key, "value": value}
+    if not all(isinstance(t, torch.Tensor) for t in tensors.values()):
+        return "query, key and value are not all tensors"
+    if attn_mask is not None:
+        return "an attn_mask (samattn serves is_causal and no mask, not arbitrary masks)"
+    if any(t.dim() != 4 for t in tensors.values()):
+        return "inputs that are not 4-D (batch, heads, seq, dim)"
+    if any(t.device.type not in _DEVICE_TYPES for t in tensors.values()):
+        return "tensors that are not on a CUDA device"
+    if any(t.dtype not in _ATTENTION_DTYPES for t in tensors.values()) or not (
+        query.dtype == key.dtype == value.dtype
+    ):
+        return "dtypes other than one of torch.float16 or torch.bfloat16"
+    batch, heads, seqlen_q, headdim = query.shape
+    batch_k, heads_k, seqlen_k, headdim_k = key.shape
+    if _shape(value)[:3] != _shape(key)[:3] or batch_k != batch:
+        return "query, key and value shapes that do not match"
+    if value.shape[3] != headdim or headdim_k != headdim:
+        return "a value head dim that differs from the query's"
+    if not 1 <= headdim <= MAX_ATTENTION_HEAD_DIM or headdim % ATTENTION_HEAD_DIM_MULTIPLE:
+        return f"head dim {headdim} (samattn runs multiples of 8 up to 256)"
+    if heads_k != heads and not (enable_gqa and heads_k > 0 and heads % heads_k == 0):
+        return "key/value heads that differ from the query's (without a valid enable_gqa)"
+    if is_causal and seqlen_q != seqlen_k and not 0 < seqlen_q - seqlen_k < seqlen_k:
+        # torch aligns a non-square causal mask top-left; samattn's kernels express it as a
+        # window only while seqlen_q - seqlen_k < seqlen_k (flash-attn's window rules).
+        return "is_causal with seqlen_q < seqlen_k or seqlen_q >= 2 * seqlen_k (top-left causal)"
+    return None

@@ -155,3 +155,116 @@ def softmax_backward(y: torch.Tensor, dy: torch.Tensor, dim: int) -> torch.Tenso
     if dx.numel() > 0:
         _run_softmax("samattn_softmax_backward", view, y, dy, dx)
     return dx
+
+
+# -------------------------------------------------------------- attention ----
+_VECTOR_BYTES = 16  # the attention kernels move 16-byte vectors along the head dim
+
+
+def _attention_operand(t: torch.Tensor) -> torch.Tensor:
+    """q, k or v as the kernels read it: head dim contiguous, 16-byte aligned, every other
+    stride a multiple of 8 elements. Views that qualify (SDPA's (batch, heads, seq, dim)
+    seen as (batch, seq, heads, dim), a slice of packed qkv) cost no copy."""
+    vector = _VECTOR_BYTES // t.element_size()
+    ok = (
+        t.stride(-1) == 1
+        and t.data_ptr() % _VECTOR_BYTES == 0
+        and all(s % vector == 0 for size, s in zip(t.shape[:-1], t.stride()[:-1]) if size > 1)
+    )
+    return t if ok else t.contiguous()
+
+
+def _seq_head_strides(t: torch.Tensor) -> tuple[int, int, int]:
+    """(batch, seq, head) element strides of a 4-D (batch, seq, head, dim) or 3-D packed
+    (total, head, dim) tensor; 0 for a mode of size 1 (never stepped over), and batch 0
+    for a packed tensor."""
+    sizes, strides = t.shape[:-1], t.stride()[:-1]
+    if t.dim() == 3:
+        sizes, strides = (1, *sizes), (0, *strides)
+    return tuple(s if n > 1 else 0 for n, s in zip(sizes, strides))
+
+
+def _check_cu_seqlens_on_device(
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    sizes: _checks.AttentionShape,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+) -> None:
+    """Bad offsets would make the kernels read and write outside the tensors, and the library
+    cannot read device memory: check them here (one small device-to-host copy). Skipped while
+    a CUDA graph is being captured, where a copy is not allowed."""
+    if torch.cuda.is_current_stream_capturing():
+        return
+    op = "samattn.flash_attn_varlen_func"
+    both = torch.cat([cu_seqlens_q, cu_seqlens_k]).tolist()
+    values_q, values_k = both[: sizes.batch + 1], both[sizes.batch + 1 :]
+    _checks.cu_seqlens_values(
+        op, "cu_seqlens_q", values_q, sizes.seqlen_q, max_seqlen_q, "max_seqlen_q"
+    )
+    _checks.cu_seqlens_values(
+        op, "cu_seqlens_k", values_k, sizes.seqlen_k, max_seqlen_k, "max_seqlen_k"
+    )
+
+
+def flash_attn_forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor | None,
+    cu_seqlens_k: torch.Tensor | None,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    softmax_scale: float,
+    causal: bool,
+    window_left: int,
+    window_right: int,
+    softcap: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out, softmax_lse) of FlashAttention on the GPU; see samattn.flash_attn_func."""
+    if cu_seqlens_q is None or cu_seqlens_k is None:
+        sizes = _checks.flash_attn(q, k, v)
+    else:
+        sizes = _checks.flash_attn_varlen(
+            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k
+        )
+    out = torch.empty(sizes.out_shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty(sizes.lse_shape, dtype=torch.float32, device=q.device)
+    if out.numel() == 0:
+        return out, lse
+    q, k, v = (_attention_operand(t) for t in (q, k, v))
+
+    args = _lib.AttentionArgs()
+    args.dtype = _checks.DTYPE_CODES[q.dtype]
+    args.family = _family.requested_family()
+    args.device = q.device.index if q.device.index is not None else 0
+    args.causal = int(causal)
+    args.batch, args.nheads, args.nheads_k = sizes.batch, sizes.nheads, sizes.nheads_k
+    args.seqlen_q, args.seqlen_k, args.headdim = sizes.seqlen_q, sizes.seqlen_k, sizes.headdim
+    if sizes.varlen:
+        cu_seqlens_q = cu_seqlens_q.contiguous()
+        cu_seqlens_k = cu_seqlens_k.contiguous()
+        _check_cu_seqlens_on_device(cu_seqlens_q, cu_seqlens_k, sizes, max_seqlen_q, max_seqlen_k)
+        args.cu_seqlens_q, args.cu_seqlens_k = cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr()
+        args.max_seqlen_q, args.max_seqlen_k = max_seqlen_q, max_seqlen_k
+    args.q = q.data_ptr()
+    args.q_batch_stride, args.q_seq_stride, args.q_head_stride = _seq_head_strides(q)
+    args.k = k.data_ptr()
+    args.k_batch_stride, args.k_seq_stride, args.k_head_stride = _seq_head_strides(k)
+    args.v = v.data_ptr()
+    args.v_batch_stride, args.v_seq_stride, args.v_head_stride = _seq_head_strides(v)
+    args.o = out.data_ptr()
+    args.o_batch_stride, args.o_seq_stride, args.o_head_stride = _seq_head_strides(out)
+    args.lse = lse.data_ptr()
+    if sizes.varlen:  # (nheads, total_q)
+        args.lse_batch_stride, args.lse_head_stride, args.lse_seq_stride = 0, *lse.stride()
+    else:  # (batch, nheads, seqlen_q)
+        args.lse_batch_stride, args.lse_head_stride, args.lse_seq_stride = lse.stride()
+    args.softmax_scale = softmax_scale
+    args.softcap = softcap
+    args.window_left, args.window_right = window_left, window_right
+    args.stream = _stream(q.device)
+    family = ctypes.c_int32(_lib.FAMILY_AUTO)
+    _lib.check(_lib.lib().samattn_attention_forward(ctypes.byref(args), ctypes.byref(family)))
+    _lib.set_last_family(family.value)
+    return out, lse

@@ -12,7 +12,7 @@ import os
 import threading
 from pathlib import Path
 
-ABI_VERSION = 2
+ABI_VERSION = 3
 
 # Status codes.
 OK = 0
@@ -34,7 +34,8 @@ FAMILY_BITS = {"sm75": 1, "sm80": 2, "sm90": 4}
 # Ops, for family selection queries.
 OP_GEMM = 0
 OP_SOFTMAX = 1
-OP_CODES = {"gemm": OP_GEMM, "softmax": OP_SOFTMAX}
+OP_ATTENTION = 2
+OP_CODES = {"gemm": OP_GEMM, "softmax": OP_SOFTMAX, "attention": OP_ATTENTION}
 
 LIBRARY_ENV = "SAMATTN_LIBRARY"
 PACKAGED_LIBRARY = Path(__file__).resolve().parent / "lib" / "libsamattn.so"
@@ -98,6 +99,72 @@ class SoftmaxArgs(ctypes.Structure):
     ]
 
 
+class AttentionArgs(ctypes.Structure):
+    """samattn_attention_args; the dout/dq/dk/dv fields and `deterministic` are backward-only."""
+
+    _fields_ = [
+        ("dtype", ctypes.c_int32),
+        ("family", ctypes.c_int32),
+        ("device", ctypes.c_int32),
+        ("causal", ctypes.c_int32),
+        ("batch", ctypes.c_int64),
+        ("nheads", ctypes.c_int64),
+        ("nheads_k", ctypes.c_int64),
+        ("seqlen_q", ctypes.c_int64),
+        ("seqlen_k", ctypes.c_int64),
+        ("headdim", ctypes.c_int64),
+        ("cu_seqlens_q", ctypes.c_void_p),
+        ("cu_seqlens_k", ctypes.c_void_p),
+        ("max_seqlen_q", ctypes.c_int64),
+        ("max_seqlen_k", ctypes.c_int64),
+        ("q", ctypes.c_void_p),
+        ("q_batch_stride", ctypes.c_int64),
+        ("q_seq_stride", ctypes.c_int64),
+        ("q_head_stride", ctypes.c_int64),
+        ("k", ctypes.c_void_p),
+        ("k_batch_stride", ctypes.c_int64),
+        ("k_seq_stride", ctypes.c_int64),
+        ("k_head_stride", ctypes.c_int64),
+        ("v", ctypes.c_void_p),
+        ("v_batch_stride", ctypes.c_int64),
+        ("v_seq_stride", ctypes.c_int64),
+        ("v_head_stride", ctypes.c_int64),
+        ("o", ctypes.c_void_p),
+        ("o_batch_stride", ctypes.c_int64),
+        ("o_seq_stride", ctypes.c_int64),
+        ("o_head_stride", ctypes.c_int64),
+        ("lse", ctypes.c_void_p),
+        ("lse_batch_stride", ctypes.c_int64),
+        ("lse_head_stride", ctypes.c_int64),
+        ("lse_seq_stride", ctypes.c_int64),
+        ("softmax_scale", ctypes.c_float),
+        ("softcap", ctypes.c_float),
+        ("window_left", ctypes.c_int32),
+        ("window_right", ctypes.c_int32),
+        ("dout", ctypes.c_void_p),
+        ("dout_batch_stride", ctypes.c_int64),
+        ("dout_seq_stride", ctypes.c_int64),
+        ("dout_head_stride", ctypes.c_int64),
+        ("dq", ctypes.c_void_p),
+        ("dq_batch_stride", ctypes.c_int64),
+        ("dq_seq_stride", ctypes.c_int64),
+        ("dq_head_stride", ctypes.c_int64),
+        ("dk", ctypes.c_void_p),
+        ("dk_batch_stride", ctypes.c_int64),
+        ("dk_seq_stride", ctypes.c_int64),
+        ("dk_head_stride", ctypes.c_int64),
+        ("dv", ctypes.c_void_p),
+        ("dv_batch_stride", ctypes.c_int64),
+        ("dv_seq_stride", ctypes.c_int64),
+        ("dv_head_stride", ctypes.c_int64),
+        ("deterministic", ctypes.c_int32),
+        ("reserved", ctypes.c_int32),
+        ("stream", ctypes.c_void_p),
+        ("workspace", ctypes.c_void_p),
+        ("workspace_bytes", ctypes.c_int64),
+    ]
+
+
 _i32 = ctypes.c_int32
 _i32_p = ctypes.POINTER(ctypes.c_int32)
 
@@ -114,6 +181,7 @@ SIGNATURES: dict[str, tuple[object, list[object]]] = {
     ),
     "samattn_softmax_forward": (ctypes.c_int, [ctypes.POINTER(SoftmaxArgs), _i32_p]),
     "samattn_softmax_backward": (ctypes.c_int, [ctypes.POINTER(SoftmaxArgs), _i32_p]),
+    "samattn_attention_forward": (ctypes.c_int, [ctypes.POINTER(AttentionArgs), _i32_p]),
     "samattn_last_error": (ctypes.c_char_p, []),
     "samattn_version": (ctypes.c_char_p, []),
     "samattn_abi_version": (_i32, []),

@@ -12,16 +12,18 @@ import samattn
 from samattn import _lib
 
 CCS = [(6, 1), (7, 0), (7, 5), (8, 0), (8, 6), (8, 9), (9, 0), (10, 0), (12, 0)]
-OPS = ["gemm", "softmax"]
+OPS = ["gemm", "softmax", "attention"]
 DTYPES = {"float16": _lib.F16, "bfloat16": _lib.BF16, "float32": _lib.F32}
 REQUESTS = [None, "sm75", "sm80", "sm90"]
 
 _ALL = {"float16", "bfloat16", "float32"}
 # Dtypes each family runs per op. sm75 runs fp32 exactly (no tf32 on Turing) and bf16 on
 # FMA units; sm90 runs GEMM in fp16, bf16 and fp32 as tf32 only ("tf32"), and no softmax.
+# Attention: fp16 and bf16 on sm80 only (Hopper runs sm80's; sm75's comes later).
 HAS = {
     "gemm": {"sm75": _ALL, "sm80": _ALL, "sm90": {"float16", "bfloat16", "tf32"}},
     "softmax": {"sm75": _ALL, "sm80": _ALL, "sm90": set()},
+    "attention": {"sm75": set(), "sm80": {"float16", "bfloat16"}, "sm90": set()},
 }
 
 

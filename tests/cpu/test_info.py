@@ -56,6 +56,6 @@ def test_info_prints_and_returns_the_facts():
 def test_info_lists_a_family_per_op_and_dtype_for_each_gpu():
     facts = samattn.info(file=io.StringIO())
     for gpu in facts["gpus"]:
-        assert set(gpu["families"]) == {"gemm", "softmax"}
+        assert set(gpu["families"]) == {"gemm", "softmax", "attention"}
         for choices in gpu["families"].values():
             assert set(choices) == {"float16", "bfloat16", "float32"}

@@ -41,7 +41,7 @@ def test_abi_and_version():
 def test_built_families_and_ops_are_known():
     assert set(samattn.built_families()) <= {"sm75", "sm80", "sm90"}
     assert samattn.built_families(), "a library always has at least one family"
-    assert set(_lib.built_ops()) <= {"gemm", "softmax"}
+    assert set(_lib.built_ops()) <= {"gemm", "softmax", "attention"}
 
 
 def test_bindings_cover_the_header():
@@ -87,7 +87,11 @@ def _compile_and_run(compiler: str, source: str) -> str:
 
 @pytest.mark.parametrize(
     "struct, ctype",
-    [("samattn_gemm_args", _lib.GemmArgs), ("samattn_softmax_args", _lib.SoftmaxArgs)],
+    [
+        ("samattn_gemm_args", _lib.GemmArgs),
+        ("samattn_softmax_args", _lib.SoftmaxArgs),
+        ("samattn_attention_args", _lib.AttentionArgs),
+    ],
 )
 def test_struct_layout_matches_header(struct, ctype):
     fields = [name for name, _ in ctype._fields_]

@@ -18,7 +18,7 @@
 extern "C" {
 #endif
 
-#define SAMATTN_ABI_VERSION 2
+#define SAMATTN_ABI_VERSION 3
 
 /* Status codes. */
 enum {
@@ -40,7 +40,7 @@ enum {
 };
 
 /* Ops, for family selection queries. */
-enum { SAMATTN_OP_GEMM = 0, SAMATTN_OP_SOFTMAX = 1 };
+enum { SAMATTN_OP_GEMM = 0, SAMATTN_OP_SOFTMAX = 1, SAMATTN_OP_ATTENTION = 2 };
 
 /*
  * D = alpha * A @ B + beta * C, batched.
@@ -87,12 +87,89 @@ typedef struct samattn_softmax_args {
   void* stream;
 } samattn_softmax_args;
 
+/*
+ * Attention (FlashAttention-2 semantics), fp16 or bf16 with fp32 accumulation:
+ *   O = softmax(softmax_scale * Q K^T + mask) V   per (batch, query head),
+ * query head h reading key/value head h / (nheads / nheads_k) (GQA / MQA).
+ *
+ * Layout: element (b, s, h, d) of Q lives at
+ *   q + b*q_batch_stride + s*q_seq_stride + h*q_head_stride + d
+ * (the head-dim stride is 1; strides are in elements), likewise K, V, O and,
+ * for the backward, dO, dQ, dK, dV. Pointers must be 16-byte aligned and the
+ * strides multiples of 8 elements (16-byte vectors).
+ *
+ * Fixed length: cu_seqlens_q/k are NULL; Q is (batch, seqlen_q, nheads,
+ * headdim), K and V (batch, seqlen_k, nheads_k, headdim); max_seqlen_* are
+ * ignored.
+ * Varlen: cu_seqlens_q/k are device int32 arrays of batch + 1 offsets,
+ * non-decreasing from 0; sequence b holds rows [cu[b], cu[b+1]) of packed
+ * tensors of seqlen_q (Q, O) and seqlen_k (K, V) rows (the batch strides are
+ * unused); max_seqlen_q/k bound every sequence's length (they size the grid:
+ * a longer sequence is computed only up to them). The library cannot read
+ * device memory to check the offsets: the caller guarantees them.
+ *
+ * Masks, with sk and sq the sequence's lengths: key j is visible to query i
+ * iff  i + sk - sq - window_left <= j <= i + sk - sq + window_right,
+ * a negative window bound being unbounded; causal sets window_right = 0
+ * (bottom-right aligned when sq != sk). softcap > 0 replaces each scaled
+ * score s by softcap * tanh(s / softcap). A query that sees no key gets
+ * O = 0 and LSE = +inf.
+ *
+ * lse (fp32, may be NULL): the natural-log sum of exp of each query's scaled
+ * scores, element (b, h, s) at lse + b*lse_batch_stride + h*lse_head_stride +
+ * s*lse_seq_stride; with varlen s is the packed row (batch stride unused).
+ *
+ * The dout/dq/dk/dv fields, `deterministic` and the workspace belong to the
+ * backward (to come; samattn_attention_forward ignores them).
+ */
+typedef struct samattn_attention_args {
+  int32_t dtype; /* SAMATTN_F16 or SAMATTN_BF16 */
+  int32_t family;
+  int32_t device;
+  int32_t causal; /* 0 or 1 */
+  int64_t batch, nheads, nheads_k;
+  int64_t seqlen_q, seqlen_k;  /* varlen: rows of the packed tensors */
+  int64_t headdim;             /* 1..256; a multiple of 8 in this version */
+  const int32_t* cu_seqlens_q; /* varlen, else NULL (both or neither) */
+  const int32_t* cu_seqlens_k;
+  int64_t max_seqlen_q, max_seqlen_k; /* varlen only */
+  const void* q;
+  int64_t q_batch_stride, q_seq_stride, q_head_stride;
+  const void* k;
+  int64_t k_batch_stride, k_seq_stride, k_head_stride;
+  const void* v;
+  int64_t v_batch_stride, v_seq_stride, v_head_stride;
+  void* o; /* forward: written; backward: read */
+  int64_t o_batch_stride, o_seq_stride, o_head_stride;
+  float* lse; /* forward: written if not NULL; backward: read */
+  int64_t lse_batch_stride, lse_head_stride, lse_seq_stride;
+  float softmax_scale;               /* usually 1 / sqrt(headdim) */
+  float softcap;                     /* 0 = off */
+  int32_t window_left, window_right; /* -1 = unbounded */
+  /* Backward only. */
+  const void* dout;
+  int64_t dout_batch_stride, dout_seq_stride, dout_head_stride;
+  void* dq;
+  int64_t dq_batch_stride, dq_seq_stride, dq_head_stride;
+  void* dk;
+  int64_t dk_batch_stride, dk_seq_stride, dk_head_stride;
+  void* dv;
+  int64_t dv_batch_stride, dv_seq_stride, dv_head_stride;
+  int32_t deterministic; /* 1 = bit-identical gradients run to run */
+  int32_t reserved;
+  void* stream; /* cudaStream_t */
+  void* workspace;
+  int64_t workspace_bytes;
+} samattn_attention_args;
+
 /* Ops. `family_used` (may be NULL) receives the family that ran. */
 int samattn_gemm(const samattn_gemm_args* args, int32_t* family_used);
 /* Device workspace samattn_gemm needs for these arguments (workspace fields ignored). */
 int samattn_gemm_workspace_size(const samattn_gemm_args* args, int64_t* bytes);
 int samattn_softmax_forward(const samattn_softmax_args* args, int32_t* family_used);
 int samattn_softmax_backward(const samattn_softmax_args* args, int32_t* family_used);
+/* Writes o (and lse when not NULL); needs no workspace. */
+int samattn_attention_forward(const samattn_attention_args* args, int32_t* family_used);
 
 /* Message for the last failure on this thread ("" if none). */
 const char* samattn_last_error(void);

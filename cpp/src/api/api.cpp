@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -12,6 +13,7 @@
 
 #include "api/error.h"
 #include "api/family.h"
+#include "attention/attention_problem.h"
 #include "common/problem.h"
 #include "gemm/sm90/gemm_sm90_plan.h"
 #include "samattn/samattn.h"
@@ -28,6 +30,7 @@ namespace {
 struct DeviceInfo {
   GpuSpec gpu;
   int sm_count = 0;
+  int max_smem_per_block = 0;  // opt-in dynamic shared memory per block, bytes
 };
 
 std::string cuda_error_text(cudaError_t error) {
@@ -69,6 +72,7 @@ int device_info(int32_t device, const std::string& subject, DeviceInfo* info) {
   fresh.gpu.cc_minor = properties.minor;
   fresh.gpu.name = properties.name;
   fresh.sm_count = properties.multiProcessorCount;
+  fresh.max_smem_per_block = static_cast<int>(properties.sharedMemPerBlockOptin);
   cache.emplace(device, fresh);
   *info = fresh;
   return SAMATTN_OK;
@@ -498,6 +502,283 @@ int softmax(const samattn_softmax_args* args, bool backward, int32_t* family_use
   return status;
 }
 
+// ------------------------------------------------------------- attention ----
+
+// One (batch, seq, head, dim) operand of an attention call, for validation.
+struct AttentionOperand {
+  const char* name;
+  const void* ptr;
+  int64_t batch_stride, seq_stride, head_stride;
+  int64_t seqlen, heads;  // the extents it is read or written over
+  bool key_side;          // K or V: not read when no sequence has keys
+};
+
+// Largest element offset of a (batch, seq, head, dim) operand plus one, in
+// bytes; false when that overflows int64.
+bool attention_extent_fits(int64_t batch, const AttentionOperand& x, int64_t headdim,
+                           int64_t element_size) {
+  int64_t by_batch = 0, by_seq = 0, by_head = 0, offset = 0, bytes = 0;
+  return !__builtin_mul_overflow(batch - 1, x.batch_stride, &by_batch) &&
+         !__builtin_mul_overflow(x.seqlen - 1, x.seq_stride, &by_seq) &&
+         !__builtin_mul_overflow(x.heads - 1, x.head_stride, &by_head) &&
+         !__builtin_add_overflow(by_batch, by_seq, &offset) &&
+         !__builtin_add_overflow(offset, by_head, &offset) &&
+         !__builtin_add_overflow(offset, headdim, &offset) &&
+         !__builtin_mul_overflow(offset, element_size, &bytes);
+}
+
+bool aligned(const void* ptr, uintptr_t bytes) {
+  return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
+}
+
+// The kernels read and write 16-byte vectors of 8 elements along the head dim.
+constexpr int64_t kAttentionVector = 8;
+constexpr int64_t kMaxAttentionHeadDim = 256;
+constexpr int64_t kMaxGridYZ = 65535;
+
+// Checks a forward call's arguments (no device access). `empty`: there is no
+// output element, so nothing to compute.
+int check_attention_forward_args(const std::string& op, const samattn_attention_args& a,
+                                 std::string* subject, bool* empty) {
+  *empty = false;
+  *subject = op;
+  int status = check_codes(op, a.dtype, a.family, a.device);
+  if (status != SAMATTN_OK) return status;
+  if (a.dtype != SAMATTN_F16 && a.dtype != SAMATTN_BF16) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                op + ": dtype must be SAMATTN_F16 or SAMATTN_BF16, got " + dtype_name(a.dtype));
+  }
+  *subject = op + " (" + dtype_name(a.dtype) + ")";
+  const std::string& s = *subject;
+  const bool varlen = a.cu_seqlens_q != nullptr || a.cu_seqlens_k != nullptr;
+
+  if (a.batch < 0 || a.nheads < 0 || a.nheads_k < 0 || a.seqlen_q < 0 || a.seqlen_k < 0) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                s + ": sizes must be >= 0, got batch=" + to_text(a.batch) +
+                    " nheads=" + to_text(a.nheads) + " nheads_k=" + to_text(a.nheads_k) +
+                    " seqlen_q=" + to_text(a.seqlen_q) + " seqlen_k=" + to_text(a.seqlen_k));
+  }
+  if (a.headdim < 1 || a.headdim > kMaxAttentionHeadDim || a.headdim % kAttentionVector != 0) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                s +
+                    ": headdim must be a multiple of 8 in 8..256 (the kernels move 16-byte "
+                    "vectors), got " +
+                    to_text(a.headdim));
+  }
+  if (a.nheads_k < 1 || a.nheads % a.nheads_k != 0) {
+    return fail(SAMATTN_INVALID_ARGUMENT, s + ": nheads (" + to_text(a.nheads) +
+                                              ") must be a multiple of nheads_k (" +
+                                              to_text(a.nheads_k) +
+                                              " >= 1): each key/value head serves a group of query "
+                                              "heads");
+  }
+  if (a.batch > kMaxGridYZ || a.nheads > kMaxGridYZ) {
+    return fail(SAMATTN_INVALID_ARGUMENT, s + ": batch (" + to_text(a.batch) + ") and nheads (" +
+                                              to_text(a.nheads) + ") must be <= 65535");
+  }
+  if (a.seqlen_q > INT32_MAX || a.seqlen_k > INT32_MAX) {
+    return fail(SAMATTN_INVALID_ARGUMENT, s + ": seqlen_q and seqlen_k must be < 2^31, got " +
+                                              to_text(a.seqlen_q) + " and " + to_text(a.seqlen_k));
+  }
+  if (a.causal != 0 && a.causal != 1) {
+    return fail(SAMATTN_INVALID_ARGUMENT, s + ": causal must be 0 or 1, got " + to_text(a.causal));
+  }
+  if (!std::isfinite(a.softmax_scale)) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                s + ": softmax_scale must be finite, got " + float_to_text(a.softmax_scale));
+  }
+  if (!std::isfinite(a.softcap) || a.softcap < 0.0f) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                s + ": softcap must be finite and >= 0 (0 = off), got " + float_to_text(a.softcap));
+  }
+  if (a.workspace_bytes < 0) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                s + ": workspace_bytes must be >= 0, got " + to_text(a.workspace_bytes));
+  }
+  if (varlen) {
+    if (a.cu_seqlens_q == nullptr || a.cu_seqlens_k == nullptr) {
+      return fail(SAMATTN_INVALID_ARGUMENT,
+                  s +
+                      ": cu_seqlens_q and cu_seqlens_k must both be given (varlen) or both be "
+                      "NULL (fixed length); got " +
+                      (a.cu_seqlens_q == nullptr ? "cu_seqlens_q NULL" : "cu_seqlens_k NULL"));
+    }
+    if (!aligned(a.cu_seqlens_q, 4) || !aligned(a.cu_seqlens_k, 4)) {
+      return fail(SAMATTN_INVALID_ARGUMENT, s + ": cu_seqlens_q and cu_seqlens_k must be "
+                                                "4-byte aligned int32 arrays");
+    }
+    if (a.max_seqlen_q < 0 || a.max_seqlen_q > a.seqlen_q || a.max_seqlen_k < 0 ||
+        a.max_seqlen_k > a.seqlen_k) {
+      return fail(SAMATTN_INVALID_ARGUMENT,
+                  s +
+                      ": varlen needs 0 <= max_seqlen_q <= seqlen_q (packed rows) and 0 <= "
+                      "max_seqlen_k <= seqlen_k, got max_seqlen_q=" +
+                      to_text(a.max_seqlen_q) + " seqlen_q=" + to_text(a.seqlen_q) +
+                      " max_seqlen_k=" + to_text(a.max_seqlen_k) +
+                      " seqlen_k=" + to_text(a.seqlen_k));
+    }
+  }
+  // The longest sequence a CTA sees.
+  const int64_t longest_q = varlen ? a.max_seqlen_q : a.seqlen_q;
+  const int64_t longest_k = varlen ? a.max_seqlen_k : a.seqlen_k;
+  *empty = a.batch == 0 || a.nheads == 0 || longest_q == 0;
+  if (*empty) return SAMATTN_OK;
+
+  const bool keys = longest_k > 0;  // K and V are read only when some sequence has keys
+  // With varlen the batch stride is unused: the batch extent is one packed tensor.
+  const int64_t batch_extent = varlen ? 1 : a.batch;
+  const AttentionOperand operands[] = {
+      {"q", a.q, a.q_batch_stride, a.q_seq_stride, a.q_head_stride, a.seqlen_q, a.nheads, false},
+      {"k", a.k, a.k_batch_stride, a.k_seq_stride, a.k_head_stride, a.seqlen_k, a.nheads_k, true},
+      {"v", a.v, a.v_batch_stride, a.v_seq_stride, a.v_head_stride, a.seqlen_k, a.nheads_k, true},
+      {"o", a.o, a.o_batch_stride, a.o_seq_stride, a.o_head_stride, a.seqlen_q, a.nheads, false}};
+  const int64_t element = dtype_size(a.dtype);
+  for (AttentionOperand x : operands) {
+    if (x.key_side && !keys) continue;
+    if (varlen) x.batch_stride = 0;
+    if (x.ptr == nullptr) return fail(SAMATTN_INVALID_ARGUMENT, s + ": " + x.name + " is NULL");
+    if (!aligned(x.ptr, 16)) {
+      return fail(
+          SAMATTN_INVALID_ARGUMENT,
+          s + ": " + x.name + " must be 16-byte aligned (the kernels move 16-byte vectors)");
+    }
+    if (any_negative(x.batch_stride, x.seq_stride, x.head_stride) ||
+        x.batch_stride % kAttentionVector != 0 || x.seq_stride % kAttentionVector != 0 ||
+        x.head_stride % kAttentionVector != 0) {
+      return fail(SAMATTN_INVALID_ARGUMENT,
+                  s + ": " + x.name + " strides (batch, seq, head) " +
+                      strides_text(x.batch_stride, x.seq_stride, x.head_stride) +
+                      " must be >= 0 and multiples of 8 elements (16-byte vectors)");
+    }
+    if (!attention_extent_fits(batch_extent, x, a.headdim, element)) {
+      return fail(SAMATTN_INVALID_ARGUMENT,
+                  s + ": " + x.name + " sizes and strides overflow a 64-bit byte offset");
+    }
+  }
+  if ((!varlen && a.batch > 1 && a.o_batch_stride == 0) ||
+      (a.seqlen_q > 1 && a.o_seq_stride == 0) || (a.nheads > 1 && a.o_head_stride == 0)) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                s + ": o strides " +
+                    strides_text(a.o_batch_stride, a.o_seq_stride, a.o_head_stride) +
+                    " make elements of o overlap (a stride of 0 on a size > 1)");
+  }
+  if (a.lse != nullptr) {
+    const int64_t lse_batch = varlen ? 0 : a.lse_batch_stride;
+    const AttentionOperand lse{"lse",      a.lse,    lse_batch, a.lse_seq_stride, a.lse_head_stride,
+                               a.seqlen_q, a.nheads, false};
+    if (!aligned(a.lse, 4)) {
+      return fail(SAMATTN_INVALID_ARGUMENT, s + ": lse must be 4-byte aligned (fp32)");
+    }
+    if (any_negative(lse_batch, a.lse_head_stride, a.lse_seq_stride)) {
+      return fail(SAMATTN_INVALID_ARGUMENT,
+                  s + ": lse strides (batch, head, seq) " +
+                      strides_text(a.lse_batch_stride, a.lse_head_stride, a.lse_seq_stride) +
+                      " must be >= 0");
+    }
+    if ((!varlen && a.batch > 1 && lse_batch == 0) || (a.seqlen_q > 1 && a.lse_seq_stride == 0) ||
+        (a.nheads > 1 && a.lse_head_stride == 0)) {
+      return fail(SAMATTN_INVALID_ARGUMENT,
+                  s + ": lse strides (batch, head, seq) " +
+                      strides_text(a.lse_batch_stride, a.lse_head_stride, a.lse_seq_stride) +
+                      " make elements of lse overlap (a stride of 0 on a size > 1)");
+    }
+    // One fp32 per (batch, head, seq): the extent of a head dim of 1.
+    if (!attention_extent_fits(batch_extent, lse, 0, 4)) {
+      return fail(SAMATTN_INVALID_ARGUMENT,
+                  s + ": lse sizes and strides overflow a 64-bit byte offset");
+    }
+  }
+  return SAMATTN_OK;
+}
+
+AttentionForwardProblem make_attention_forward_problem(const samattn_attention_args& a,
+                                                       const DeviceInfo& device) {
+  const bool varlen = a.cu_seqlens_q != nullptr;
+  AttentionForwardProblem problem{};
+  problem.dtype = static_cast<DType>(a.dtype);
+  problem.batch = static_cast<int>(a.batch);
+  problem.nheads = static_cast<int>(a.nheads);
+  problem.nheads_k = static_cast<int>(a.nheads_k);
+  // Varlen: the kernels take the longest sequence (grid size, window bounds).
+  problem.seqlen_q = static_cast<int>(varlen ? a.max_seqlen_q : a.seqlen_q);
+  problem.seqlen_k = static_cast<int>(varlen ? a.max_seqlen_k : a.seqlen_k);
+  problem.headdim = static_cast<int>(a.headdim);
+  const int64_t no_batch = 0;  // varlen: one packed tensor
+  problem.q = {a.q, varlen ? no_batch : a.q_batch_stride, a.q_seq_stride, a.q_head_stride};
+  problem.k = {a.k, varlen ? no_batch : a.k_batch_stride, a.k_seq_stride, a.k_head_stride};
+  problem.v = {a.v, varlen ? no_batch : a.v_batch_stride, a.v_seq_stride, a.v_head_stride};
+  problem.o = a.o;
+  problem.o_batch_stride = varlen ? no_batch : a.o_batch_stride;
+  problem.o_seq_stride = a.o_seq_stride;
+  problem.o_head_stride = a.o_head_stride;
+  problem.cu_seqlens_q = varlen ? a.cu_seqlens_q : nullptr;
+  problem.cu_seqlens_k = varlen ? a.cu_seqlens_k : nullptr;
+  problem.softmax_scale = a.softmax_scale;
+  problem.causal = a.causal != 0;
+  problem.window_left = a.window_left < 0 ? -1 : a.window_left;
+  problem.window_right = a.window_right < 0 ? -1 : a.window_right;
+  problem.softcap = a.softcap;
+  problem.lse = a.lse;
+  problem.lse_batch_stride = varlen ? no_batch : a.lse_batch_stride;
+  problem.lse_head_stride = a.lse_head_stride;
+  problem.lse_seq_stride = a.lse_seq_stride;
+  problem.stream = static_cast<cudaStream_t>(a.stream);
+  problem.sm_count = device.sm_count;
+  problem.max_smem_per_block = device.max_smem_per_block;
+  return problem;
+}
+
+bool run_attention_forward(int32_t family, const AttentionForwardProblem& problem,
+                           cudaError_t* launched) {
+  switch (family) {
+#if defined(SAMATTN_WITH_SM80) && defined(SAMATTN_WITH_ATTENTION)
+    case SAMATTN_FAMILY_SM80:
+      *launched = attention_forward_sm80(problem);
+      return true;
+#endif
+    default:
+      (void)problem;
+      (void)launched;
+      return false;
+  }
+}
+
+int attention_forward_op(const samattn_attention_args* args, int32_t* family_used) {
+  const std::string op = "samattn attention_forward";
+  if (family_used != nullptr) *family_used = SAMATTN_FAMILY_AUTO;
+  if (args == nullptr) return fail(SAMATTN_INVALID_ARGUMENT, op + ": args is NULL");
+  const samattn_attention_args& a = *args;
+  std::string subject;
+  bool empty = false;
+  int status = check_attention_forward_args(op, a, &subject, &empty);
+  if (status != SAMATTN_OK || empty) return status;
+
+  DeviceInfo device;
+  status = device_info(a.device, subject, &device);
+  if (status != SAMATTN_OK) return status;
+  int32_t family = SAMATTN_FAMILY_AUTO;
+  status = select_family(SAMATTN_OP_ATTENTION, a.dtype, device.gpu, a.family, false, &family);
+  if (status != SAMATTN_OK) return status;
+  const AttentionForwardProblem problem = make_attention_forward_problem(a, device);
+
+  DeviceGuard guard;
+  const cudaError_t entered = guard.enter(a.device);
+  if (entered != cudaSuccess) return launch_status(entered, subject, family, device);
+  cudaGetLastError();
+  cudaError_t launched = cudaSuccess;
+  if (!run_attention_forward(family, problem, &launched)) return not_in_build(subject, family);
+  if (launched == cudaErrorNotSupported) {
+    cudaGetLastError();
+    return fail(SAMATTN_UNSUPPORTED, subject + ": family " + family_name(family) +
+                                         " has no kernel for head dim " + to_text(a.headdim) +
+                                         " that fits the " + to_text(device.max_smem_per_block) +
+                                         " bytes of shared memory per block of " + device.gpu.name);
+  }
+  status = launch_status(launched, subject, family, device);
+  if (status == SAMATTN_OK && family_used != nullptr) *family_used = family;
+  return status;
+}
+
 }  // namespace
 }  // namespace samattn
 
@@ -530,6 +811,12 @@ SAMATTN_EXPORT int samattn_softmax_backward(const samattn_softmax_args* args,
                                             int32_t* family_used) {
   return catch_all("samattn_softmax_backward",
                    [&] { return samattn::softmax(args, /*backward=*/true, family_used); });
+}
+
+SAMATTN_EXPORT int samattn_attention_forward(const samattn_attention_args* args,
+                                             int32_t* family_used) {
+  return catch_all("samattn_attention_forward",
+                   [&] { return samattn::attention_forward_op(args, family_used); });
 }
 
 SAMATTN_EXPORT const char* samattn_last_error(void) {

@@ -29,6 +29,9 @@ constexpr FamilyOp kSupport[] = {
     {SAMATTN_OP_GEMM, SAMATTN_FAMILY_SM75, kF16 | kBF16 | kF32},
     {SAMATTN_OP_SOFTMAX, SAMATTN_FAMILY_SM80, kF16 | kBF16 | kF32},
     {SAMATTN_OP_SOFTMAX, SAMATTN_FAMILY_SM75, kF16 | kBF16 | kF32},
+    // FlashAttention-2 on mma.sync m16n8k16; Hopper has no attention kernels
+    // of its own, so automatic selection falls through to sm80 there.
+    {SAMATTN_OP_ATTENTION, SAMATTN_FAMILY_SM80, kF16 | kBF16},
 };
 
 // Newest first: the order in which automatic selection tries them.
@@ -175,6 +178,8 @@ const char* op_name(int32_t op) {
       return "gemm";
     case SAMATTN_OP_SOFTMAX:
       return "softmax";
+    case SAMATTN_OP_ATTENTION:
+      return "attention";
     default:
       return nullptr;
   }
@@ -232,6 +237,9 @@ int32_t built_ops_mask() {
 #if defined(SAMATTN_WITH_SOFTMAX)
   mask |= 1 << SAMATTN_OP_SOFTMAX;
 #endif
+#if defined(SAMATTN_WITH_ATTENTION)
+  mask |= 1 << SAMATTN_OP_ATTENTION;
+#endif
   return mask;
 }
 
@@ -242,8 +250,9 @@ int select_family(int32_t op, int32_t dtype, const GpuSpec& gpu, int32_t request
   };
   if (family == nullptr) return fail(SAMATTN_INVALID_ARGUMENT, "samattn: family output is NULL");
   if (op_name(op) == nullptr) {
-    return fail(SAMATTN_INVALID_ARGUMENT, "samattn: unknown op code " + to_text(op) +
-                                              " (expected SAMATTN_OP_GEMM or SAMATTN_OP_SOFTMAX)");
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                "samattn: unknown op code " + to_text(op) +
+                    " (expected SAMATTN_OP_GEMM, SAMATTN_OP_SOFTMAX or SAMATTN_OP_ATTENTION)");
   }
   if (dtype_name(dtype) == nullptr) {
     return fail(SAMATTN_INVALID_ARGUMENT, std::string("samattn ") + op_name(op) +

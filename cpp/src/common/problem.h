@@ -59,5 +59,9 @@ cudaError_t softmax_forward_sm80(const SoftmaxProblem& problem);
 cudaError_t softmax_backward_sm80(const SoftmaxProblem& problem);
 cudaError_t softmax_forward_sm75(const SoftmaxProblem& problem);
 cudaError_t softmax_backward_sm75(const SoftmaxProblem& problem);
+// Attention forward (described in attention/attention_problem.h): fp16 and
+// bf16; cudaErrorNotSupported for a head dim the family has no kernel for.
+struct AttentionForwardProblem;
+cudaError_t attention_forward_sm80(const AttentionForwardProblem& problem);
 
 }  // namespace samattn

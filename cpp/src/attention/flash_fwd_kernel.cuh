@@ -1,0 +1,336 @@
+// FlashAttention-2 forward for the mma.sync families, in CuTe.
+//
+// One CTA computes a kBlockM-row tile of O for one (batch, head):
+//   load Q once (to registers, or kept in shared memory for large head dims);
+//   for each key tile that some row attends, last to first:
+//     S = Q K^T (fp32), softcap, mask where the tile needs it,
+//     online softmax (running max/sum, O rescaled), P = S as 16-bit,
+//     O += P V;
+//   O /= row sums, LSE, O staged through shared memory to 16-byte stores.
+// K and V have one shared buffer each and their loads overlap the other
+// GEMM: V(n) streams in during S = Q K(n)^T, K(n-1) during O += P V(n).
+// Every global access is predicated on the sequence ends and the head dim;
+// out-of-range elements are zero-filled, so any seqlen and any head dim (a
+// multiple of 8) up to kHeadDim is exact.
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "attention/fragment_layout.cuh"
+#include "attention/mask.cuh"
+#include "attention/softmax_online.cuh"
+
+namespace samattn::attention {
+
+// Kernel arguments: element strides, the window already normalized.
+struct FlashFwdParams {
+  const void* q;
+  const void* k;
+  const void* v;
+  void* o;
+  float* lse;  // nullptr: not written
+  int64_t q_batch, q_seq, q_head;
+  int64_t k_batch, k_seq, k_head;
+  int64_t v_batch, v_seq, v_head;
+  int64_t o_batch, o_seq, o_head;
+  int64_t lse_batch, lse_seq, lse_head;
+  const int32_t* cu_seqlens_q;  // nullptr: fixed length
+  const int32_t* cu_seqlens_k;
+  int seqlen_q, seqlen_k;  // fixed length: the lengths; varlen: unused
+  int headdim;
+  int kv_group;  // query heads per KV head
+  int window_left, window_right;
+  float scale_log2;   // log2(e) * softmax_scale, or log2(e) with softcap
+  float softcap;      // 0: off
+  float softcap_pre;  // softmax_scale / softcap
+};
+
+// Global -> shared copy of a (rows, head dim) tile, zero-filling rows at or
+// beyond rows_left and head-dim vectors whose predicate is false.
+// src, dst, coords: (CPY, CPY_ROWS, CPY_COLS); col_ok: (CPY_COLS).
+template <bool kAsync, class TiledCopy, class Src, class Dst, class Coords, class ColOk>
+__device__ inline void load_tile(TiledCopy const& tiled_copy, Src const& src, Dst&& dst,
+                                 Coords const& coords, ColOk const& col_ok, int rows_left) {
+  using namespace cute;
+  CUTE_UNROLL
+  for (int i = 0; i < size<1>(dst); ++i) {
+    const bool row_ok = get<0>(coords(0, i, 0)) < rows_left;
+    CUTE_UNROLL
+    for (int j = 0; j < size<2>(dst); ++j) {
+      const bool ok = row_ok && col_ok(j);
+      if constexpr (kAsync) {
+        copy(tiled_copy.with(ok), src(_, i, j), dst(_, i, j));
+      } else if (ok) {
+        copy(tiled_copy, src(_, i, j), dst(_, i, j));
+      } else {
+        clear(dst(_, i, j));
+      }
+    }
+  }
+}
+
+// Shared (or register) -> global copy of the in-range part of a tile.
+template <class TiledCopy, class Src, class Dst, class Coords, class ColOk>
+__device__ inline void store_tile(TiledCopy const& tiled_copy, Src const& src, Dst&& dst,
+                                  Coords const& coords, ColOk const& col_ok, int rows_left) {
+  using namespace cute;
+  CUTE_UNROLL
+  for (int i = 0; i < size<1>(src); ++i) {
+    if (get<0>(coords(0, i, 0)) < rows_left) {
+      CUTE_UNROLL
+      for (int j = 0; j < size<2>(src); ++j) {
+        if (col_ok(j)) copy(tiled_copy, src(_, i, j), dst(_, i, j));
+      }
+    }
+  }
+}
+
+// acc += A B over the K mode of the fragments. B, and A unless it is already
+// in registers, is read from shared memory one k-slice ahead of the MMAs.
+template <bool kAInRegisters, class TiledMma, class Acc, class FragA, class SmemA, class ViewA,
+          class CopyA, class FragB, class SmemB, class ViewB, class CopyB>
+__device__ inline void gemm_from_smem(TiledMma& tiled_mma, Acc& acc, FragA& frag_a,
+                                      SmemA const& smem_a, ViewA& view_a, CopyA const& copy_a,
+                                      FragB& frag_b, SmemB const& smem_b, ViewB& view_b,
+                                      CopyB const& copy_b) {
+  using namespace cute;
+  constexpr int kSlices = decltype(size<2>(frag_a))::value;
+  static_assert(kSlices == decltype(size<2>(frag_b))::value, "A and B disagree on K");
+  if constexpr (!kAInRegisters) copy(copy_a, smem_a(_, _, 0), view_a(_, _, 0));
+  copy(copy_b, smem_b(_, _, 0), view_b(_, _, 0));
+  CUTE_UNROLL
+  for (int k = 0; k < kSlices; ++k) {
+    if (k + 1 < kSlices) {
+      if constexpr (!kAInRegisters) copy(copy_a, smem_a(_, _, k + 1), view_a(_, _, k + 1));
+      copy(copy_b, smem_b(_, _, k + 1), view_b(_, _, k + 1));
+    }
+    cute::gemm(tiled_mma, frag_a(_, _, k), frag_b(_, _, k), acc);
+  }
+}
+
+template <class Traits>
+__global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(FlashFwdParams const p) {
+  using namespace cute;
+  using Element = typename Traits::Element;
+  constexpr int kBlockM = Traits::kBlockM;
+  constexpr int kBlockN = Traits::kBlockN;
+  constexpr int kHeadDim = Traits::kHeadDim;
+  constexpr bool kAsync = Traits::kAsyncCopy;
+
+  // Causal and windowed CTAs with high m_block have the most key tiles:
+  // launch them first so that the tail of the grid is short.
+  const int m_block = gridDim.x - 1 - blockIdx.x;
+  const int head = blockIdx.y;
+  const int batch = blockIdx.z;
+  const int kv_head = head / p.kv_group;
+
+  // This sequence's extents and the offsets of its first row.
+  int seqlen_q = p.seqlen_q;
+  int seqlen_k = p.seqlen_k;
+  int64_t q_row0 = 0, k_row0 = 0;
+  bool varlen_q = p.cu_seqlens_q != nullptr;
+  if (varlen_q) {
+    q_row0 = p.cu_seqlens_q[batch];
+    seqlen_q = p.cu_seqlens_q[batch + 1] - p.cu_seqlens_q[batch];
+  }
+  if (p.cu_seqlens_k != nullptr) {
+    k_row0 = p.cu_seqlens_k[batch];
+    seqlen_k = p.cu_seqlens_k[batch + 1] - p.cu_seqlens_k[batch];
+  }
+  const int m0 = m_block * kBlockM;
+  if (m0 >= seqlen_q) return;
+  const int rows_left = seqlen_q - m0;
+
+  const AttentionMask mask{seqlen_q, seqlen_k, p.window_left, p.window_right};
+  int n_begin, n_end;
+  mask.key_tiles(m0, kBlockM, kBlockN, n_begin, n_end);
+
+  // Global views: (seq, head dim) of this (batch, head), tiled.
+  const int64_t q_base = (varlen_q ? q_row0 * p.q_seq : batch * p.q_batch) + head * p.q_head;
+  const int64_t o_base = (varlen_q ? q_row0 * p.o_seq : batch * p.o_batch) + head * p.o_head;
+  const bool varlen_k = p.cu_seqlens_k != nullptr;
+  const int64_t k_base = (varlen_k ? k_row0 * p.k_seq : batch * p.k_batch) + kv_head * p.k_head;
+  const int64_t v_base = (varlen_k ? k_row0 * p.v_seq : batch * p.v_batch) + kv_head * p.v_head;
+  auto tile_q = Shape<Int<kBlockM>, Int<kHeadDim>>{};
+  auto tile_kv = Shape<Int<kBlockN>, Int<kHeadDim>>{};
+  Tensor mQ = make_tensor(make_gmem_ptr(static_cast<Element const*>(p.q) + q_base),
+                          make_shape(seqlen_q, p.headdim), make_stride(p.q_seq, _1{}));
+  Tensor mK = make_tensor(make_gmem_ptr(static_cast<Element const*>(p.k) + k_base),
+                          make_shape(seqlen_k, p.headdim), make_stride(p.k_seq, _1{}));
+  Tensor mV = make_tensor(make_gmem_ptr(static_cast<Element const*>(p.v) + v_base),
+                          make_shape(seqlen_k, p.headdim), make_stride(p.v_seq, _1{}));
+  Tensor mO = make_tensor(make_gmem_ptr(static_cast<Element*>(p.o) + o_base),
+                          make_shape(seqlen_q, p.headdim), make_stride(p.o_seq, _1{}));
+  Tensor gQ = local_tile(mQ, tile_q, make_coord(m_block, 0));  // (BM, D)
+  Tensor gO = local_tile(mO, tile_q, make_coord(m_block, 0));  // (BM, D)
+  Tensor gK = local_tile(mK, tile_kv, make_coord(_, 0));       // (BN, D, n)
+  Tensor gV = local_tile(mV, tile_kv, make_coord(_, 0));       // (BN, D, n)
+  Tensor cQ = make_identity_tensor(tile_q);                    // tile coordinates
+  Tensor cKV = make_identity_tensor(tile_kv);
+
+  // Global <-> shared partitions and the head-dim predicates.
+  typename Traits::GmemTiledCopyLoad gmem_load;
+  typename Traits::GmemTiledCopyStore gmem_store;
+  auto load_thr = gmem_load.get_slice(threadIdx.x);
+  auto store_thr = gmem_store.get_slice(threadIdx.x);
+  Tensor tQcQ = load_thr.partition_S(cQ);
+  Tensor tKVcKV = load_thr.partition_S(cKV);
+  Tensor tQcolok = make_tensor<bool>(make_shape(size<2>(tQcQ)));
+  Tensor tKVcolok = make_tensor<bool>(make_shape(size<2>(tKVcKV)));
+  CUTE_UNROLL
+  for (int j = 0; j < size(tQcolok); ++j) tQcolok(j) = get<1>(tQcQ(0, 0, j)) < p.headdim;
+  CUTE_UNROLL
+  for (int j = 0; j < size(tKVcolok); ++j) tKVcolok(j) = get<1>(tKVcKV(0, 0, j)) < p.headdim;
+  Tensor tOgO = store_thr.partition_D(gO);
+  Tensor tOcO = store_thr.partition_D(cQ);
+
+  const bool write_lse = p.lse != nullptr;
+  float* lse =
+      write_lse ? p.lse + (varlen_q ? q_row0 * p.lse_seq : batch * p.lse_batch) + head * p.lse_head
+                : nullptr;
+
+  if (n_begin >= n_end) {
+    // No row of this tile attends any key: output 0 and LSE +inf.
+    Tensor zeros = make_fragment_like(tOgO);
+    clear(zeros);
+    store_tile(gmem_store, zeros, tOgO, tOcO, tQcolok, rows_left);
+    if (write_lse) {
+      for (int r = threadIdx.x; r < min(kBlockM, rows_left); r += Traits::kThreads) {
+        lse[(m0 + r) * p.lse_seq] = INFINITY;
+      }
+    }
+    return;
+  }
+
+  // Shared memory: Q (later O), K, V.
+  extern __shared__ __align__(128) char shared_memory[];
+  Element* smem_q = reinterpret_cast<Element*>(shared_memory);
+  Element* smem_k = smem_q + cosize_v<typename Traits::SmemLayoutQ>;
+  Element* smem_v = smem_k + cosize_v<typename Traits::SmemLayoutKV>;
+  Tensor sQ = make_tensor(make_smem_ptr(smem_q), typename Traits::SmemLayoutQ{});
+  Tensor sK = make_tensor(make_smem_ptr(smem_k), typename Traits::SmemLayoutKV{});
+  Tensor sV = make_tensor(make_smem_ptr(smem_v), typename Traits::SmemLayoutKV{});
+  Tensor sVt = make_tensor(make_smem_ptr(smem_v), typename Traits::SmemLayoutVt{});
+  Tensor sVtNoSwizzle =
+      make_tensor(make_smem_ptr(smem_v), typename Traits::SmemLayoutVtNoSwizzle{});
+
+  Tensor tQgQ = load_thr.partition_S(gQ);
+  Tensor tQsQ = load_thr.partition_D(sQ);
+  Tensor tKgK = load_thr.partition_S(gK);  // (CPY, CPY_N, CPY_D, n)
+  Tensor tKsK = load_thr.partition_D(sK);
+  Tensor tVgV = load_thr.partition_S(gV);
+  Tensor tVsV = load_thr.partition_D(sV);
+
+  // MMA partitions: S = Q K^T is (BM, BN) over D, O = P V is (BM, D) over BN.
+  typename Traits::TiledMma tiled_mma;
+  auto thr_mma = tiled_mma.get_slice(threadIdx.x);
+  Tensor tSrQ = thr_mma.partition_fragment_A(sQ);             // (MMA, MMA_M, D/16)
+  Tensor tSrK = thr_mma.partition_fragment_B(sK);             // (MMA, MMA_N, D/16)
+  Tensor tOrVt = thr_mma.partition_fragment_B(sVtNoSwizzle);  // (MMA, MMA_D, BN/16)
+  Tensor acc_o = partition_fragment_C(tiled_mma, tile_q);     // (MMA, MMA_M, MMA_D)
+  clear(acc_o);
+
+  auto smem_copy_q = make_tiled_copy_A(typename Traits::SmemCopyAtom{}, tiled_mma);
+  auto smem_thr_q = smem_copy_q.get_slice(threadIdx.x);
+  Tensor tSsQ = smem_thr_q.partition_S(sQ);
+  Tensor tSrQ_view = smem_thr_q.retile_D(tSrQ);
+  auto smem_copy_k = make_tiled_copy_B(typename Traits::SmemCopyAtom{}, tiled_mma);
+  auto smem_thr_k = smem_copy_k.get_slice(threadIdx.x);
+  Tensor tSsK = smem_thr_k.partition_S(sK);
+  Tensor tSrK_view = smem_thr_k.retile_D(tSrK);
+  auto smem_copy_v = make_tiled_copy_B(typename Traits::SmemCopyAtomTransposed{}, tiled_mma);
+  auto smem_thr_v = smem_copy_v.get_slice(threadIdx.x);
+  Tensor tOsVt = smem_thr_v.partition_S(sVt);
+  Tensor tOrVt_view = smem_thr_v.retile_D(tOrVt);
+
+  // Score-tile coordinates, for masking.
+  Tensor tScS =
+      rowcol_view(thr_mma.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{})));
+  Tensor acc_o_rc = rowcol_view(acc_o);
+  constexpr int kRows = decltype(size<0>(acc_o_rc))::value;
+  OnlineSoftmax<kRows> softmax;
+
+  // Prologue: Q and the last key tile.
+  load_tile<kAsync>(gmem_load, tQgQ, tQsQ, tQcQ, tQcolok, rows_left);
+  cp_async_fence();
+  int n_block = n_end - 1;
+  load_tile<kAsync>(gmem_load, tKgK(_, _, _, n_block), tKsK, tKVcKV, tKVcolok,
+                    seqlen_k - n_block * kBlockN);
+  cp_async_fence();
+  if constexpr (Traits::kQInRegs) {
+    cp_async_wait<1>();
+    __syncthreads();
+    copy(smem_copy_q, tSsQ, tSrQ_view);
+  }
+
+  auto key_tile = [&](int n_block, auto first_tile) {
+    constexpr bool kFirstTile = decltype(first_tile)::value;
+    Tensor acc_s = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});
+    clear(acc_s);
+    // K(n) has landed and every warp is done with V(n+1): stream V(n) in.
+    cp_async_wait<0>();
+    __syncthreads();
+    load_tile<kAsync>(gmem_load, tVgV(_, _, _, n_block), tVsV, tKVcKV, tKVcolok,
+                      seqlen_k - n_block * kBlockN);
+    cp_async_fence();
+
+    gemm_from_smem<Traits::kQInRegs>(tiled_mma, acc_s, tSrQ, tSsQ, tSrQ_view, smem_copy_q, tSrK,
+                                     tSsK, tSrK_view, smem_copy_k);
+
+    if (p.softcap > 0.0f) {
+      CUTE_UNROLL
+      for (int i = 0; i < size(acc_s); ++i) acc_s(i) = p.softcap * tanhf(acc_s(i) * p.softcap_pre);
+    }
+    Tensor scores = rowcol_view(acc_s);
+    const int n0 = n_block * kBlockN;
+    if (mask.tile_needs_mask(m0, kBlockM, n0, kBlockN)) {
+      mask.apply(scores, tScS, m0, n0);
+    }
+    softmax.template update<kFirstTile>(scores, acc_o_rc, p.scale_log2);
+    Tensor probs = convert_fragment<Element>(acc_s);
+    Tensor tOrP =
+        make_tensor(probs.data(), c_to_a_layout<typename Traits::MmaAtom>(probs.layout()));
+
+    // V(n) has landed and every warp is done with K(n): stream K(n-1) in.
+    cp_async_wait<0>();
+    __syncthreads();
+    if (n_block > n_begin) {
+      load_tile<kAsync>(gmem_load, tKgK(_, _, _, n_block - 1), tKsK, tKVcKV, tKVcolok,
+                        seqlen_k - (n_block - 1) * kBlockN);
+    }
+    cp_async_fence();
+
+    gemm_from_smem<true>(tiled_mma, acc_o, tOrP, tOrP, tOrP, smem_copy_q, tOrVt, tOsVt, tOrVt_view,
+                         smem_copy_v);
+  };
+
+  key_tile(n_block, std::true_type{});
+  for (--n_block; n_block >= n_begin; --n_block) key_tile(n_block, std::false_type{});
+
+  // Epilogue: normalize, stage O through shared memory (Q's buffer, which no
+  // warp reads any more: the last tile's barriers follow its last Q read).
+  float row_lse[kRows];
+  softmax.finalize(acc_o_rc, p.scale_log2, row_lse);
+  Tensor out = convert_fragment<Element>(acc_o);
+  Tensor sO = make_tensor(make_smem_ptr(smem_q), typename Traits::SmemLayoutQ{});
+  auto smem_copy_o = make_tiled_copy_C(typename Traits::SmemCopyAtomO{}, tiled_mma);
+  auto smem_thr_o = smem_copy_o.get_slice(threadIdx.x);
+  copy(smem_copy_o, smem_thr_o.retile_S(out), smem_thr_o.partition_D(sO));
+  __syncthreads();
+  store_tile(gmem_store, store_thr.partition_S(sO), tOgO, tOcO, tQcolok, rows_left);
+
+  if (write_lse && threadIdx.x % 4 == 0) {
+    Tensor tOcO_rc = rowcol_view(thr_mma.partition_C(cQ));
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      const int row = get<0>(tOcO_rc(r, 0));
+      if (row < rows_left) lse[(m0 + row) * p.lse_seq] = row_lse[r];
+    }
+  }
+}
+
+}  // namespace samattn::attention

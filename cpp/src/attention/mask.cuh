@@ -1,0 +1,68 @@
+// Which keys a query row may attend, flash-attn 2 rules:
+//   key j < seqlen_k, and with d = i + seqlen_k - seqlen_q (bottom-right
+//   alignment): d - window_left <= j <= d + window_right, a bound of -1
+//   meaning unbounded; causal is window_right = 0.
+// The launch normalizes the window (attention_problem.h fields) first.
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include <cmath>
+
+namespace samattn::attention {
+
+struct AttentionMask {
+  int seqlen_q, seqlen_k;
+  int window_left, window_right;  // -1 = unbounded
+
+  // First key row `row` may attend (may exceed its end: nothing to attend).
+  CUTE_HOST_DEVICE int first_key(int row) const {
+    return window_left >= 0 ? max(0, row + seqlen_k - seqlen_q - window_left) : 0;
+  }
+  // One past the last key row `row` may attend (may be <= 0).
+  CUTE_HOST_DEVICE int key_end(int row) const {
+    return window_right >= 0 ? min(seqlen_k, row + seqlen_k - seqlen_q + window_right + 1)
+                             : seqlen_k;
+  }
+
+  // Key tiles [n_begin, n_end) that some row of the query tile at m0 attends;
+  // empty when no row attends anything.
+  CUTE_HOST_DEVICE void key_tiles(int m0, int block_m, int block_n, int& n_begin,
+                                  int& n_end) const {
+    const int last_row = min(m0 + block_m, seqlen_q) - 1;
+    const int first = first_key(m0);
+    const int end = key_end(last_row);
+    if (end <= first) {
+      n_begin = n_end = 0;
+    } else {
+      n_begin = first / block_n;
+      n_end = (end + block_n - 1) / block_n;
+    }
+  }
+
+  // Whether some element of the (m0, n0) tile is masked: the tile crosses the
+  // sequence end, the upper (causal) diagonal or the lower window diagonal.
+  CUTE_HOST_DEVICE bool tile_needs_mask(int m0, int block_m, int n0, int block_n) const {
+    return n0 + block_n > key_end(m0) || n0 < first_key(m0 + block_m - 1);
+  }
+
+  // Sets masked scores to -inf. scores: (rows, cols) view of the thread's
+  // fragment; coords: its (row, col) coordinates within the tile.
+  template <class Scores, class Coords>
+  __device__ void apply(Scores& scores, Coords const& coords, int m0, int n0) const {
+    using namespace cute;
+    CUTE_UNROLL
+    for (int r = 0; r < size<0>(scores); ++r) {
+      const int row = m0 + get<0>(coords(r, 0));
+      const int lo = first_key(row);
+      const int hi = key_end(row);
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(scores); ++c) {
+        const int col = n0 + get<1>(coords(0, c));
+        if (col < lo || col >= hi) scores(r, c) = -INFINITY;
+      }
+    }
+  }
+};
+
+}  // namespace samattn::attention

@@ -1,0 +1,95 @@
+// Online softmax over key tiles (FlashAttention-2): per query row a running
+// maximum and a running sum of exponentials; the output accumulator is
+// rescaled whenever the maximum grows and divided by the sum once, at the end.
+//
+// Scores arrive unscaled; exp(scale * s) is computed as exp2(s * scale_log2 -
+// max * scale_log2), one FFMA and one MUFU.EX2 per score.
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include <cmath>
+
+namespace samattn::attention {
+
+__device__ inline float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));  // exp2(-inf) = +0
+  return y;
+}
+
+// Reduction over the four lanes of a quad, which share the rows of an
+// mma.sync C fragment.
+template <class Op>
+__device__ inline float quad_allreduce(float value, Op op) {
+  value = op(value, __shfl_xor_sync(0xffffffffu, value, 1));
+  value = op(value, __shfl_xor_sync(0xffffffffu, value, 2));
+  return value;
+}
+
+template <int kRows>
+struct OnlineSoftmax {
+  float row_max[kRows];
+  float row_sum[kRows];  // this lane's partial sum; the quad's is summed at the end
+
+  __device__ OnlineSoftmax() {
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      row_max[r] = -INFINITY;
+      row_sum[r] = 0.0f;
+    }
+  }
+
+  // scores (rows, cols) of one key tile become probabilities relative to the
+  // new running maximum; out (rows, head dim) is rescaled to match.
+  // kFirstTile: out and the sums are still zero, nothing to rescale.
+  template <bool kFirstTile, class Scores, class Out>
+  __device__ void update(Scores& scores, Out& out, float scale_log2) {
+    using namespace cute;
+    static_assert(decltype(size<0>(scores))::value == kRows);
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      float tile_max = row_max[r];
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(scores); ++c) tile_max = fmaxf(tile_max, scores(r, c));
+      tile_max = quad_allreduce(tile_max, [](float a, float b) { return fmaxf(a, b); });
+      // A row masked so far keeps max -inf: subtract 0 so that its
+      // probabilities are exp2(-inf) = 0, not NaN.
+      const float max_scaled = tile_max == -INFINITY ? 0.0f : tile_max * scale_log2;
+      if constexpr (!kFirstTile) {
+        const float correction = fast_exp2(row_max[r] * scale_log2 - max_scaled);
+        row_sum[r] *= correction;
+        CUTE_UNROLL
+        for (int c = 0; c < size<1>(out); ++c) out(r, c) *= correction;
+      }
+      row_max[r] = tile_max;
+      float sum = 0.0f;
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(scores); ++c) {
+        const float p = fast_exp2(scores(r, c) * scale_log2 - max_scaled);
+        scores(r, c) = p;
+        sum += p;
+      }
+      row_sum[r] += sum;
+    }
+  }
+
+  // Divides out by the row sums and returns each row's natural-log LSE in
+  // lse[]. Rows that attended nothing (sum 0) get output 0 and LSE +inf.
+  template <class Out>
+  __device__ void finalize(Out& out, float scale_log2, float (&lse)[kRows]) {
+    using namespace cute;
+    constexpr float kLn2 = 0.69314718055994530942f;
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      const float sum = quad_allreduce(row_sum[r], [](float a, float b) { return a + b; });
+      const bool empty = sum == 0.0f || sum != sum;
+      const float inv_sum = empty ? 1.0f : 1.0f / sum;
+      lse[r] = empty ? INFINITY : (row_max[r] * scale_log2 + __log2f(sum)) * kLn2;
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(out); ++c) out(r, c) *= inv_sum;
+    }
+  }
+};
+
+}  // namespace samattn::attention

@@ -1,0 +1,551 @@
+"""FlashAttention: flash-attn 2's functions and torch's scaled_dot_product_attention.
+
+Code written for flash-attn runs by changing the import::
+
+    from samattn import flash_attn_func, flash_attn_varlen_func
+
+Ops (namespace ``samattn``)::
+
+    flash_attn_forward(Tensor q, Tensor k, Tensor v, Tensor? cu_seqlens_q,
+        Tensor? cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, float softmax_scale,
+        bool causal, int window_left, int window_right, float softcap, bool deterministic)
+        -> (Tensor out, Tensor softmax_lse)
+    flash_attn_backward(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out,
+        Tensor softmax_lse, <the forward's other arguments>) -> (Tensor dq, Tensor dk, Tensor dv)
+
+Fixed length when cu_seqlens_q/k are None: q (batch, seqlen_q, nheads, headdim), k and v
+(batch, seqlen_k, nheads_k, headdim), softmax_lse (batch, nheads, seqlen_q). Varlen: packed
+(total, heads, headdim) tensors, softmax_lse (nheads, total_q). Inputs may be any view whose
+head dim is contiguous (other strides multiples of 8 elements): they are read in place.
+
+The backward kernel is not there yet: the backward op's fake implementation gives shapes
+(so torch.compile traces training graphs) and its CUDA implementation raises
+NotImplementedError.
+"""
+
+# No `from __future__ import annotations`: torch.library reads these annotations at
+# import time, and `Tensor | None` does not evaluate on Python 3.9.
+import math
+import threading
+import warnings
+from typing import Optional, Union
+
+import torch
+
+from . import _checks, _cuda, _family
+
+__all__ = [
+    "flash_attn_func",
+    "flash_attn_kvpacked_func",
+    "flash_attn_qkvpacked_func",
+    "flash_attn_varlen_func",
+    "flash_attn_varlen_kvpacked_func",
+    "flash_attn_varlen_qkvpacked_func",
+    "scaled_dot_product_attention",
+]
+
+Tensor = torch.Tensor
+# flash-attn's return value: out, or (out, softmax_lse, S_dmask) with return_attn_probs.
+AttentionResult = Union[Tensor, tuple[Tensor, Tensor, None]]
+
+
+def _check_forward(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    cu_seqlens_q: Optional[Tensor],
+    cu_seqlens_k: Optional[Tensor],
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+) -> _checks.AttentionShape:
+    if cu_seqlens_q is None and cu_seqlens_k is None:
+        return _checks.flash_attn(q, k, v)
+    if cu_seqlens_q is None or cu_seqlens_k is None:
+        raise ValueError(
+            "samattn.flash_attn_forward: cu_seqlens_q and cu_seqlens_k must both be given "
+            "(varlen) or both be None (fixed length)"
+        )
+    return _checks.flash_attn_varlen(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k
+    )
+
+
+# ------------------------------------------------------------------- ops ----
+@torch.library.custom_op("samattn::flash_attn_forward", mutates_args=())
+def _flash_attn_forward(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    cu_seqlens_q: Optional[Tensor],
+    cu_seqlens_k: Optional[Tensor],
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    softmax_scale: float,
+    causal: bool,
+    window_left: int,
+    window_right: int,
+    softcap: float,
+    deterministic: bool,
+) -> tuple[Tensor, Tensor]:
+    # `deterministic` is the backward's; it is an argument here so that autograd sees it.
+    return _cuda.flash_attn_forward(
+        q,
+        k,
+        v,
+        cu_seqlens_q,
+        cu_seqlens_k,
+        max_seqlen_q,
+        max_seqlen_k,
+        softmax_scale,
+        causal,
+        window_left,
+        window_right,
+        softcap,
+    )
+
+
+@_flash_attn_forward.register_fake
+def _flash_attn_forward_fake(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    cu_seqlens_q: Optional[Tensor],
+    cu_seqlens_k: Optional[Tensor],
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    softmax_scale: float,
+    causal: bool,
+    window_left: int,
+    window_right: int,
+    softcap: float,
+    deterministic: bool,
+) -> tuple[Tensor, Tensor]:
+    sizes = _check_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    out = q.new_empty(sizes.out_shape)
+    lse = q.new_empty(sizes.lse_shape, dtype=torch.float32)
+    return out, lse
+
+
+@torch.library.custom_op("samattn::flash_attn_backward", mutates_args=())
+def _flash_attn_backward(
+    dout: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    out: Tensor,
+    softmax_lse: Tensor,
+    cu_seqlens_q: Optional[Tensor],
+    cu_seqlens_k: Optional[Tensor],
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    softmax_scale: float,
+    causal: bool,
+    window_left: int,
+    window_right: int,
+    softcap: float,
+    deterministic: bool,
+) -> tuple[Tensor, Tensor, Tensor]:
+    raise NotImplementedError(
+        "samattn: the FlashAttention backward is not implemented yet (gradients of q, k and v "
+        "come in a later samattn release); run the forward under torch.no_grad() or with "
+        "inputs that do not require grad"
+    )
+
+
+@_flash_attn_backward.register_fake
+def _flash_attn_backward_fake(
+    dout: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    out: Tensor,
+    softmax_lse: Tensor,
+    cu_seqlens_q: Optional[Tensor],
+    cu_seqlens_k: Optional[Tensor],
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    softmax_scale: float,
+    causal: bool,
+    window_left: int,
+    window_right: int,
+    softcap: float,
+    deterministic: bool,
+) -> tuple[Tensor, Tensor, Tensor]:
+    _check_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _forward_setup_context(ctx, inputs, output) -> None:
+    q, k, v, cu_seqlens_q, cu_seqlens_k = inputs[:5]
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k)
+    ctx.scalars = inputs[5:]
+    ctx.family = _family.requested_family()
+
+
+def _forward_grad(ctx, grad_out: Tensor, grad_lse: Optional[Tensor]):
+    # softmax_lse is an output for the backward's use; its gradient is not propagated
+    # (flash-attn's convention).
+    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
+    with _family._forced_code(ctx.family):
+        dq, dk, dv = torch.ops.samattn.flash_attn_backward(
+            grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, *ctx.scalars
+        )
+    return (dq, dk, dv) + (None,) * 10
+
+
+_flash_attn_forward.register_autograd(_forward_grad, setup_context=_forward_setup_context)
+
+
+# ------------------------------------------------------ flash-attn API ----
+def _attention(
+    op: str,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    cu_seqlens_q: Optional[Tensor],
+    cu_seqlens_k: Optional[Tensor],
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    dropout_p: float,
+    softmax_scale: Optional[float],
+    causal: bool,
+    window_size: tuple[int, int],
+    softcap: float,
+    alibi_slopes: Optional[Tensor],
+    deterministic: bool,
+    return_attn_probs: bool,
+) -> AttentionResult:
+    _checks.not_implemented_attention_features(op, dropout_p, alibi_slopes)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _checks.require_tensor(t, f"{op}: {name}")
+    if cu_seqlens_q is None:
+        _checks.flash_attn(q, k, v, op)
+    else:
+        _checks.flash_attn_varlen(
+            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, op
+        )
+    scale, left, right = _checks.attention_scalars(
+        op, softmax_scale, window_size, softcap, q.shape[-1]
+    )
+    out, lse = torch.ops.samattn.flash_attn_forward(
+        q,
+        k,
+        v,
+        cu_seqlens_q,
+        cu_seqlens_k,
+        max_seqlen_q,
+        max_seqlen_k,
+        scale,
+        bool(causal),
+        left,
+        right,
+        float(softcap),
+        bool(deterministic),
+    )
+    return (out, lse, None) if return_attn_probs else out
+
+
+def flash_attn_func(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    dropout_p: float = 0.0,
+    softmax_scale: Optional[float] = None,
+    causal: bool = False,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: Optional[Tensor] = None,
+    deterministic: bool = False,
+    return_attn_probs: bool = False,
+) -> AttentionResult:
+    """Attention of flash-attn 2: ``softmax(softmax_scale * q @ k^T + mask) @ v`` per head.
+
+    Args:
+        q: (batch, seqlen_q, nheads, headdim).
+        k, v: (batch, seqlen_k, nheads_k, headdim); nheads must be a multiple of nheads_k
+            (GQA / MQA: query head h reads key/value head h // (nheads // nheads_k)).
+            All three: torch.float16 or torch.bfloat16, one CUDA device, headdim a
+            multiple of 8 up to 256. Any view with a contiguous head dim is read in place.
+        dropout_p: must be 0.0 (dropout is not implemented yet: NotImplementedError).
+        softmax_scale: defaults to headdim ** -0.5.
+        causal: query i sees key j iff j <= i + seqlen_k - seqlen_q (aligned to the
+            bottom-right corner of the score matrix, as flash-attn >= 2.1).
+        window_size: (left, right) sliding window, -1 = unbounded: key j is visible iff
+            i + seqlen_k - seqlen_q - left <= j <= i + seqlen_k - seqlen_q + right.
+        softcap: > 0 replaces each scaled score s by softcap * tanh(s / softcap).
+        alibi_slopes: must be None (not implemented yet: NotImplementedError).
+        deterministic: for the backward (bit-identical gradients run to run).
+        return_attn_probs: also return softmax_lse (and None where flash-attn returns the
+            dropout pattern S_dmask, which it only fills when dropout_p > 0).
+
+    Returns:
+        out (batch, seqlen_q, nheads, headdim), in q's dtype; with return_attn_probs
+        ``(out, softmax_lse, None)``, softmax_lse (batch, nheads, seqlen_q) float32: the
+        natural log of the sum of exp of each query's scaled scores. A query that sees no
+        key gets out = 0 and softmax_lse = +inf.
+
+    Raises:
+        ValueError / TypeError for bad arguments, NotImplementedError for dropout and ALiBi,
+        samattn.UnsupportedError when this GPU, kernel family or build cannot run it.
+    """
+    return _attention(
+        "samattn.flash_attn_func",
+        q,
+        k,
+        v,
+        None,
+        None,
+        0,
+        0,
+        dropout_p,
+        softmax_scale,
+        causal,
+        window_size,
+        softcap,
+        alibi_slopes,
+        deterministic,
+        return_attn_probs,
+    )
+
+
+def flash_attn_varlen_func(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    cu_seqlens_q: Tensor,
+    cu_seqlens_k: Tensor,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    dropout_p: float = 0.0,
+    softmax_scale: Optional[float] = None,
+    causal: bool = False,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: Optional[Tensor] = None,
+    deterministic: bool = False,
+    return_attn_probs: bool = False,
+    block_table: Optional[Tensor] = None,
+) -> AttentionResult:
+    """flash_attn_func on a batch of sequences of different lengths, packed.
+
+    Args:
+        q: (total_q, nheads, headdim); sequence b is rows cu_seqlens_q[b]:cu_seqlens_q[b+1].
+        k, v: (total_k, nheads_k, headdim), likewise with cu_seqlens_k.
+        cu_seqlens_q, cu_seqlens_k: torch.int32, (batch + 1,), non-decreasing offsets on the
+            tensors' device. They are checked against the tensors (one small device-to-host
+            copy per call, skipped while a CUDA graph is captured).
+        max_seqlen_q, max_seqlen_k: ints bounding every sequence's length.
+        block_table: must be None (paged KV cache is not implemented).
+        The other arguments are flash_attn_func's; causal and the window align each
+        sequence's own bottom-right corner.
+
+    Returns:
+        out (total_q, nheads, headdim); with return_attn_probs ``(out, softmax_lse, None)``,
+        softmax_lse (nheads, total_q) float32. Rows outside every sequence are not written.
+    """
+    if block_table is not None:
+        raise NotImplementedError(
+            "samattn.flash_attn_varlen_func: block_table (paged KV cache) is not implemented; "
+            "pass block_table=None"
+        )
+    return _attention(
+        "samattn.flash_attn_varlen_func",
+        q,
+        k,
+        v,
+        cu_seqlens_q,
+        cu_seqlens_k,
+        max_seqlen_q,
+        max_seqlen_k,
+        dropout_p,
+        softmax_scale,
+        causal,
+        window_size,
+        softcap,
+        alibi_slopes,
+        deterministic,
+        return_attn_probs,
+    )
+
+
+def _unpack(packed: Tensor, dim: int, count: int, what: str, layout: str) -> tuple[Tensor, ...]:
+    """Views of the `count` tensors stacked at `dim` of a packed qkv / kv tensor."""
+    _checks.require_tensor(packed, what)
+    rank = len(layout.split(","))
+    if packed.dim() != rank or packed.shape[dim] != count:
+        raise ValueError(f"{what} must be {rank}-D {layout}, got shape {tuple(packed.shape)}")
+    return packed.unbind(dim)
+
+
+def flash_attn_qkvpacked_func(
+    qkv: Tensor,
+    dropout_p: float = 0.0,
+    softmax_scale: Optional[float] = None,
+    causal: bool = False,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: Optional[Tensor] = None,
+    deterministic: bool = False,
+    return_attn_probs: bool = False,
+) -> AttentionResult:
+    """flash_attn_func with q, k, v stacked: qkv (batch, seqlen, 3, nheads, headdim).
+
+    Returns out (batch, seqlen, nheads, headdim) (see flash_attn_func)."""
+    op = "samattn.flash_attn_qkvpacked_func"
+    q, k, v = _unpack(qkv, 2, 3, f"{op}: qkv", "(batch, seqlen, 3, nheads, headdim)")
+    return flash_attn_func(
+        q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+        deterministic, return_attn_probs,
+    )  # fmt: skip
+
+
+def flash_attn_kvpacked_func(
+    q: Tensor,
+    kv: Tensor,
+    dropout_p: float = 0.0,
+    softmax_scale: Optional[float] = None,
+    causal: bool = False,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: Optional[Tensor] = None,
+    deterministic: bool = False,
+    return_attn_probs: bool = False,
+) -> AttentionResult:
+    """flash_attn_func with k, v stacked: q (batch, seqlen_q, nheads, headdim),
+    kv (batch, seqlen_k, 2, nheads_k, headdim). Returns out like flash_attn_func."""
+    op = "samattn.flash_attn_kvpacked_func"
+    k, v = _unpack(kv, 2, 2, f"{op}: kv", "(batch, seqlen_k, 2, nheads_k, headdim)")
+    return flash_attn_func(
+        q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+        deterministic, return_attn_probs,
+    )  # fmt: skip
+
+
+def flash_attn_varlen_qkvpacked_func(
+    qkv: Tensor,
+    cu_seqlens: Tensor,
+    max_seqlen: int,
+    dropout_p: float = 0.0,
+    softmax_scale: Optional[float] = None,
+    causal: bool = False,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: Optional[Tensor] = None,
+    deterministic: bool = False,
+    return_attn_probs: bool = False,
+) -> AttentionResult:
+    """flash_attn_varlen_func with q, k, v stacked: qkv (total, 3, nheads, headdim), one
+    cu_seqlens (batch + 1,) int32 and max_seqlen for queries and keys alike.
+    Returns out (total, nheads, headdim) (see flash_attn_varlen_func)."""
+    op = "samattn.flash_attn_varlen_qkvpacked_func"
+    q, k, v = _unpack(qkv, 1, 3, f"{op}: qkv", "(total, 3, nheads, headdim)")
+    return flash_attn_varlen_func(
+        q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, dropout_p, softmax_scale,
+        causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs,
+    )  # fmt: skip
+
+
+def flash_attn_varlen_kvpacked_func(
+    q: Tensor,
+    kv: Tensor,
+    cu_seqlens_q: Tensor,
+    cu_seqlens_k: Tensor,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    dropout_p: float = 0.0,
+    softmax_scale: Optional[float] = None,
+    causal: bool = False,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: Optional[Tensor] = None,
+    deterministic: bool = False,
+    return_attn_probs: bool = False,
+) -> AttentionResult:
+    """flash_attn_varlen_func with k, v stacked: q (total_q, nheads, headdim),
+    kv (total_k, 2, nheads_k, headdim). Returns out like flash_attn_varlen_func."""
+    op = "samattn.flash_attn_varlen_kvpacked_func"
+    k, v = _unpack(kv, 1, 2, f"{op}: kv", "(total_k, 2, nheads_k, headdim)")
+    return flash_attn_varlen_func(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+        softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+        return_attn_probs,
+    )  # fmt: skip
+
+
+# ------------------------------------------------------------------ SDPA ----
+_warned_fallbacks: set = set()
+_warned_lock = threading.Lock()
+
+
+def _warn_fallback_once(reason: str) -> None:
+    with _warned_lock:
+        if reason in _warned_fallbacks:
+            return
+        _warned_fallbacks.add(reason)
+    warnings.warn(
+        f"samattn.scaled_dot_product_attention: {reason} is not served by samattn's "
+        "kernels; running torch.nn.functional.scaled_dot_product_attention instead "
+        "(this warning is shown once per process)",
+        stacklevel=3,
+    )
+
+
+def scaled_dot_product_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Optional[Tensor] = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: Optional[float] = None,
+    enable_gqa: bool = False,
+) -> Tensor:
+    """torch.nn.functional.scaled_dot_product_attention on samattn's kernels.
+
+    Args:
+        query: (batch, heads, seqlen_q, headdim); key, value: (batch, heads_k, seqlen_k,
+            headdim), torch.float16 or torch.bfloat16 on one CUDA device, headdim a
+            multiple of 8 up to 256. Read in place through their strides (no copies) when
+            the head dim is contiguous.
+        attn_mask: None. A mask (boolean or additive) runs torch's own implementation,
+            with a warning the first time.
+        dropout_p: must be 0.0 (NotImplementedError otherwise).
+        is_causal: torch's causal mask, aligned to the top-left corner when
+            seqlen_q != seqlen_k.
+        scale: defaults to headdim ** -0.5.
+        enable_gqa: as torch's: heads_k may divide heads (grouped-query attention).
+
+    Other inputs samattn cannot serve (other ranks or dtypes, CPU tensors, a different
+    value head dim) also run torch's implementation, with a one-time warning per reason.
+
+    Returns:
+        (batch, heads, seqlen_q, headdim) in query's dtype: a (batch, heads)-transposed view
+        of a contiguous (batch, seqlen_q, heads, headdim) tensor, as torch's flash backend.
+    """
+    op = "samattn.scaled_dot_product_attention"
+    _checks.not_implemented_attention_features(op, dropout_p, None)
+    reason = _checks.sdpa_fallback_reason(query, key, value, attn_mask, is_causal, enable_gqa)
+    if reason is not None:
+        _warn_fallback_once(reason)
+        extra = {"enable_gqa": True} if enable_gqa else {}
+        return torch.nn.functional.scaled_dot_product_attention(
+            query, key, value, attn_mask, dropout_p, is_causal, scale=scale, **extra
+        )
+    seqlen_q, seqlen_k = query.shape[2], key.shape[2]
+    causal, window = bool(is_causal), (-1, -1)
+    if is_causal and seqlen_q != seqlen_k:
+        # Top-left causal (j <= i) is bottom-right causal shifted by seqlen_q - seqlen_k:
+        # a window reaching that far right of the bottom-right diagonal.
+        causal, window = False, (-1, seqlen_q - seqlen_k)
+    if scale is None:
+        scale = 1.0 / math.sqrt(query.shape[-1])
+    out = flash_attn_func(
+        query.transpose(1, 2),
+        key.transpose(1, 2),
+        value.transpose(1, 2),
+        softmax_scale=scale,
+        causal=causal,
+        window_size=window,
+    )
+    return out.transpose(1, 2)

@@ -1,0 +1,670 @@
+"""FlashAttention without a GPU: argument validation (Python and C ABI), fake
+implementations under torch.compile, the unimplemented backward, and the SDPA wrapper's
+fallback decision.
+
+Python checks look at shapes and dtypes before devices, so "meta" tensors reach the fake
+implementation (valid calls return meta outputs) and every message can be tested here.
+C ABI cases use fake addresses: each fails validation before anything touches them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import warnings
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+import samattn
+from samattn import _checks, _lib
+from samattn import attention as attention_module
+
+F16, BF16 = torch.float16, torch.bfloat16
+
+
+def meta(*shape: int, dtype: torch.dtype = F16, grad: bool = False) -> torch.Tensor:
+    return torch.empty(shape, dtype=dtype, device="meta", requires_grad=grad)
+
+
+def qkv(b=2, sq=17, sk=33, h=4, hk=2, d=64, dtype=F16, grad=False):
+    return (
+        meta(b, sq, h, d, dtype=dtype, grad=grad),
+        meta(b, sk, hk, d, dtype=dtype, grad=grad),
+        meta(b, sk, hk, d, dtype=dtype, grad=grad),
+    )
+
+
+def packed(total_q=40, total_k=50, h=4, hk=2, d=64, dtype=F16, grad=False):
+    return (
+        meta(total_q, h, d, dtype=dtype, grad=grad),
+        meta(total_k, hk, d, dtype=dtype, grad=grad),
+        meta(total_k, hk, d, dtype=dtype, grad=grad),
+    )
+
+
+def offsets(*values: int, device: str = "meta", dtype=torch.int32) -> torch.Tensor:
+    if device == "meta":
+        return torch.empty(len(values), dtype=dtype, device="meta")
+    return torch.tensor(values, dtype=dtype, device=device)
+
+
+# --------------------------------------------------------- valid shapes ----
+@pytest.mark.parametrize("dtype", [F16, BF16])
+@pytest.mark.parametrize("sq, sk", [(1, 1), (17, 33), (113, 17), (0, 5), (5, 0)])
+def test_fixed_length_shapes(dtype, sq, sk):
+    q, k, v = qkv(sq=sq, sk=sk, dtype=dtype)
+    out = samattn.flash_attn_func(q, k, v, causal=True)
+    assert out.shape == q.shape and out.dtype == dtype and out.device.type == "meta"
+    out, lse, probs = samattn.flash_attn_func(q, k, v, return_attn_probs=True)
+    assert lse.shape == (2, 4, sq) and lse.dtype == torch.float32 and probs is None
+
+
+def test_varlen_shapes():
+    q, k, v = packed()
+    cu_q, cu_k = offsets(0, 10, 40), offsets(0, 0, 50)
+    out, lse, probs = samattn.flash_attn_varlen_func(
+        q, k, v, cu_q, cu_k, 30, 50, window_size=(8, 0), return_attn_probs=True
+    )
+    assert out.shape == q.shape and lse.shape == (4, 40) and probs is None
+
+
+def test_packed_variants_shapes():
+    qkv_fixed = meta(2, 9, 3, 4, 32)
+    assert samattn.flash_attn_qkvpacked_func(qkv_fixed).shape == (2, 9, 4, 32)
+    q, kv = meta(2, 9, 4, 32), meta(2, 5, 2, 1, 32)
+    assert samattn.flash_attn_kvpacked_func(q, kv).shape == (2, 9, 4, 32)
+    cu = offsets(0, 4, 9)
+    assert samattn.flash_attn_varlen_qkvpacked_func(meta(9, 3, 4, 32), cu, 5).shape == (9, 4, 32)
+    out = samattn.flash_attn_varlen_kvpacked_func(
+        meta(9, 4, 32), meta(7, 2, 2, 32), cu, offsets(0, 3, 7), 5, 4
+    )
+    assert out.shape == (9, 4, 32)
+
+
+# --------------------------------------------------- bad Python inputs ----
+def _fixed(**changes):
+    """flash_attn_func on valid meta inputs, with `changes` to tensors or keywords."""
+    q, k, v = qkv()
+    tensors = {"q": q, "k": k, "v": v}
+    for name in ("q", "k", "v"):
+        if name in changes:
+            tensors[name] = changes.pop(name)
+    return samattn.flash_attn_func(tensors["q"], tensors["k"], tensors["v"], **changes)
+
+
+BAD_FIXED = {
+    "q not a tensor": (dict(q=[1.0]), TypeError, "q must be a torch.Tensor"),
+    "q 3-D": (dict(q=meta(17, 4, 64)), ValueError, "q must be 4-D (batch, seqlen, nheads"),
+    "k 5-D": (dict(k=meta(2, 33, 2, 64, 1)), ValueError, "k must be 4-D"),
+    "batch differs": (dict(k=meta(3, 33, 2, 64), v=meta(3, 33, 2, 64)), ValueError, "q has batch"),
+    "v seqlen differs": (dict(v=meta(2, 32, 2, 64)), ValueError, "k and v must agree"),
+    "v heads differ": (dict(v=meta(2, 33, 4, 64)), ValueError, "k and v must agree"),
+    "k head dim differs": (
+        dict(k=meta(2, 33, 2, 32), v=meta(2, 33, 2, 32)),
+        ValueError,
+        "k has head dim 32 but q has 64",
+    ),
+    "v head dim differs": (dict(v=meta(2, 33, 2, 32)), ValueError, "v has head dim 32"),
+    "head dim > 256": (
+        dict(q=meta(2, 17, 4, 264), k=meta(2, 33, 2, 264), v=meta(2, 33, 2, 264)),
+        ValueError,
+        "head dim must be in 1..256, got 264",
+    ),
+    "head dim not a multiple of 8": (
+        dict(q=meta(2, 17, 4, 36), k=meta(2, 33, 2, 36), v=meta(2, 33, 2, 36)),
+        ValueError,
+        "head dim 36 (q.shape[-1]) is not a multiple of 8",
+    ),
+    "GQA not divisible": (
+        dict(k=meta(2, 33, 3, 64), v=meta(2, 33, 3, 64)),
+        ValueError,
+        "q has 4 heads and k, v have 3",
+    ),
+    "more kv heads than q heads": (
+        dict(k=meta(2, 33, 8, 64), v=meta(2, 33, 8, 64)),
+        ValueError,
+        "q has 4 heads and k, v have 8",
+    ),
+    "float32": (
+        dict(q=meta(2, 17, 4, 64, dtype=torch.float32)),
+        TypeError,
+        "q has dtype torch.float32; samattn attention supports",
+    ),
+    "k dtype differs": (
+        dict(k=meta(2, 33, 2, 64, dtype=BF16)),
+        TypeError,
+        "k has dtype torch.bfloat16 but q has torch.float16",
+    ),
+    "cpu tensors": (
+        dict(
+            q=torch.empty(2, 17, 4, 64, dtype=F16),
+            k=torch.empty(2, 33, 2, 64, dtype=F16),
+            v=torch.empty(2, 33, 2, 64, dtype=F16),
+        ),
+        ValueError,
+        "need CUDA tensors, but q is on cpu",
+    ),
+    "mixed devices": (dict(v=torch.empty(2, 33, 2, 64, dtype=F16)), ValueError, "v is on cpu"),
+    "softmax_scale nan": (dict(softmax_scale=math.nan), ValueError, "softmax_scale must be finite"),
+    "softmax_scale str": (dict(softmax_scale="0.1"), TypeError, "softmax_scale must be a float"),
+    "window_size one int": (dict(window_size=4), ValueError, "window_size must be a pair"),
+    "window_size triple": (dict(window_size=(1, 2, 3)), ValueError, "window_size must be a pair"),
+    "window_size floats": (dict(window_size=(1.5, 2)), ValueError, "window_size must be a pair"),
+    "softcap negative": (dict(softcap=-1.0), ValueError, "softcap must be finite and >= 0"),
+    "softcap inf": (dict(softcap=math.inf), ValueError, "softcap must be finite"),
+    "dropout": (dict(dropout_p=0.1), NotImplementedError, "dropout_p=0.1 is not implemented"),
+    "dropout out of range": (dict(dropout_p=1.5), ValueError, "dropout_p must be in [0, 1]"),
+    "alibi": (dict(alibi_slopes=meta(4)), NotImplementedError, "alibi_slopes is not implemented"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_FIXED)
+def test_flash_attn_func_rejects(case):
+    changes, error, fragment = BAD_FIXED[case]
+    with pytest.raises(error) as info:
+        _fixed(**changes)
+    assert fragment in str(info.value) and "samattn.flash_attn_func" in str(info.value)
+
+
+def _varlen(total_q=40, total_k=50, **changes):
+    q, k, v = packed(total_q, total_k)
+    args = dict(
+        q=q,
+        k=k,
+        v=v,
+        cu_seqlens_q=offsets(0, 10, total_q),
+        cu_seqlens_k=offsets(0, 20, total_k),
+        max_seqlen_q=30,
+        max_seqlen_k=30,
+    )
+    args.update(changes)
+    return samattn.flash_attn_varlen_func(**args)
+
+
+def _cpu_varlen(cu_q, cu_k, max_q=30, max_k=30):
+    """A varlen call whose offsets are readable CPU tensors (the tensors are CPU too)."""
+    q = torch.empty(40, 4, 64, dtype=F16)
+    k = v = torch.empty(50, 2, 64, dtype=F16)
+    return samattn.flash_attn_varlen_func(
+        q, k, v, offsets(*cu_q, device="cpu"), offsets(*cu_k, device="cpu"), max_q, max_k
+    )
+
+
+BAD_VARLEN = {
+    "q 4-D": (dict(q=meta(1, 40, 4, 64)), ValueError, "q must be 3-D (total_tokens, nheads"),
+    "cu_seqlens int64": (
+        dict(cu_seqlens_q=offsets(0, 10, 40, dtype=torch.int64)),
+        TypeError,
+        "cu_seqlens_q must have dtype torch.int32, got torch.int64",
+    ),
+    "cu_seqlens float": (
+        dict(cu_seqlens_k=offsets(0, 20, 50, dtype=torch.float32)),
+        TypeError,
+        "cu_seqlens_k must have dtype torch.int32",
+    ),
+    "cu_seqlens 2-D": (
+        dict(cu_seqlens_q=torch.empty(3, 1, dtype=torch.int32, device="meta")),
+        ValueError,
+        "cu_seqlens_q must be 1-D with batch + 1 offsets",
+    ),
+    "cu_seqlens empty": (
+        dict(cu_seqlens_k=torch.empty(0, dtype=torch.int32, device="meta")),
+        ValueError,
+        "cu_seqlens_k must be 1-D with batch + 1 offsets",
+    ),
+    "cu_seqlens lengths differ": (
+        dict(cu_seqlens_k=offsets(0, 20, 30, 50)),
+        ValueError,
+        "cu_seqlens_q has 3 offsets but cu_seqlens_k has 4",
+    ),
+    "cu_seqlens not a tensor": (
+        dict(cu_seqlens_q=[0, 10, 40]),
+        TypeError,
+        "cu_seqlens_q must be a torch.Tensor",
+    ),
+    "max_seqlen negative": (dict(max_seqlen_q=-1), ValueError, "max_seqlen_q must be >= 0"),
+    "max_seqlen too large": (
+        dict(max_seqlen_k=51),
+        ValueError,
+        "max_seqlen_k = 51 exceeds the 50 tokens",
+    ),
+    "max_seqlen float": (dict(max_seqlen_q=3.0), TypeError, "max_seqlen_q must be an int"),
+    "cu_seqlens on cpu, tensors on meta": (
+        dict(cu_seqlens_q=offsets(0, 10, 40, device="cpu")),
+        ValueError,
+        "cu_seqlens_q is on cpu",
+    ),
+    "k heads not dividing": (
+        dict(k=meta(50, 3, 64), v=meta(50, 3, 64)),
+        ValueError,
+        "q has 4 heads and k, v have 3",
+    ),
+    "block_table": (dict(block_table=meta(2, 4)), NotImplementedError, "block_table"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_VARLEN)
+def test_flash_attn_varlen_func_rejects(case):
+    changes, error, fragment = BAD_VARLEN[case]
+    with pytest.raises(error) as info:
+        _varlen(**changes)
+    assert fragment in str(info.value)
+
+
+BAD_OFFSETS = {
+    "non-monotonic": (((0, 30, 20, 40), (0, 10, 20, 50)), "cu_seqlens_q must be non-decreasing"),
+    "exceeding the tensor": (((0, 10, 41), (0, 20, 50)), "cu_seqlens_q[-1] = 41 exceeds the 40"),
+    "exceeding k": (((0, 10, 40), (0, 20, 51)), "cu_seqlens_k[-1] = 51 exceeds the 50"),
+    "negative start": (((-1, 10, 40), (0, 20, 50)), "cu_seqlens_q[0] must be >= 0"),
+    "longer than max_seqlen": (
+        ((0, 5, 40), (0, 20, 50)),
+        "sequence 1 has 35 tokens (cu_seqlens_q[2] - cu_seqlens_q[1]) but max_seqlen_q is 30",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", BAD_OFFSETS)
+def test_bad_offset_values(case):
+    (cu_q, cu_k), fragment = BAD_OFFSETS[case]
+    with pytest.raises(ValueError) as info:
+        _cpu_varlen(cu_q, cu_k)
+    assert fragment in str(info.value)
+
+
+def test_good_offset_values_reach_the_device_check():
+    # Offsets with empty and one-token sequences are fine; then the CPU tensors are refused.
+    with pytest.raises(ValueError, match="need CUDA tensors"):
+        _cpu_varlen((0, 0, 1, 30, 40), (0, 20, 20, 21, 50))
+
+
+def test_cu_seqlens_values_is_pure():
+    check = _checks.cu_seqlens_values
+    check("op", "cu", [0], 0, 0, "max")  # empty batch
+    check("op", "cu", [0, 0, 1, 1], 1, 1, "max")
+    check("op", "cu", [2, 5], 10, 3, "max")  # offsets need not start at 0
+    with pytest.raises(ValueError, match="non-decreasing"):
+        check("op", "cu", [0, 2, 1], 5, 5, "max")
+
+
+@pytest.mark.parametrize(
+    "fn, packed_arg, fragment",
+    [
+        (samattn.flash_attn_qkvpacked_func, (meta(2, 9, 4, 32),), "qkv must be 5-D"),
+        (samattn.flash_attn_qkvpacked_func, (meta(2, 9, 2, 4, 32),), "qkv must be 5-D"),
+        (samattn.flash_attn_kvpacked_func, (meta(2, 9, 4, 32), meta(2, 5, 3, 2, 32)), "kv must"),
+        (samattn.flash_attn_varlen_qkvpacked_func, (meta(9, 4, 32), offsets(0, 9), 9), "qkv"),
+        (
+            samattn.flash_attn_varlen_kvpacked_func,
+            (meta(9, 4, 32), meta(9, 2, 32), offsets(0, 9), offsets(0, 9), 9, 9),
+            "kv must be 4-D (total_k, 2, nheads_k, headdim)",
+        ),
+    ],
+)
+def test_packed_layouts_rejected(fn, packed_arg, fragment):
+    with pytest.raises(ValueError, match=None) as info:
+        fn(*packed_arg)
+    assert fragment in str(info.value)
+
+
+# ----------------------------------------------------------- the C ABI ----
+FAKE = 0x10000  # never dereferenced; 16-byte aligned
+
+
+def attention_args(**changes) -> _lib.AttentionArgs:
+    """A valid fp16 problem: batch 2, 4 query heads, 2 kv heads, sq 16, sk 32, d 64,
+    contiguous (batch, seq, head, dim) tensors and a (batch, head, seq) lse."""
+    b, h, hk, sq, sk, d = 2, 4, 2, 16, 32, 64
+    args = _lib.AttentionArgs(
+        dtype=_lib.F16,
+        family=_lib.FAMILY_AUTO,
+        device=0,
+        batch=b,
+        nheads=h,
+        nheads_k=hk,
+        seqlen_q=sq,
+        seqlen_k=sk,
+        headdim=d,
+        q=FAKE,
+        q_batch_stride=sq * h * d,
+        q_seq_stride=h * d,
+        q_head_stride=d,
+        k=FAKE,
+        k_batch_stride=sk * hk * d,
+        k_seq_stride=hk * d,
+        k_head_stride=d,
+        v=FAKE,
+        v_batch_stride=sk * hk * d,
+        v_seq_stride=hk * d,
+        v_head_stride=d,
+        o=FAKE,
+        o_batch_stride=sq * h * d,
+        o_seq_stride=h * d,
+        o_head_stride=d,
+        lse=FAKE,
+        lse_batch_stride=h * sq,
+        lse_head_stride=sq,
+        lse_seq_stride=1,
+        softmax_scale=0.125,
+        window_left=-1,
+        window_right=-1,
+    )
+    for field, value in changes.items():
+        setattr(args, field, value)
+    return args
+
+
+VARLEN = dict(cu_seqlens_q=FAKE, cu_seqlens_k=FAKE, max_seqlen_q=8, max_seqlen_k=16, batch=3)
+
+
+def call_forward(args) -> tuple[int, int, str]:
+    used = ctypes.c_int32(-1)
+    pointer = ctypes.byref(args) if args is not None else None
+    status = _lib.lib().samattn_attention_forward(pointer, ctypes.byref(used))
+    return status, used.value, _lib.last_error() if status != _lib.OK else ""
+
+
+BAD_C = {
+    "float32": (dict(dtype=_lib.F32), "dtype must be SAMATTN_F16 or SAMATTN_BF16, got float32"),
+    "unknown dtype": (dict(dtype=9), "unknown dtype code 9"),
+    "unknown family": (dict(family=42), "unknown family code 42"),
+    "negative device": (dict(device=-1), "device must be"),
+    "negative batch": (dict(batch=-1), "sizes must be >= 0, got batch=-1"),
+    "negative seqlen_k": (dict(seqlen_k=-3), "seqlen_k=-3"),
+    "head dim 0": (dict(headdim=0), "headdim must be a multiple of 8 in 8..256"),
+    "head dim 264": (dict(headdim=264), "got 264"),
+    "head dim 36": (dict(headdim=36), "got 36"),
+    "GQA not divisible": (dict(nheads_k=3), "nheads (4) must be a multiple of nheads_k (3"),
+    "no kv heads": (dict(nheads_k=0), "nheads_k (0 >= 1)"),
+    "batch too large": (dict(batch=70000), "must be <= 65535"),
+    "heads too large": (dict(nheads=70000, nheads_k=1), "must be <= 65535"),
+    "seqlen too large": (dict(seqlen_q=2**31), "must be < 2^31"),
+    "causal 2": (dict(causal=2), "causal must be 0 or 1, got 2"),
+    "scale nan": (dict(softmax_scale=math.nan), "softmax_scale must be finite, got nan"),
+    "softcap negative": (dict(softcap=-1.0), "softcap must be finite and >= 0"),
+    "softcap inf": (dict(softcap=math.inf), "softcap must be finite"),
+    "negative workspace": (dict(workspace_bytes=-1), "workspace_bytes must be >= 0"),
+    "only cu_seqlens_q": (dict(cu_seqlens_q=FAKE), "got cu_seqlens_k NULL"),
+    "only cu_seqlens_k": (dict(cu_seqlens_k=FAKE), "got cu_seqlens_q NULL"),
+    "cu_seqlens misaligned": ({**VARLEN, "cu_seqlens_k": FAKE + 2}, "4-byte aligned"),
+    "max_seqlen_q > rows": ({**VARLEN, "max_seqlen_q": 17}, "max_seqlen_q=17 seqlen_q=16"),
+    "max_seqlen_k negative": ({**VARLEN, "max_seqlen_k": -1}, "max_seqlen_k=-1"),
+    "null q": (dict(q=None), "q is NULL"),
+    "null k": (dict(k=None), "k is NULL"),
+    "null v": (dict(v=None), "v is NULL"),
+    "null o": (dict(o=None), "o is NULL"),
+    "q misaligned": (dict(q=FAKE + 8), "q must be 16-byte aligned"),
+    "o misaligned": (dict(o=FAKE + 2), "o must be 16-byte aligned"),
+    "k seq stride not a multiple of 8": (dict(k_seq_stride=100), "k strides (batch, seq, head)"),
+    "v head stride odd": (dict(v_head_stride=65), "multiples of 8 elements"),
+    "negative q stride": (dict(q_batch_stride=-8), "q strides (batch, seq, head) (-8,"),
+    "o overlaps": (dict(o_seq_stride=0), "make elements of o overlap"),
+    "o batch overlaps": (dict(o_batch_stride=0), "make elements of o overlap"),
+    "lse misaligned": (dict(lse=FAKE + 2), "lse must be 4-byte aligned"),
+    "lse negative stride": (dict(lse_head_stride=-1), "lse strides (batch, head, seq)"),
+    "lse overlaps": (dict(lse_seq_stride=0), "make elements of lse overlap"),
+    "q overflows": (dict(q_batch_stride=2**62), "q sizes and strides overflow"),
+    "lse overflows": (dict(lse_batch_stride=2**62), "lse sizes and strides overflow"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_C)
+def test_c_abi_rejects(case):
+    changes, fragment = BAD_C[case]
+    status, used, message = call_forward(attention_args(**changes))
+    assert status == _lib.INVALID_ARGUMENT, message
+    assert fragment in message, message
+    assert message.startswith("samattn attention_forward") and used == _lib.FAMILY_AUTO
+
+
+def test_c_abi_null_args():
+    status, _, message = call_forward(None)
+    assert status == _lib.INVALID_ARGUMENT and "args is NULL" in message
+    assert _lib.lib().samattn_attention_forward(None, None) == _lib.INVALID_ARGUMENT
+
+
+@pytest.mark.parametrize(
+    "empty",
+    [dict(batch=0), dict(nheads=0), dict(seqlen_q=0), {**VARLEN, "max_seqlen_q": 0}],
+    ids=["batch 0", "nheads 0", "seqlen_q 0", "varlen max_seqlen_q 0"],
+)
+def test_c_abi_empty_output_touches_nothing(empty):
+    args = attention_args(q=None, k=None, v=None, o=None, lse=None, **empty)
+    assert call_forward(args)[:2] == (_lib.OK, _lib.FAMILY_AUTO)
+
+
+def _has_gpu() -> bool:
+    try:
+        _lib.device_properties(0)
+    except (RuntimeError, ValueError):
+        return False
+    return True
+
+
+@pytest.mark.skipif(_has_gpu(), reason="checks the no-GPU path")
+@pytest.mark.parametrize(
+    "changes",
+    [
+        dict(),
+        dict(seqlen_k=0, k=None, v=None),  # no keys: K and V are never read
+        dict(lse=None),
+        VARLEN,
+        dict(family=80, dtype=_lib.BF16, causal=1, window_left=3, softcap=30.0),
+    ],
+    ids=["plain", "no keys", "no lse", "varlen", "bf16 forced"],
+)
+def test_c_abi_valid_arguments_reach_the_device(changes):
+    status, used, message = call_forward(attention_args(**changes))
+    assert status == _lib.CUDA_ERROR and "no CUDA device" in message, message
+    assert used == _lib.FAMILY_AUTO
+
+
+# ------------------------------------------------ torch.compile and fakes ----
+def attend(q, k, v):
+    return samattn.flash_attn_func(q, k, v, causal=True, window_size=(16, 0), softcap=20.0)
+
+
+def attend_varlen(q, k, v, cu_q, cu_k):
+    out, lse, _ = samattn.flash_attn_varlen_func(
+        q, k, v, cu_q, cu_k, 30, 30, causal=True, return_attn_probs=True
+    )
+    return out * 2, lse
+
+
+def attend_sdpa(q, k, v):
+    return samattn.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_compiled_shapes(backend):
+    torch._dynamo.reset()
+    q, k, v = qkv(dtype=BF16)
+    out = torch.compile(attend, fullgraph=True, backend=backend)(q, k, v)
+    assert out.shape == q.shape and out.dtype == BF16 and out.device.type == "meta"
+    q, k, v = packed()
+    out, lse = torch.compile(attend_varlen, fullgraph=True, backend=backend)(
+        q, k, v, offsets(0, 10, 40), offsets(0, 20, 50)
+    )
+    assert out.shape == q.shape and lse.shape == (4, 40)
+    q, k, v = meta(2, 4, 17, 64), meta(2, 2, 17, 64), meta(2, 2, 17, 64)
+    out = torch.compile(attend_sdpa, fullgraph=True, backend=backend)(q, k, v)
+    assert out.shape == (2, 4, 17, 64)
+
+
+@pytest.mark.parametrize("fn, make", [(attend, qkv), (attend_sdpa, None)])
+def test_no_graph_break(fn, make):
+    torch._dynamo.reset()
+    args = make() if make else (meta(2, 4, 17, 64), meta(2, 2, 17, 64), meta(2, 2, 17, 64))
+    explanation = torch._dynamo.explain(fn)(*args)
+    assert explanation.graph_break_count == 0 and explanation.graph_count == 1
+
+
+def test_compiled_training_graph_traces_the_backward():
+    # The backward op's fake gives shapes, so a training graph compiles before the kernel
+    # exists; gradients of meta tensors come from it.
+    torch._dynamo.reset()
+    q, k, v = qkv(dtype=F16, grad=True)
+    out = torch.compile(attend, fullgraph=True, backend="aot_eager")(q, k, v)
+    out.sum().backward()
+    assert (q.grad.shape, k.grad.shape, v.grad.shape) == (q.shape, k.shape, v.shape)
+
+
+def test_fake_cuda_tensors_keep_device_and_dtype():
+    with FakeTensorMode():
+        q = torch.empty(2, 9, 8, 128, dtype=BF16, device="cuda")
+        k = v = torch.empty(2, 12, 1, 128, dtype=BF16, device="cuda")
+        out, lse, _ = samattn.flash_attn_func(q, k, v, return_attn_probs=True)
+        assert out.shape == q.shape and out.device.type == "cuda" and out.dtype == BF16
+        assert lse.shape == (2, 8, 9) and lse.dtype == torch.float32
+        q = torch.empty(9, 8, 128, dtype=BF16, device="cuda")
+        k = v = torch.empty(12, 1, 128, dtype=BF16, device="cuda")
+        cu = torch.empty(3, dtype=torch.int32, device="cuda")
+        out = samattn.flash_attn_varlen_func(q, k, v, cu, cu, 9, 9)
+        assert out.shape == (9, 8, 128) and out.device.type == "cuda"
+
+
+def _op_args(varlen: bool, grad: bool = False):
+    if varlen:
+        q, k, v = packed(grad=grad)
+        cu_q, cu_k, max_q, max_k = offsets(0, 10, 40), offsets(0, 20, 50), 30, 30
+    else:
+        q, k, v = qkv(grad=grad)
+        cu_q = cu_k = None
+        max_q = max_k = 0
+    return (q, k, v, cu_q, cu_k, max_q, max_k, 0.125, True, -1, 0, 0.0, False)
+
+
+@pytest.mark.parametrize("varlen", [False, True], ids=["fixed", "varlen"])
+def test_opcheck_forward(varlen):
+    torch.library.opcheck(torch.ops.samattn.flash_attn_forward.default, _op_args(varlen))
+
+
+@pytest.mark.parametrize("varlen", [False, True], ids=["fixed", "varlen"])
+def test_opcheck_backward(varlen):
+    args = _op_args(varlen)
+    q, k, v = args[:3]
+    out, lse = torch.ops.samattn.flash_attn_forward(*args)
+    backward_args = (torch.empty_like(out), q, k, v, out, lse, *args[3:])
+    torch.library.opcheck(torch.ops.samattn.flash_attn_backward.default, backward_args)
+
+
+def test_backward_is_not_implemented_yet():
+    # The CUDA implementation of the backward op (reached here with CPU tensors) raises
+    # clearly; the forward's autograd formula calls it.
+    q = torch.zeros(1, 3, 2, 8, dtype=F16)
+    k = v = torch.zeros(1, 4, 1, 8, dtype=F16)
+    lse = torch.zeros(1, 2, 3)
+    with pytest.raises(NotImplementedError, match="FlashAttention backward is not implemented"):
+        torch.ops.samattn.flash_attn_backward(
+            q, q, k, v, q, lse, None, None, 0, 0, 1.0, False, -1, -1, 0.0, False
+        )
+
+
+def test_deterministic_and_family_reach_the_backward(monkeypatch):
+    seen = {}
+
+    def fake_backward(dout, q, k, v, out, lse, *rest):
+        seen["deterministic"] = rest[-1]
+        seen["family"] = samattn._family.requested_family()
+        return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+    monkeypatch.setattr(torch.ops.samattn, "flash_attn_backward", fake_backward, raising=False)
+    q, k, v = qkv(grad=True)
+    with samattn.use_family("sm80"):
+        out = samattn.flash_attn_func(q, k, v, deterministic=True)
+    out.sum().backward()
+    assert seen == {"deterministic": True, "family": _lib.FAMILY_CODES["sm80"]}
+
+
+# ----------------------------------------------------------------- SDPA ----
+def sdpa_inputs(b=2, h=4, hk=4, sq=17, sk=17, d=64, dtype=F16, device="meta"):
+    return (
+        torch.empty(b, h, sq, d, dtype=dtype, device=device),
+        torch.empty(b, hk, sk, d, dtype=dtype, device=device),
+        torch.empty(b, hk, sk, d, dtype=dtype, device=device),
+    )
+
+
+SDPA_CASES = {
+    # name: (inputs, attn_mask, is_causal, enable_gqa, reason fragment or None)
+    "plain": (sdpa_inputs(), None, False, False, None),
+    "causal square": (sdpa_inputs(), None, True, False, None),
+    "causal, more queries than keys": (sdpa_inputs(sq=20, sk=17), None, True, False, None),
+    "non-causal, sq != sk": (sdpa_inputs(sq=5, sk=300), None, False, False, None),
+    "GQA enabled": (sdpa_inputs(hk=2), None, False, True, None),
+    "bool mask": (sdpa_inputs(), torch.empty(17, 17, dtype=torch.bool), False, False, "attn_mask"),
+    "additive mask": (sdpa_inputs(), torch.empty(17, 17, dtype=F16), False, False, "attn_mask"),
+    "3-D": (
+        tuple(t[0] for t in sdpa_inputs()),
+        None,
+        False,
+        False,
+        "not 4-D",
+    ),
+    "float32": (sdpa_inputs(dtype=torch.float32), None, False, False, "dtypes"),
+    "cpu": (sdpa_inputs(device="cpu"), None, False, False, "not on a CUDA device"),
+    "head dim 36": (sdpa_inputs(d=36), None, False, False, "head dim 36"),
+    "head dim 512": (sdpa_inputs(d=512), None, False, False, "head dim 512"),
+    "GQA without enable_gqa": (sdpa_inputs(hk=2), None, False, False, "key/value heads"),
+    "GQA not divisible": (sdpa_inputs(hk=3), None, False, True, "key/value heads"),
+    "causal, fewer queries than keys": (sdpa_inputs(sq=5, sk=17), None, True, False, "top-left"),
+    "causal, sq >= 2 sk": (sdpa_inputs(sq=34, sk=17), None, True, False, "top-left"),
+}
+
+
+@pytest.mark.parametrize("case", SDPA_CASES)
+def test_sdpa_fallback_decision(case):
+    (query, key, value), mask, is_causal, enable_gqa, fragment = SDPA_CASES[case]
+    reason = _checks.sdpa_fallback_reason(query, key, value, mask, is_causal, enable_gqa)
+    if fragment is None:
+        assert reason is None
+    else:
+        assert reason is not None and fragment in reason, reason
+
+
+def test_sdpa_value_head_dim_differs():
+    q, k, _ = sdpa_inputs()
+    v = torch.empty(2, 4, 17, 32, dtype=F16, device="meta")
+    assert "value head dim" in _checks.sdpa_fallback_reason(q, k, v, None, False, False)
+
+
+def test_sdpa_served_calls_flash_attn_with_torch_semantics(monkeypatch):
+    calls = []
+    real = attention_module.flash_attn_func
+
+    def spy(q, k, v, **kwargs):
+        calls.append((q, kwargs))
+        return real(q, k, v, **kwargs)
+
+    monkeypatch.setattr(attention_module, "flash_attn_func", spy)
+    query, key, value = sdpa_inputs(sq=20, sk=17)
+    out = samattn.scaled_dot_product_attention(query, key, value, is_causal=True)
+    assert out.shape == (2, 4, 20, 64)
+    q, kwargs = calls[-1]
+    # (batch, heads, seq, dim) read as (batch, seq, heads, dim) through strides, no copy.
+    assert q.shape == (2, 20, 4, 64) and q.stride() == query.transpose(1, 2).stride()
+    # torch's causal mask is top-left aligned: a window right of the bottom-right diagonal.
+    assert kwargs == dict(softmax_scale=1 / 8, causal=False, window_size=(-1, 3))
+    samattn.scaled_dot_product_attention(*sdpa_inputs(), is_causal=True, scale=0.5)
+    assert calls[-1][1] == dict(softmax_scale=0.5, causal=True, window_size=(-1, -1))
+
+
+def test_sdpa_fallback_runs_torch_and_warns_once(monkeypatch):
+    monkeypatch.setattr(attention_module, "_warned_fallbacks", set())
+    torch.manual_seed(0)
+    query, key, value = (torch.randn(1, 2, 5, 8) for _ in range(3))
+    mask = torch.rand(5, 5) > 0.3
+    mask[:, 0] = True
+    expected = torch.nn.functional.scaled_dot_product_attention(query, key, value, mask)
+    with pytest.warns(UserWarning, match="attn_mask .* running torch"):
+        out = samattn.scaled_dot_product_attention(query, key, value, mask)
+    torch.testing.assert_close(out, expected)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a second warning for the same reason would raise
+        samattn.scaled_dot_product_attention(query, key, value, mask)
+
+
+def test_sdpa_not_implemented_features():
+    with pytest.raises(NotImplementedError, match=r"dropout_p=0\.5"):
+        samattn.scaled_dot_product_attention(*sdpa_inputs(), dropout_p=0.5)

@@ -1,0 +1,460 @@
+"""FlashAttention forward on the GPU against a float64 reference.
+
+Accuracy rule (gpu_checks.assert_close_to_reference): samattn's error against the
+float64 reference must be at most twice that of the same computation done by torch in
+the input dtype (scores, softmax and P @ V each rounded to fp16/bf16), plus one output
+rounding. softmax_lse follows the same rule, its baseline the log-sum-exp of the
+dtype-rounded scores; +inf (a query that sees no key) must match exactly, where the
+output must be exactly 0.
+
+Only the sm80 family has attention kernels (Hopper runs them too); other families must
+refuse with samattn.UnsupportedError.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+
+import pytest
+import torch
+from gpu_checks import (
+    DEVICE,
+    UNIT_ROUNDOFF,
+    assert_close_to_reference,
+    assert_cuda_healthy,
+    call_forced,
+    poison_allocator,
+    randn,
+    runnable_families,
+)
+
+import samattn
+from samattn import _lib
+
+DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16}
+ATTENTION_FAMILIES = ("sm80",)
+
+
+@pytest.fixture(params=ATTENTION_FAMILIES)
+def attn_family(request) -> str:
+    if request.param not in runnable_families():
+        pytest.skip(f"{request.param} is not built or cannot run on this GPU")
+    return request.param
+
+
+# ------------------------------------------------------------ reference ----
+def allowed_keys(sq, sk, causal, window, norm_seqlen_k=None, rows=None):
+    """(sq, sk) bool: key j visible to query i, by flash-attn's rules (bounds reaching past
+    norm_seqlen_k, the longest key sequence, are unbounded; causal fixes right = 0).
+    rows: only these query indices (a 1-D tensor), giving (len(rows), sk)."""
+    norm = sk if norm_seqlen_k is None else norm_seqlen_k
+    left, right = (-1 if w < 0 or w >= norm else w for w in window)
+    if causal:
+        right = 0
+    i = (torch.arange(sq, device=DEVICE) if rows is None else rows.to(DEVICE))[:, None]
+    j = torch.arange(sk, device=DEVICE)[None, :]
+    diagonal = i + sk - sq
+    ok = torch.ones(i.shape[0], sk, dtype=torch.bool, device=DEVICE)
+    if left >= 0:
+        ok &= j >= diagonal - left
+    if right >= 0:
+        ok &= j <= diagonal + right
+    return ok
+
+
+def attention(q, k, v, scale, softcap, mask, dtype):
+    """(out, lse) of attention computed in `dtype` (float64: the reference; the input
+    dtype: torch's own computation, the baseline). q (b, sq, h, d), k/v (b, sk, hk, d),
+    mask (sq, sk) or None. Rows that see no key: out 0, lse +inf."""
+    group = q.shape[2] // k.shape[2]
+    qt, kt, vt = (t.to(dtype).transpose(1, 2) for t in (q, k, v))
+    kt = kt.repeat_interleave(group, dim=1)
+    vt = vt.repeat_interleave(group, dim=1)
+    scores = (qt @ kt.transpose(-1, -2)) * scale
+    if softcap > 0:
+        scores = softcap * torch.tanh(scores / softcap)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, -math.inf)
+    lse = torch.logsumexp(scores.to(torch.float64 if dtype == torch.float64 else torch.float32), -1)
+    probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+    out = (probs @ vt).transpose(1, 2)
+    empty = torch.isneginf(lse)
+    lse = lse.masked_fill(empty, math.inf)
+    return out, lse
+
+
+def check_attention(out, lse, q, k, v, *, scale, softcap, mask, what):
+    """The accuracy rule for out (b, sq, h, d) and lse (b, h, sq)."""
+    ref_out, ref_lse = attention(q, k, v, scale, softcap, mask, torch.float64)
+    base_out, base_lse = attention(q, k, v, scale, softcap, mask, q.dtype)
+    floor = 0.5 * UNIT_ROUNDOFF[q.dtype]
+    assert_close_to_reference(out, ref_out, base_out, floor, f"{what}: out")
+    assert_close_to_reference(lse, ref_lse, base_lse, 1e-6, f"{what}: lse")
+    empty = torch.isinf(ref_lse).transpose(1, 2)  # (b, sq, h): rows that see no key
+    assert torch.all(out[empty] == 0), f"{what}: rows with nothing to attend are not 0"
+
+
+def run_fixed(family, q, k, v, **kwargs):
+    b, sq, h, d = q.shape
+    poison_allocator((b, sq, h, d), q.dtype)
+    poison_allocator((b, h, sq), torch.float32)
+    out, lse, probs = call_forced(
+        family,
+        lambda: samattn.flash_attn_func(q, k, v, return_attn_probs=True, **kwargs),
+        may_launch_nothing=q.numel() == 0,
+    )
+    assert out.shape == q.shape and out.dtype == q.dtype and probs is None
+    assert lse.shape == (b, h, sq) and lse.dtype == torch.float32
+    return out, lse
+
+
+def make_qkv(b, sq, sk, h, hk, d, dtype, scale=1.0):
+    return (
+        randn(b, sq, h, d, dtype=dtype, scale=scale),
+        randn(b, sk, hk, d, dtype=dtype, scale=scale),
+        randn(b, sk, hk, d, dtype=dtype),
+    )
+
+
+def check_fixed(family, b, sq, sk, h, hk, d, dtype, causal=False, window=(-1, -1), softcap=0.0):
+    what = (
+        f"{family} {dtype} b{b} sq{sq} sk{sk} h{h}/{hk} d{d} causal{causal} w{window} cap{softcap}"
+    )
+    # Larger inputs with softcap, so that it bends the scores.
+    q, k, v = make_qkv(b, sq, sk, h, hk, d, dtype, scale=3.0 if softcap else 1.0)
+    out, lse = run_fixed(family, q, k, v, causal=causal, window_size=window, softcap=softcap)
+    mask = allowed_keys(sq, sk, causal, window)
+    check_attention(out, lse, q, k, v, scale=d**-0.5, softcap=softcap, mask=mask, what=what)
+
+
+# -------------------------------------------------------------- fixed ----
+HEAD_DIMS = [8, 32, 40, 64, 80, 96, 128, 136, 192, 200, 256]
+
+
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+@pytest.mark.parametrize("d", HEAD_DIMS)
+@pytest.mark.parametrize("sq, sk", [(17, 17), (113, 203)], ids=str)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_head_dims(attn_family, dtype, d, sq, sk, causal):
+    check_fixed(attn_family, 2, sq, sk, 4, 2, d, dtype, causal=causal)
+
+
+LENGTHS = [(1, 1), (17, 17), (113, 113), (1000, 1000), (4099, 4099), (113, 203), (203, 113)]
+LENGTHS += [(1, 4099), (4099, 17), (17, 1000), (1000, 1)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("sq, sk", LENGTHS, ids=str)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_lengths(attn_family, dtype, d, sq, sk, causal):
+    b, h = (1, 2) if max(sq, sk) > 2000 else (2, 4)
+    check_fixed(attn_family, b, sq, sk, h, h, d, dtype, causal=causal)
+
+
+FEATURES = {
+    "causal": dict(causal=True),
+    "window": dict(window=(32, 8)),
+    "window left": dict(window=(64, -1)),
+    "window right": dict(window=(-1, 0)),
+    "window 0": dict(window=(0, 0)),
+    "causal window": dict(causal=True, window=(48, -1)),
+    "softcap": dict(softcap=30.0),
+    "GQA": dict(hk=2),
+    "MQA": dict(hk=1),
+    "everything": dict(causal=True, window=(40, -1), softcap=20.0, hk=2),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+@pytest.mark.parametrize("d", [64, 128, 256])
+@pytest.mark.parametrize("sq, sk", [(113, 203), (203, 113), (1000, 1000), (1, 300)], ids=str)
+@pytest.mark.parametrize("feature", FEATURES)
+def test_features(attn_family, dtype, d, sq, sk, feature):
+    options = dict(FEATURES[feature])
+    hk = options.pop("hk", 8)
+    check_fixed(attn_family, 2, sq, sk, 8, hk, d, dtype, **options)
+
+
+def test_rows_with_nothing_to_attend(attn_family):
+    # Causal with more queries than keys: the first sq - sk queries see nothing.
+    q, k, v = make_qkv(2, 50, 20, 4, 4, 64, torch.float16)
+    out, lse = run_fixed(attn_family, q, k, v, causal=True)
+    assert torch.all(out[:, :30] == 0) and torch.all(lse[:, :, :30] == math.inf)
+    assert torch.isfinite(out[:, 30:]).all() and torch.isfinite(lse[:, :, 30:]).all()
+    # No keys at all.
+    q, k, v = make_qkv(2, 7, 0, 4, 4, 64, torch.bfloat16)
+    out, lse = run_fixed(attn_family, q, k, v)
+    assert torch.all(out == 0) and torch.all(lse == math.inf)
+
+
+def test_long_sequence(attn_family):
+    """128k tokens, causal: a sample of query rows against the reference."""
+    n, d, dtype = 131072, 64, torch.bfloat16
+    q, k, v = make_qkv(1, n, n, 1, 1, d, dtype)
+    out, lse = run_fixed(attn_family, q, k, v, causal=True)
+    rows = torch.cat(
+        [torch.arange(0, 64), torch.arange(n // 2, n // 2 + 64), torch.arange(n - 128, n)]
+    )
+    rows = rows.to(DEVICE)
+    mask = allowed_keys(n, n, True, (-1, -1), rows=rows)
+    check_attention(
+        out[:, rows], lse[:, :, rows], q[:, rows], k, v,
+        scale=d**-0.5, softcap=0.0, mask=mask, what="128k causal",
+    )  # fmt: skip
+
+
+def test_scale_and_strided_inputs(attn_family):
+    # q, k, v as slices of one packed buffer (strides multiples of 8: read in place), and
+    # as views with a padded head dim (strides not multiples of 8: copied first).
+    b, s, h, d = 2, 77, 4, 64
+    qkv = randn(b, s, 3, h, d, dtype=torch.float16)
+    q, k, v = qkv.unbind(2)
+    out, lse = run_fixed(attn_family, q, k, v, softmax_scale=0.3)
+    check_attention(out, lse, q, k, v, scale=0.3, softcap=0.0, mask=None, what="packed views")
+    wide = randn(b, s, h, d + 4, dtype=torch.float16)
+    q = wide[..., :d]
+    out, lse = run_fixed(attn_family, q, k, v)
+    check_attention(out, lse, q, k, v, scale=d**-0.5, softcap=0.0, mask=None, what="odd strides")
+
+
+def test_packed_variants_match(attn_family):
+    b, s, h, d = 2, 65, 4, 64
+    qkv = randn(b, s, 3, h, d, dtype=torch.bfloat16)
+    q, k, v = qkv.unbind(2)
+    with samattn.use_family(attn_family):
+        expected = samattn.flash_attn_func(q, k, v, causal=True)
+        assert torch.equal(samattn.flash_attn_qkvpacked_func(qkv, causal=True), expected)
+        kv = torch.stack([k, v], dim=2)
+        assert torch.equal(samattn.flash_attn_kvpacked_func(q, kv, causal=True), expected)
+        cu = torch.tensor([0, s, 2 * s], dtype=torch.int32, device=DEVICE)
+        flat = qkv.flatten(0, 1)
+        out = samattn.flash_attn_varlen_qkvpacked_func(flat, cu, s, causal=True)
+        assert torch.equal(out, expected.flatten(0, 1))
+        out = samattn.flash_attn_varlen_kvpacked_func(
+            q.flatten(0, 1), kv.flatten(0, 1), cu, cu, s, s, causal=True
+        )
+        assert torch.equal(out, expected.flatten(0, 1))
+
+
+# ------------------------------------------------------------- varlen ----
+VARLEN_BATCHES = {
+    "mixed": ([0, 1, 17, 300, 1000, 5], [5, 1, 17, 300, 999, 0]),
+    "more queries": ([113, 1, 64], [17, 1, 3]),
+    "more keys": ([17, 1, 3], [203, 1, 64]),
+    "all empty": ([0, 0], [0, 7]),
+    "one": ([4099], [4099]),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("batch", VARLEN_BATCHES)
+@pytest.mark.parametrize("feature", ["plain", "causal", "window", "softcap", "GQA"])
+def test_varlen(attn_family, dtype, d, batch, feature):
+    lens_q, lens_k = VARLEN_BATCHES[batch]
+    h = 4
+    hk = 2 if feature == "GQA" else h
+    causal = feature == "causal"
+    window = (24, 8) if feature == "window" else (-1, -1)
+    softcap = 25.0 if feature == "softcap" else 0.0
+    total_q, total_k = sum(lens_q), sum(lens_k)
+    cu_q = torch.tensor([0, *torch.tensor(lens_q).cumsum(0).tolist()], dtype=torch.int32)
+    cu_k = torch.tensor([0, *torch.tensor(lens_k).cumsum(0).tolist()], dtype=torch.int32)
+    q = randn(total_q, h, d, dtype=dtype, scale=3.0 if softcap else 1.0)
+    k = randn(total_k, hk, d, dtype=dtype, scale=3.0 if softcap else 1.0)
+    v = randn(total_k, hk, d, dtype=dtype)
+    max_q, max_k = max(lens_q), max(lens_k)
+    poison_allocator(q.shape, dtype)
+    out, lse, _ = call_forced(
+        attn_family,
+        lambda: samattn.flash_attn_varlen_func(
+            q,
+            k,
+            v,
+            cu_q.to(DEVICE),
+            cu_k.to(DEVICE),
+            max_q,
+            max_k,
+            causal=causal,
+            window_size=window,
+            softcap=softcap,
+            return_attn_probs=True,
+        ),
+        may_launch_nothing=total_q == 0,
+    )
+    assert out.shape == q.shape and lse.shape == (h, total_q)
+    for i, (sq, sk) in enumerate(zip(lens_q, lens_k)):
+        if sq == 0:
+            continue
+        rq = slice(int(cu_q[i]), int(cu_q[i + 1]))
+        rk = slice(int(cu_k[i]), int(cu_k[i + 1]))
+        mask = allowed_keys(sq, sk, causal, window, norm_seqlen_k=max_k)
+        check_attention(
+            out[rq][None], lse[:, rq][None], q[rq][None], k[rk][None], v[rk][None],
+            scale=d**-0.5, softcap=softcap, mask=mask, what=f"{batch} sequence {i} ({sq}x{sk})",
+        )  # fmt: skip
+
+
+def test_varlen_bad_offsets_are_refused_before_the_launch(attn_family):
+    q = randn(40, 4, 64, dtype=torch.float16)
+    k = v = randn(50, 4, 64, dtype=torch.float16)
+    good = torch.tensor([0, 10, 40], dtype=torch.int32, device=DEVICE)
+    for cu_q, fragment in [
+        ([0, 30, 20], "non-decreasing"),
+        ([0, 10, 41], "exceeds the 40 tokens"),
+        ([0, 5, 40], "max_seqlen_q is 30"),
+    ]:
+        cu = torch.tensor(cu_q, dtype=torch.int32, device=DEVICE)
+        with pytest.raises(ValueError, match=fragment), samattn.use_family(attn_family):
+            samattn.flash_attn_varlen_func(q, k, v, cu, good, 30, 40)
+    assert_cuda_healthy()
+
+
+def test_varlen_in_a_cuda_graph(attn_family):
+    from gpu_checks import capture_graph
+
+    q = randn(40, 4, 64, dtype=torch.float16)
+    k = v = randn(50, 4, 64, dtype=torch.float16)
+    cu_q = torch.tensor([0, 10, 40], dtype=torch.int32, device=DEVICE)
+    cu_k = torch.tensor([0, 20, 50], dtype=torch.int32, device=DEVICE)
+    with samattn.use_family(attn_family):
+        expected = samattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 30, 30)
+        graph, out = capture_graph(
+            lambda: samattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 30, 30)
+        )
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, expected)
+
+
+# --------------------------------------------------------------- SDPA ----
+SDPA_CASES = [
+    # b, h, hk, sq, sk, is_causal, enable_gqa
+    (2, 4, 4, 113, 113, False, False),
+    (2, 4, 4, 113, 113, True, False),
+    (2, 4, 4, 50, 203, False, False),
+    (2, 4, 4, 150, 100, True, False),  # top-left causal through a window
+    (2, 8, 2, 77, 77, True, True),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+@pytest.mark.parametrize("case", SDPA_CASES, ids=str)
+def test_sdpa(attn_family, dtype, case):
+    b, h, hk, sq, sk, is_causal, enable_gqa = case
+    d = 64
+    query = randn(b, h, sq, d, dtype=dtype)
+    key, value = randn(b, hk, sk, d, dtype=dtype), randn(b, hk, sk, d, dtype=dtype)
+    out = call_forced(
+        attn_family,
+        lambda: samattn.scaled_dot_product_attention(
+            query, key, value, is_causal=is_causal, enable_gqa=enable_gqa
+        ),
+    )
+    assert out.shape == (b, h, sq, d) and out.transpose(1, 2).is_contiguous()
+    # torch's causal mask is top-left aligned.
+    mask = torch.ones(sq, sk, dtype=torch.bool, device=DEVICE).tril() if is_causal else None
+    q, k, v = (t.transpose(1, 2) for t in (query, key, value))
+    ref, _ = attention(q, k, v, d**-0.5, 0.0, mask, torch.float64)
+    expected = torch.nn.functional.scaled_dot_product_attention(
+        query, key, value, is_causal=is_causal, enable_gqa=enable_gqa
+    )
+    floor = 0.5 * UNIT_ROUNDOFF[dtype]
+    assert_close_to_reference(
+        out.transpose(1, 2), ref, expected.transpose(1, 2), floor, f"sdpa {case}"
+    )
+
+
+def test_sdpa_mask_falls_back_to_torch(monkeypatch):
+    from samattn import attention
+
+    monkeypatch.setattr(attention, "_warned_fallbacks", set())
+    query, key, value = (randn(1, 2, 16, 64, dtype=torch.float16) for _ in range(3))
+    mask = torch.rand(16, 16, device=DEVICE) > 0.5
+    with pytest.warns(UserWarning, match="attn_mask"):
+        out = samattn.scaled_dot_product_attention(query, key, value, mask)
+    torch.testing.assert_close(
+        out, torch.nn.functional.scaled_dot_product_attention(query, key, value, mask)
+    )
+
+
+# ------------------------------------------------ families and errors ----
+@pytest.mark.parametrize("other", ["sm75", "sm90"])
+def test_other_families_refuse(other):
+    if other not in runnable_families():
+        pytest.skip(f"{other} is not built or cannot run on this GPU")
+    q, k, v = make_qkv(1, 16, 16, 2, 2, 64, torch.float16)
+    refused = pytest.raises(samattn.UnsupportedError, match=f"family {other}.*attention")
+    with refused, samattn.use_family(other):
+        samattn.flash_attn_func(q, k, v)
+
+
+def test_auto_selects_sm80(no_family_env):
+    if "sm80" not in samattn.built_families():
+        pytest.skip("sm80 is not built")
+    q, k, v = make_qkv(1, 16, 16, 2, 2, 64, torch.float16)
+    samattn.flash_attn_func(q, k, v)
+    assert _lib.last_family() == "sm80"
+
+
+def test_backward_raises_not_implemented(attn_family):
+    q, k, v = make_qkv(1, 16, 16, 2, 2, 64, torch.float16)
+    q.requires_grad_(True)
+    with samattn.use_family(attn_family):
+        out = samattn.flash_attn_func(q, k, v)
+    with pytest.raises(NotImplementedError, match="backward is not implemented"):
+        out.sum().backward()
+
+
+# --------------------------------------------- C ABI on guarded buffers ----
+class Guarded:
+    """A strided view inside a NaN-filled buffer; everything else must stay NaN."""
+
+    def __init__(self, size, stride, dtype, guard=64):
+        span = 1 + sum((s - 1) * st for s, st in zip(size, stride))
+        self.buffer = torch.full((guard + span + guard,), math.nan, dtype=dtype, device=DEVICE)
+        self.view = self.buffer.as_strided(size, stride, guard)
+        self.owned = torch.zeros(self.buffer.shape, dtype=torch.bool, device=DEVICE)
+        self.owned.as_strided(size, stride, guard).fill_(True)
+
+    def assert_no_stray_writes(self, what):
+        stray = ~self.owned & ~self.buffer.isnan()
+        assert not stray.any(), f"{what}: {int(stray.sum())} elements written outside the output"
+
+
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+@pytest.mark.parametrize("d", [40, 64, 128])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_c_abi_writes_every_output_and_nothing_else(attn_family, dtype, d, causal):
+    b, sq, sk, h, hk = 2, 130, 70, 4, 2
+    q, k, v = make_qkv(b, sq, sk, h, hk, d, dtype)
+    # O with padded rows (seq stride h * (d + 8)), lse as (b, h, sq) with a padded head.
+    o = Guarded((b, sq, h, d), (sq * h * (d + 8), h * (d + 8), d + 8, 1), dtype)
+    lse = Guarded((b, h, sq), (h * (sq + 3), sq + 3, 1), torch.float32)
+    args = _lib.AttentionArgs(
+        dtype=_lib.F16 if dtype == torch.float16 else _lib.BF16,
+        family=_lib.FAMILY_CODES[attn_family],
+        device=torch.cuda.current_device(),
+        causal=int(causal),
+        batch=b, nheads=h, nheads_k=hk, seqlen_q=sq, seqlen_k=sk, headdim=d,
+        q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=o.view.data_ptr(),
+        lse=lse.view.data_ptr(), softmax_scale=d**-0.5, window_left=-1, window_right=-1,
+        stream=torch.cuda.current_stream().cuda_stream,
+    )  # fmt: skip
+    for name, t in (("q", q), ("k", k), ("v", v), ("o", o.view)):
+        strides = t.stride()[:3]
+        for field, value in zip(("batch", "seq", "head"), strides):
+            setattr(args, f"{name}_{field}_stride", value)
+    args.lse_batch_stride, args.lse_head_stride, args.lse_seq_stride = lse.view.stride()
+    used = ctypes.c_int32(-1)
+    status = _lib.lib().samattn_attention_forward(ctypes.byref(args), ctypes.byref(used))
+    assert status == _lib.OK, _lib.last_error()
+    assert _lib.FAMILY_NAMES[used.value] == attn_family
+    torch.cuda.synchronize()
+    o.assert_no_stray_writes("o")
+    lse.assert_no_stray_writes("lse")
+    mask = allowed_keys(sq, sk, causal, (-1, -1))
+    check_attention(o.view, lse.view, q, k, v, scale=d**-0.5, softcap=0.0, mask=mask, what="c abi")
