@@ -1,8 +1,9 @@
 """Print the README's benchmark table (markdown) from a results JSON of samattn.bench:
 
-    python benchmarks/readme_table.py benchmarks/results/h100.json
+    python benchmarks/readme_table.py benchmarks/results/h100.json [OP_PREFIX]
 
-Rows: the automatically chosen family of every case, in the file's order.
+Rows: the automatically chosen family of every case, in the file's order; with OP_PREFIX
+(e.g. softmax) only the ops whose name starts with it.
 """
 
 from __future__ import annotations
@@ -39,8 +40,9 @@ def main() -> None:
         data = json.load(f)
     print("| op | shape | dtype | samattn | torch | ratio | family, note |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
+    prefix = sys.argv[2] if len(sys.argv) > 2 else ""
     for r in data["records"]:
-        if r["forced"]:
+        if r["forced"] or not r["op"].startswith(prefix):
             continue
         unit = r["unit"]
         print(
