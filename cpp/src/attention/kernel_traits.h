@@ -13,34 +13,12 @@
 #include <type_traits>
 
 #include "attention/flash_fwd_config.h"
+#include "common/tensor_core_types.cuh"
 
 namespace samattn::attention {
 
-template <DType T>
-struct ElementOf;
-template <>
-struct ElementOf<DType::f16> {
-  using type = cute::half_t;
-};
-template <>
-struct ElementOf<DType::bf16> {
-  using type = cute::bfloat16_t;
-};
-
-template <Family F, DType T>
-struct MmaAtomOf;
-template <>
-struct MmaAtomOf<Family::sm80, DType::f16> {
-  using type = cute::SM80_16x8x16_F32F16F16F32_TN;
-};
-template <>
-struct MmaAtomOf<Family::sm80, DType::bf16> {
-  using type = cute::SM80_16x8x16_F32BF16BF16F32_TN;
-};
-template <>
-struct MmaAtomOf<Family::sm75, DType::f16> {
-  using type = cute::SM75_16x8x8_F32F16F16F32_TN;
-};
+using tensor_core::ElementOf;
+using tensor_core::MmaAtomOf;
 
 template <class Config>
 struct FlashFwdTraits;

@@ -86,8 +86,9 @@ struct Kernel<Sm90Gemm<T, A, B, kTile>> {
       std::conditional_t<A == Major::K, cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>;
   using LayoutB =
       std::conditional_t<B == Major::K, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
-  using LayoutD = std::conditional_t<d_column_major(kTile), cutlass::layout::ColumnMajor,
-                                     cutlass::layout::RowMajor>;
+  static constexpr bool kDColumnMajor = d_column_major(kTile);
+  using LayoutD =
+      std::conditional_t<kDColumnMajor, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
   static constexpr int kAlignment = 16 / sizeof(ElementT);  // TMA: 16-byte rows
   // K extent of a tile: 128 bytes, one 128-byte swizzle atom per row.
   using TileK = cute::Int<128 / sizeof(ElementT)>;
@@ -139,10 +140,9 @@ typename Kernel<Config>::Gemm::Arguments make_arguments(const Plan& plan,
   const auto stride_b = make_stride3<typename GemmKernel::StrideB>(
       plan.b.k_major ? plan.b.ld : 1, plan.b.k_major ? 1 : plan.b.ld, plan.b.batch_stride);
   // D and C (m, n, l): the unit stride on n (row-major) or m (column-major).
-  const auto output_stride = [&plan](const Operand& x) {
-    return d_column_major(plan.tile)
-               ? make_stride3<typename GemmKernel::StrideD>(1, x.ld, x.batch_stride)
-               : make_stride3<typename GemmKernel::StrideD>(x.ld, 1, x.batch_stride);
+  const auto output_stride = [](const Operand& x) {
+    return K::kDColumnMajor ? make_stride3<typename GemmKernel::StrideD>(1, x.ld, x.batch_stride)
+                            : make_stride3<typename GemmKernel::StrideD>(x.ld, 1, x.batch_stride);
   };
   static_assert(std::is_same_v<typename GemmKernel::StrideC, typename GemmKernel::StrideD>);
   const auto stride_d = output_stride(plan.d);

@@ -14,47 +14,13 @@
 #include <cute/atom/mma_atom.hpp>
 #include <cute/tensor.hpp>
 
+#include "common/tensor_core_types.cuh"
 #include "gemm/gemm_config.h"
 
 namespace samattn::gemm {
 
-template <DType T>
-struct ElementOf;
-template <>
-struct ElementOf<DType::f16> {
-  using type = cute::half_t;
-  using output = cute::half_t;
-};
-template <>
-struct ElementOf<DType::bf16> {
-  using type = cute::bfloat16_t;
-  using output = cute::bfloat16_t;
-};
-template <>
-struct ElementOf<DType::f32> {
-  using type = cute::tfloat32_t;  // fp32 bits; the MMA reads them as tf32
-  using output = float;
-};
-
-// The mma.sync atom per family and element type.
-template <Family F, DType T>
-struct MmaAtomOf;
-template <>
-struct MmaAtomOf<Family::sm80, DType::f16> {
-  using type = cute::SM80_16x8x16_F32F16F16F32_TN;
-};
-template <>
-struct MmaAtomOf<Family::sm80, DType::bf16> {
-  using type = cute::SM80_16x8x16_F32BF16BF16F32_TN;
-};
-template <>
-struct MmaAtomOf<Family::sm80, DType::f32> {
-  using type = cute::SM80_16x8x8_F32TF32TF32F32_TN;
-};
-template <>
-struct MmaAtomOf<Family::sm75, DType::f16> {
-  using type = cute::SM75_16x8x8_F32F16F16F32_TN;
-};
+using tensor_core::ElementOf;
+using tensor_core::MmaAtomOf;
 
 // Shape and resources of one configuration.
 template <Family F, DType T>
