@@ -5,6 +5,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "common/problem.h"
@@ -49,8 +50,89 @@ struct AttentionForwardProblem {
   int max_smem_per_block;  // cudaDevAttrMaxSharedMemoryPerBlockOptin, bytes
 };
 
+// A writable (batch, seq, head, dim) tensor, same conventions as SeqHeadView.
+struct SeqHeadOut {
+  void* ptr;
+  int64_t batch_stride, seq_stride, head_stride;
+};
+
+// One attention backward call: the gradients dq, dk, dv of the forward
+// described by the same fields, given its output o, the LSE it returned and
+// dout. Every pointer, and every stride, is 16-byte aligned (8 elements).
+struct AttentionBackwardProblem {
+  DType dtype;  // f16 or bf16, every tensor
+  int batch;
+  int nheads, nheads_k;
+  int seqlen_q, seqlen_k;  // varlen: the maxima over the batch
+  int headdim;             // <= 256, multiple of 8
+  SeqHeadView q, k, v, o, dout;
+  SeqHeadOut dq, dk, dv;  // dk, dv: nheads_k heads (GQA: summed over each group)
+
+  // Varlen: device int32 arrays of batch + 1 offsets; nullptr = fixed length.
+  // total_q / total_k: rows of the packed tensors (cu_seqlens[batch]); only
+  // read with varlen, to size the workspace.
+  const int32_t* cu_seqlens_q;
+  const int32_t* cu_seqlens_k;
+  int64_t total_q, total_k;
+
+  float softmax_scale;
+  bool causal;
+  int window_left, window_right;  // -1 = unbounded
+  float softcap;                  // > 0: s -> softcap * tanh(s / softcap)
+
+  // The forward's LSE (required), same layout as AttentionForwardProblem::lse.
+  const float* lse;
+  int64_t lse_batch_stride, lse_head_stride, lse_seq_stride;
+
+  // true: dq is accumulated in a fixed order, bit-identical run to run.
+  bool deterministic;
+
+  // Caller-owned device scratch of at least flash_bwd_workspace_bytes()
+  // bytes, 256-byte aligned; the library allocates nothing.
+  void* workspace;
+  size_t workspace_bytes;
+
+  cudaStream_t stream;
+  int sm_count;
+  int max_smem_per_block;
+};
+
+// Workspace layout of the backward, in 256-byte aligned pieces:
+//   dq accumulator   fp32 (nheads, rows_q, headdim)
+//   dk, dv per q head fp32 (nheads, rows_k, headdim) each, only with GQA
+//                    (summed per group; without, the kernel writes dk, dv)
+//   D = rowsum(dout * o) fp32 (nheads, rows_q)
+//   semaphores       int32 (batch, nheads, ceil(seqlen_q / 16)), deterministic only
+// rows = batch * seqlen, or total with varlen.
+struct FlashBwdWorkspace {
+  size_t dq_accum, dk_accum, dv_accum, dsum, semaphores, total;  // byte offsets, size
+};
+inline FlashBwdWorkspace flash_bwd_workspace_layout(const AttentionBackwardProblem& p) {
+  auto align = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
+  const bool varlen = p.cu_seqlens_q != nullptr;
+  const size_t rows_q = varlen ? size_t(p.total_q) : size_t(p.batch) * size_t(p.seqlen_q);
+  const size_t rows_k =
+      p.cu_seqlens_k != nullptr ? size_t(p.total_k) : size_t(p.batch) * size_t(p.seqlen_k);
+  const size_t rows_kv_accum = p.nheads == p.nheads_k ? 0 : rows_k;
+  const size_t heads = size_t(p.nheads), d = size_t(p.headdim);
+  FlashBwdWorkspace w{};
+  w.dq_accum = 0;
+  w.dk_accum = w.dq_accum + align(heads * rows_q * d * 4);
+  w.dv_accum = w.dk_accum + align(heads * rows_kv_accum * d * 4);
+  w.dsum = w.dv_accum + align(heads * rows_kv_accum * d * 4);
+  w.semaphores = w.dsum + align(heads * rows_q * 4);
+  const size_t m_tiles = (size_t(p.seqlen_q) + 15) / 16;
+  w.total =
+      w.semaphores + (p.deterministic ? align(size_t(p.batch) * heads * m_tiles * 4) : size_t(0));
+  return w;
+}
+inline size_t flash_bwd_workspace_bytes(const AttentionBackwardProblem& p) {
+  return flash_bwd_workspace_layout(p).total;
+}
+
 // Kernel family entry point: cudaSuccess, cudaErrorNotSupported for a head
 // dim or dtype the family lacks, or the launch error.
 cudaError_t attention_forward_sm80(const AttentionForwardProblem& problem);
+cudaError_t attention_backward_sm80(const AttentionBackwardProblem& problem);
 
 }  // namespace samattn

@@ -1,0 +1,201 @@
+// Host launch of the backward for one configuration tag: preprocess (D),
+// the main kernel, and the conversion of the fp32 accumulators. Included by
+// the translation units that instantiate run_flash_bwd<Config>.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "attention/flash_bwd_config.h"
+#include "attention/flash_bwd_kernel.cuh"
+#include "attention/flash_bwd_traits.h"
+
+namespace samattn::attention {
+
+namespace detail {
+
+inline bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
+inline bool strides8(int64_t b, int64_t s, int64_t h) {
+  return b % 8 == 0 && s % 8 == 0 && h % 8 == 0;
+}
+
+template <class Element>
+cudaError_t launch_convert(ConvertParams const& p, int sm_count, cudaStream_t stream) {
+  const int64_t work = p.rows * p.heads * (p.headdim / 8);
+  if (work == 0) return cudaSuccess;
+  const int blocks = int(std::min<int64_t>((work + 255) / 256, int64_t(std::max(sm_count, 1)) * 8));
+  flash_bwd_convert_kernel<Element, 8><<<blocks, 256, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace detail
+
+template <class Config>
+cudaError_t run_flash_bwd(const AttentionBackwardProblem& problem) {
+  using Traits = FlashBwdTraits<Config>;
+  using Element = typename Traits::Element;
+  const AttentionBackwardProblem& P = problem;
+  if (P.headdim <= 0 || P.headdim > Traits::kHeadDim || P.headdim % Traits::kVector != 0) {
+    return cudaErrorInvalidValue;
+  }
+  if (P.nheads > 65535 || P.batch > 65535 || P.nheads_k <= 0 || P.nheads % P.nheads_k != 0 ||
+      P.batch < 0 || P.seqlen_q < 0 || P.seqlen_k < 0) {
+    return cudaErrorInvalidConfiguration;
+  }
+  if (P.batch == 0 || P.nheads == 0) return cudaSuccess;
+  if (P.lse == nullptr || P.workspace == nullptr ||
+      P.workspace_bytes < flash_bwd_workspace_bytes(P) ||
+      reinterpret_cast<uintptr_t>(P.workspace) % 256 != 0) {
+    return cudaErrorInvalidValue;
+  }
+  // 16-byte vectors everywhere.
+  const SeqHeadView inputs[] = {P.q, P.k, P.v, P.o, P.dout};
+  for (const SeqHeadView& t : inputs) {
+    if (!detail::aligned16(t.ptr) || !detail::strides8(t.batch_stride, t.seq_stride, t.head_stride))
+      return cudaErrorInvalidValue;
+  }
+  const SeqHeadOut outputs[] = {P.dq, P.dk, P.dv};
+  for (const SeqHeadOut& t : outputs) {
+    if (!detail::aligned16(t.ptr) || !detail::strides8(t.batch_stride, t.seq_stride, t.head_stride))
+      return cudaErrorInvalidValue;
+  }
+
+  const bool varlen_q = P.cu_seqlens_q != nullptr, varlen_k = P.cu_seqlens_k != nullptr;
+  const int64_t rows_q = varlen_q ? P.total_q : int64_t(P.batch) * P.seqlen_q;
+  const int64_t rows_k = varlen_k ? P.total_k : int64_t(P.batch) * P.seqlen_k;
+  const FlashBwdWorkspace layout = flash_bwd_workspace_layout(P);
+  char* workspace = static_cast<char*>(P.workspace);
+  float* dq_accum = reinterpret_cast<float*>(workspace + layout.dq_accum);
+  float* dk_accum = reinterpret_cast<float*>(workspace + layout.dk_accum);
+  float* dv_accum = reinterpret_cast<float*>(workspace + layout.dv_accum);
+  float* dsum = reinterpret_cast<float*>(workspace + layout.dsum);
+  int* semaphores =
+      P.deterministic ? reinterpret_cast<int*>(workspace + layout.semaphores) : nullptr;
+  const int sem_per_head = (P.seqlen_q + 15) / 16;
+
+  cudaError_t status;
+  if (rows_q > 0) {
+    status = cudaMemsetAsync(dq_accum, 0, size_t(P.nheads) * rows_q * P.headdim * 4, P.stream);
+    if (status != cudaSuccess) return status;
+  }
+  if (semaphores != nullptr) {
+    status = cudaMemsetAsync(semaphores, 0, layout.total - layout.semaphores, P.stream);
+    if (status != cudaSuccess) return status;
+  }
+
+  // 1. D = rowsum(dO * O).
+  if (P.seqlen_q > 0) {
+    DotDoOParams d{};
+    d.dout = P.dout.ptr;
+    d.o = P.o.ptr;
+    d.dsum = dsum;
+    d.do_batch = P.dout.batch_stride, d.do_seq = P.dout.seq_stride, d.do_head = P.dout.head_stride;
+    d.o_batch = P.o.batch_stride, d.o_seq = P.o.seq_stride, d.o_head = P.o.head_stride;
+    d.cu_seqlens_q = P.cu_seqlens_q;
+    d.seqlen_q = P.seqlen_q;
+    d.headdim = P.headdim;
+    d.rows_q = rows_q;
+    dim3 grid(unsigned((P.seqlen_q + 7) / 8), unsigned(P.nheads), unsigned(P.batch));
+    flash_bwd_dot_do_o_kernel<Element><<<grid, 256, 0, P.stream>>>(d);
+    status = cudaGetLastError();
+    if (status != cudaSuccess) return status;
+  }
+
+  // 2. The main kernel.
+  const int n_blocks = (P.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
+  if (n_blocks > 0) {
+    auto kernel = flash_bwd_kernel<Traits>;
+    constexpr int kSmem = Traits::kSmemBytes;
+    if constexpr (kSmem > 48 * 1024) {
+      status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+      if (status != cudaSuccess) return status;
+    }
+    FlashBwdParams p{};
+    p.q = P.q.ptr;
+    p.k = P.k.ptr;
+    p.v = P.v.ptr;
+    p.dout = P.dout.ptr;
+    p.lse = P.lse;
+    p.dq_accum = dq_accum;
+    p.dk_accum = dk_accum;
+    p.dv_accum = dv_accum;
+    p.dsum = dsum;
+    p.semaphores = semaphores;
+    p.dk = P.dk.ptr;
+    p.dv = P.dv.ptr;
+    p.dk_batch = P.dk.batch_stride, p.dk_seq = P.dk.seq_stride, p.dk_head = P.dk.head_stride;
+    p.dv_batch = P.dv.batch_stride, p.dv_seq = P.dv.seq_stride, p.dv_head = P.dv.head_stride;
+    p.softmax_scale = P.softmax_scale;
+    p.q_batch = P.q.batch_stride, p.q_seq = P.q.seq_stride, p.q_head = P.q.head_stride;
+    p.k_batch = P.k.batch_stride, p.k_seq = P.k.seq_stride, p.k_head = P.k.head_stride;
+    p.v_batch = P.v.batch_stride, p.v_seq = P.v.seq_stride, p.v_head = P.v.head_stride;
+    p.do_batch = P.dout.batch_stride, p.do_seq = P.dout.seq_stride;
+    p.do_head = P.dout.head_stride;
+    p.lse_batch = P.lse_batch_stride, p.lse_seq = P.lse_seq_stride;
+    p.lse_head = P.lse_head_stride;
+    p.cu_seqlens_q = P.cu_seqlens_q;
+    p.cu_seqlens_k = P.cu_seqlens_k;
+    p.seqlen_q = P.seqlen_q;
+    p.seqlen_k = P.seqlen_k;
+    p.headdim = P.headdim;
+    p.nheads = P.nheads;
+    p.kv_group = P.nheads / P.nheads_k;
+    p.rows_q = rows_q;
+    p.rows_k = rows_k;
+    p.sem_per_head = sem_per_head;
+    // flash-attn's window normalization, as in the forward.
+    p.window_left = P.window_left >= P.seqlen_k ? -1 : P.window_left;
+    p.window_right = P.window_right >= P.seqlen_k ? -1 : P.window_right;
+    if (p.window_left < 0) p.window_left = -1;
+    if (p.window_right < 0) p.window_right = -1;
+    if (P.causal) p.window_right = 0;
+    constexpr float kLog2e = 1.4426950408889634f;
+    if (P.softcap > 0.0f) {
+      p.softcap = P.softcap;
+      p.softcap_pre = P.softmax_scale / P.softcap;
+      p.scale_log2 = kLog2e;
+    } else {
+      p.softcap = 0.0f;
+      p.softcap_pre = 0.0f;
+      p.scale_log2 = P.softmax_scale * kLog2e;
+    }
+    dim3 grid(unsigned(n_blocks), unsigned(P.nheads), unsigned(P.batch));
+    kernel<<<grid, Traits::kThreads, kSmem, P.stream>>>(p);
+    status = cudaGetLastError();
+    if (status != cudaSuccess) return status;
+  }
+
+  // 3. dq = scale dQacc; with GQA dk = scale sum over the group of dKacc,
+  // dv likewise unscaled (without, the main kernel wrote them).
+  const int group = P.nheads / P.nheads_k;
+  ConvertParams c{};
+  c.rows = rows_q;
+  c.heads = P.nheads;
+  c.group = 1;
+  c.seqlen = varlen_q ? 0 : P.seqlen_q;
+  c.headdim = P.headdim;
+  c.accum = dq_accum;
+  c.out = P.dq.ptr;
+  c.out_batch = P.dq.batch_stride, c.out_seq = P.dq.seq_stride, c.out_head = P.dq.head_stride;
+  c.scale = P.softmax_scale;
+  status = detail::launch_convert<Element>(c, P.sm_count, P.stream);
+  if (status != cudaSuccess || group == 1) return status;
+  c.rows = rows_k;
+  c.heads = P.nheads_k;
+  c.group = group;
+  c.seqlen = varlen_k ? 0 : P.seqlen_k;
+  c.accum = dk_accum;
+  c.out = P.dk.ptr;
+  c.out_batch = P.dk.batch_stride, c.out_seq = P.dk.seq_stride, c.out_head = P.dk.head_stride;
+  status = detail::launch_convert<Element>(c, P.sm_count, P.stream);
+  if (status != cudaSuccess) return status;
+  c.accum = dv_accum;
+  c.out = P.dv.ptr;
+  c.out_batch = P.dv.batch_stride, c.out_seq = P.dv.seq_stride, c.out_head = P.dv.head_stride;
+  c.scale = 1.0f;
+  return detail::launch_convert<Element>(c, P.sm_count, P.stream);
+}
+
+}  // namespace samattn::attention
