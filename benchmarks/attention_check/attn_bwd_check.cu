@@ -56,8 +56,8 @@ struct AltConfig {
   {NAME, D, kAltRun<D, BM, BN, W, S>, BwdConfig<D, BM, BN, W, S>::kSmemBytes}
 static const AltConfig kAltConfigs[] = {
     ALT(64, 128, 128, 8, 2, "128x128 w8 2-stage"), ALT(64, 64, 128, 8, 1, "64x128 w8 1-stage"),
-    ALT(128, 64, 128, 8, 2, "64x128 w8 2-stage"),  ALT(128, 64, 64, 8, 1, "64x64 w8 1-stage"),
-    ALT(256, 64, 32, 8, 2, "64x32 w8 2-stage"),    ALT(256, 64, 64, 8, 1, "64x64 w8 1-stage"),
+    ALT(128, 64, 128, 8, 2, "64x128 w8 2-stage"),  ALT(128, 128, 64, 8, 2, "128x64 w8 2-stage"),
+    ALT(256, 64, 64, 8, 1, "64x64 w8 1-stage"),
 };
 #undef ALT
 
@@ -798,10 +798,15 @@ static Timing time_one(int d, int seqlen, bool causal, bool deterministic, const
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s out.json [--no-timing]\n", argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s out.json [--no-timing | --time-only | --profile D SEQLEN CAUSAL "
+                 "[ALT]]\n",
+                 argv[0]);
     return 1;
   }
-  const bool timing = !(argc > 2 && std::string(argv[2]) == "--no-timing");
+  const std::string mode = argc > 2 ? argv[2] : "";
+  const bool timing = mode != "--no-timing";
+  const bool check = mode != "--time-only" && mode != "--profile";
   DeviceInfo dev;
   int device = 0;
   CHECK_CUDA(cudaGetDevice(&device));
@@ -835,7 +840,7 @@ int main(int argc, char** argv) {
   }
 
   std::vector<Result> results;
-  for (const Case& c : make_cases(dev.max_smem)) {
+  for (const Case& c : check ? make_cases(dev.max_smem) : std::vector<Case>{}) {
     Result r = run_case(c, dev);
     std::printf("%-4s %-78s dq %.2e/%.2e dk %.2e/%.2e dv %.2e/%.2e bad %ld\n",
                 r.pass ? "PASS" : "FAIL", r.name.c_str(), r.err[0], r.dtype_err[0], r.err[1],
@@ -870,16 +875,23 @@ int main(int argc, char** argv) {
     std::printf("\nbf16 backward, batch*seqlen = 16k, heads*d = 2048, FLOPs = 2.5 x forward\n");
     std::printf("%5s %7s %6s %6s %7s %6s %10s %8s  %s\n", "d", "seqlen", "batch", "heads", "causal",
                 "determ", "ms", "TFLOPS", "config");
+    // --profile D SEQLEN CAUSAL [ALT NAME]: one configuration only (for ncu).
+    const bool profile = mode == "--profile" && argc > 5;
     for (int d : {64, 128, 256}) {
+      if (profile && d != std::atoi(argv[3])) continue;
       std::vector<const AltConfig*> configs = {nullptr};
       for (const AltConfig& alt : kAltConfigs) {
         if (alt.d == d && alt.smem <= dev.max_smem) configs.push_back(&alt);
       }
       for (int s : {1024, 4096, 16384}) {
+        if (profile && s != std::atoi(argv[4])) continue;
         for (bool causal : {false, true}) {
+          if (profile && causal != (std::atoi(argv[5]) != 0)) continue;
           for (const AltConfig* alt : configs) {
+            if (profile && (argc > 6 ? !alt || std::string(alt->name) != argv[6] : alt != nullptr))
+              continue;
             for (bool det : {false, true}) {
-              if (det && alt) continue;  // deterministic: the dispatch only
+              if (det && (alt || profile)) continue;  // deterministic: the dispatch only
               Timing t = time_one(d, s, causal, det, alt, dev, tb);
               std::printf("%5d %7d %6d %6d %7s %6s %10.3f %8.1f  %s\n", t.d, t.seqlen, t.batch,
                           t.heads, t.causal ? "yes" : "no", t.deterministic ? "yes" : "no", t.ms,

@@ -46,10 +46,8 @@ struct AltConfig {
   RunFn run;
 };
 static const AltConfig kAltConfigs[] = {
-    {"128x128 w8 q-reg", 64, kAltRun<64, 128, 128, 8, true>},
-    {"128x64 w8 q-reg", 128, kAltRun<128, 128, 64, 8, true>},
-    {"128x128 w8 q-reg", 128, kAltRun<128, 128, 128, 8, true>},
-    {"128x64 w8 q-smem", 256, kAltRun<256, 128, 64, 8, false>},
+    {"128x128 w4 q-reg", 64, kAltRun<64, 128, 128, 4, true>},
+    {"128x64 w4 q-smem", 64, kAltRun<64, 128, 64, 4, false>},
 };
 
 // ------------------------------------------------------------------ inputs

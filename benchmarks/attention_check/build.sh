@@ -36,10 +36,8 @@ configs=(
 # Alternatives that attn_check times next to the table's choice (bf16 only;
 # must match kAltConfigs in attn_check.cu).
 alt_configs=(
-  "64 128 128 8 true"
-  "128 128 64 8 true"
-  "128 128 128 8 true"
-  "256 128 64 8 false"
+  "64 128 128 4 true"
+  "64 128 64 4 false"
 )
 # Backward (must match Sm80BwdTiles in cpp/src/attention/flash_bwd_config.h):
 # head_dim block_m block_n warps q_stages.
@@ -61,7 +59,8 @@ bwd_alt_configs=(
   "64 128 128 8 2"
   "64 64 128 8 1"
   "128 64 128 8 2"
-  "256 64 32 8 2"
+  "128 128 64 8 2"
+  "256 64 64 8 1"
 )
 jobs_list=()
 for dtype in f16 bf16; do

@@ -98,7 +98,10 @@ struct AttentionBackwardProblem {
 };
 
 // Workspace layout of the backward, in 256-byte aligned pieces:
-//   dq accumulator   fp32 (nheads, rows_q, headdim)
+//   dq accumulator   fp32 (nheads, rows_q + batch x 128, padded head dim):
+//                    per query tile a block of tile rows x padded head dim
+//                    in the order of the dQ MMA fragments (each sequence
+//                    starts up to one tile further, so tiles never overlap)
 //   dk, dv per q head fp32 (nheads, rows_k, headdim) each, only with GQA
 //                    (summed per group; without, the kernel writes dk, dv)
 //   D = rowsum(dout * o) fp32 (nheads, rows_q)
@@ -106,7 +109,19 @@ struct AttentionBackwardProblem {
 // rows = batch * seqlen, or total with varlen.
 struct FlashBwdWorkspace {
   size_t dq_accum, dk_accum, dv_accum, dsum, semaphores, total;  // byte offsets, size
+  size_t dq_head_stride;                                         // floats
 };
+// Bounds on every backward configuration: the largest query tile, and the
+// head dims that are instantiated (a head dim runs in the next one up).
+constexpr int kFlashBwdMaxBlockM = 128;
+constexpr int flash_padded_headdim(int headdim) {
+  return headdim <= 32    ? 32
+         : headdim <= 64  ? 64
+         : headdim <= 96  ? 96
+         : headdim <= 128 ? 128
+         : headdim <= 192 ? 192
+                          : 256;
+}
 inline FlashBwdWorkspace flash_bwd_workspace_layout(const AttentionBackwardProblem& p) {
   auto align = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
   const bool varlen = p.cu_seqlens_q != nullptr;
@@ -116,8 +131,10 @@ inline FlashBwdWorkspace flash_bwd_workspace_layout(const AttentionBackwardProbl
   const size_t rows_kv_accum = p.nheads == p.nheads_k ? 0 : rows_k;
   const size_t heads = size_t(p.nheads), d = size_t(p.headdim);
   FlashBwdWorkspace w{};
+  w.dq_head_stride =
+      (rows_q + size_t(p.batch) * kFlashBwdMaxBlockM) * size_t(flash_padded_headdim(p.headdim));
   w.dq_accum = 0;
-  w.dk_accum = w.dq_accum + align(heads * rows_q * d * 4);
+  w.dk_accum = w.dq_accum + align(heads * w.dq_head_stride * 4);
   w.dv_accum = w.dk_accum + align(heads * rows_kv_accum * d * 4);
   w.dsum = w.dv_accum + align(heads * rows_kv_accum * d * 4);
   w.semaphores = w.dsum + align(heads * rows_q * 4);

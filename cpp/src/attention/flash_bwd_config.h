@@ -34,22 +34,39 @@ cudaError_t run_flash_bwd(const AttentionBackwardProblem& problem);
 // whole query loop, S and dP kBlockM x kBlockN / threads each, dQ kBlockM x
 // head dim / threads (live after S and dP). Shared memory:
 //   (2 stages kBlockM D + 2 kBlockN D + 2 kBlockM kBlockN) x 2 + 8 kBlockM bytes
+// Measured on the H100 (benchmarks/notes/attention_bwd_h100.md): 128 keys
+// per CTA with two query stages is fastest up to d = 128 (each Q / dO tile
+// read serves twice the keys of 64x64), 1 CTA of 8 warps per SM.
 template <DType T, int kHeadDim, int kTier>
 struct Sm80BwdTiles : Sm80BwdTiles<T, kHeadDim, kTier - 1> {};
-// 128 keys per CTA: each Q / dO tile read serves twice the keys. dK + dV 32 /
-// 64 registers; 64 / 97 KB.
+// 32: dK + dV 16 / 32 registers, S and dP 16 / 64; 97 / 113 KB.
 template <DType T>
 struct Sm80BwdTiles<T, 32, 0> {
   using type = FlashBwdConfig<T, 32, 64, 128, 8, 2, Family::sm80>;
 };
 template <DType T>
+struct Sm80BwdTiles<T, 32, 1> {
+  using type = FlashBwdConfig<T, 32, 128, 128, 8, 2, Family::sm80>;
+};
+// 64: 64x128 (97 KB) or 128x128 (161 KB): dK + dV 64, S and dP 64 registers;
+// 128x128 is ~15% faster on the H100.
+template <DType T>
 struct Sm80BwdTiles<T, 64, 0> {
   using type = FlashBwdConfig<T, 64, 64, 128, 8, 2, Family::sm80>;
 };
-// 64x64: dK + dV 48 / 64 registers; 88 KB, 128: 80 KB single-stage or 112 KB.
+template <DType T>
+struct Sm80BwdTiles<T, 64, 1> {
+  using type = FlashBwdConfig<T, 64, 128, 128, 8, 2, Family::sm80>;
+};
+// 96 / 128: 64x64 (88 KB single-stage at 128) or 64x128 (129 / 161 KB):
+// dK + dV 96 / 128 registers, S and dP 32 each.
 template <DType T>
 struct Sm80BwdTiles<T, 96, 0> {
   using type = FlashBwdConfig<T, 96, 64, 64, 8, 2, Family::sm80>;
+};
+template <DType T>
+struct Sm80BwdTiles<T, 96, 1> {
+  using type = FlashBwdConfig<T, 96, 64, 128, 8, 2, Family::sm80>;
 };
 template <DType T>
 struct Sm80BwdTiles<T, 128, 0> {
@@ -57,7 +74,7 @@ struct Sm80BwdTiles<T, 128, 0> {
 };
 template <DType T>
 struct Sm80BwdTiles<T, 128, 1> {
-  using type = FlashBwdConfig<T, 128, 64, 64, 8, 2, Family::sm80>;
+  using type = FlashBwdConfig<T, 128, 64, 128, 8, 2, Family::sm80>;
 };
 // 192: dK + dV 96 registers; 80 KB with 32-query tiles, else 160 KB.
 template <DType T>
@@ -69,7 +86,7 @@ struct Sm80BwdTiles<T, 192, 1> {
   using type = FlashBwdConfig<T, 192, 64, 64, 8, 2, Family::sm80>;
 };
 // 256: dK + dV 128 registers; 68 KB with 32x32 tiles and 4 warps, 144 KB
-// single-stage, 208 KB.
+// single-stage (two stages measured no faster on the H100).
 template <DType T>
 struct Sm80BwdTiles<T, 256, 0> {
   using type = FlashBwdConfig<T, 256, 32, 32, 4, 1, Family::sm80>;
@@ -77,10 +94,6 @@ struct Sm80BwdTiles<T, 256, 0> {
 template <DType T>
 struct Sm80BwdTiles<T, 256, 1> {
   using type = FlashBwdConfig<T, 256, 64, 64, 8, 1, Family::sm80>;
-};
-template <DType T>
-struct Sm80BwdTiles<T, 256, 2> {
-  using type = FlashBwdConfig<T, 256, 64, 64, 8, 2, Family::sm80>;
 };
 
 }  // namespace samattn::attention

@@ -37,9 +37,10 @@ struct FlashBwdParams {
   const void* v;
   const void* dout;
   const float* lse;
-  float* dq_accum;  // (nheads, rows_q, headdim)
-  float* dk_accum;  // (nheads, rows_k, headdim), per query head; GQA only
-  float* dv_accum;  // (nheads, rows_k, headdim)
+  float* dq_accum;         // per (head, query tile) in fragment order; see dq_tile_accum
+  int64_t dq_head_stride;  // floats
+  float* dk_accum;         // (nheads, rows_k, headdim), per query head; GQA only
+  float* dv_accum;         // (nheads, rows_k, headdim)
   // Without GQA (kv_group 1) dK and dV go straight to the outputs instead.
   void* dk;
   void* dv;
@@ -77,10 +78,29 @@ __device__ inline SeqExtent seq_extent(const int32_t* cu_seqlens, int seqlen, in
   return {cu_seqlens[batch + 1] - cu_seqlens[batch], cu_seqlens[batch]};
 }
 
+__device__ inline float fast_log2(float x) {
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 __device__ inline int load_acquire(const int* address) {
   int value;
   asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(value) : "l"(address) : "memory");
   return value;
+}
+
+// The fp32 dQ accumulator of one query tile: kBlockM x kHeadDim floats in
+// the order of the dQ MMA fragments, element i of thread t (of column slice
+// `split`) at (split x fragment size + i) x threads + t. Each atomic add of
+// a warp then covers 128 contiguous bytes, where the row-major order touched
+// eight rows. Sequence b's tiles start b x kBlockM rows further, so that
+// tiles of packed (varlen) sequences never overlap.
+template <class Traits>
+__device__ inline float* dq_tile_accum(float* accum, int64_t head_stride, int head, int batch,
+                                       int64_t seq_row0, int m0) {
+  return accum + head * head_stride +
+         (seq_row0 + int64_t(batch) * Traits::kBlockM + m0) * Traits::kHeadDim;
 }
 
 // ---------------------------------------------------------------- step 1
@@ -169,6 +189,66 @@ __global__ void __launch_bounds__(256) flash_bwd_convert_kernel(ConvertParams co
   }
 }
 
+// dq = scale x the dQ accumulator of one query tile (fragment order, see
+// dq_tile_accum): a CTA of the main kernel's threads per (query tile, head,
+// batch) reads its fragments back coalesced and stores pairs of columns.
+struct ConvertDqParams {
+  const float* accum;
+  int64_t head_stride;
+  void* dq;
+  int64_t dq_batch, dq_seq, dq_head;
+  const int32_t* cu_seqlens_q;
+  int seqlen_q, headdim;
+  float scale;
+};
+
+template <class Traits>
+__global__ void __launch_bounds__(Traits::kThreads)
+    flash_bwd_convert_dq_kernel(ConvertDqParams const p) {
+  using namespace cute;
+  using Element = typename Traits::Element;
+  constexpr int kSplits = Traits::kDQSplits;
+  const int tid = threadIdx.x, head = blockIdx.y, batch = blockIdx.z;
+  const int m0 = blockIdx.x * Traits::kBlockM;
+  const SeqExtent seq = seq_extent(p.cu_seqlens_q, p.seqlen_q, batch);
+  if (m0 >= seq.len) return;
+  auto tile_dq = Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim / kSplits>>{};
+  typename Traits::TiledMmaDQ mma_dq;
+  auto thr_dq = mma_dq.get_slice(tid);
+  Tensor acc = partition_fragment_C(mma_dq, tile_dq);
+  Tensor coords = rowcol_view(thr_dq.partition_C(make_identity_tensor(tile_dq)));
+  Tensor values = rowcol_view(acc);
+  const float* accum =
+      dq_tile_accum<Traits>(const_cast<float*>(p.accum), p.head_stride, head, batch, seq.row0, m0) +
+      tid;
+  const bool varlen = p.cu_seqlens_q != nullptr;
+  Element* dq = static_cast<Element*>(p.dq) + (varlen ? seq.row0 * p.dq_seq : batch * p.dq_batch) +
+                head * p.dq_head + int64_t(m0) * p.dq_seq;
+  const int rows_left = seq.len - m0;
+  CUTE_UNROLL
+  for (int split = 0; split < kSplits; ++split) {
+    CUTE_UNROLL
+    for (int i = 0; i < size(acc); ++i) {
+      acc(i) = accum[(split * size(acc) + i) * Traits::kThreads];
+    }
+    const int col0 = split * (Traits::kHeadDim / kSplits);
+    CUTE_UNROLL
+    for (int r = 0; r < size<0>(values); ++r) {
+      const int row = get<0>(coords(r, 0));
+      if (row >= rows_left) continue;
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(values); c += 2) {
+        const int col = col0 + get<1>(coords(r, c));  // columns c, c + 1 are adjacent
+        if (col >= p.headdim) continue;
+        Element pair[2] = {static_cast<Element>(values(r, c) * p.scale),
+                           static_cast<Element>(values(r, c + 1) * p.scale)};
+        *reinterpret_cast<uint32_t*>(dq + int64_t(row) * p.dq_seq + col) =
+            *reinterpret_cast<const uint32_t*>(pair);
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------- step 2
 #ifndef SAMATTN_BWD_MIN_BLOCKS
 #define SAMATTN_BWD_MIN_BLOCKS 1
@@ -239,7 +319,6 @@ __global__ void __launch_bounds__(Traits::kThreads, SAMATTN_BWD_MIN_BLOCKS)
     const float* lse =
         p.lse + (varlen_q ? seq_q.row0 * p.lse_seq : batch * p.lse_batch) + head * p.lse_head;
     const float* dsum = p.dsum + head * p.rows_q + seq_q.row0;
-    float* dq_accum = p.dq_accum + (head * p.rows_q + seq_q.row0) * p.headdim;
 
     auto tile_q = Shape<Int<kBlockM>, Int<kHeadDim>>{};
     Tensor mQ = make_tensor(make_gmem_ptr(static_cast<Element const*>(p.q) + q_base),
@@ -350,7 +429,6 @@ __global__ void __launch_bounds__(Traits::kThreads, SAMATTN_BWD_MIN_BLOCKS)
     auto copy_b_dq = make_tiled_copy_B(typename Traits::SmemCopyAtomTransposed{}, mma_dq);
     auto thr_copy_b_dq = copy_b_dq.get_slice(tid);
     Tensor tdQrKt_view = thr_copy_b_dq.retile_D(tdQrKt);
-    Tensor tdQcdQ = thr_dq.partition_C(make_identity_tensor(tile_dq));
 
     // Q and dO of a stage: the stage-0 tensors moved by whole tiles (which
     // leaves the swizzle pattern unchanged).
@@ -420,15 +498,13 @@ __global__ void __launch_bounds__(Traits::kThreads, SAMATTN_BWD_MIN_BLOCKS)
       clear(acc_s);
       gemm_from_smem<false>(mma_sdp, acc_s, tSrA, tSsQ, tSrA_view, copy_a_sdp, tSrB, tSsK,
                             tSrB_view, copy_b_sdp);
-      // d(softcap tanh(x)) / dx = 1 - tanh^2, kept for dS.
-      Tensor dtanh = make_fragment_like(acc_s);
+      // Softcap: s -> softcap tanh(s scale / softcap). Its derivative
+      // 1 - tanh^2 is recovered from P below rather than kept in registers
+      // next to dP.
       if (p.softcap > 0.0f) {
         CUTE_UNROLL
-        for (int i = 0; i < size(acc_s); ++i) {
-          const float t = tanhf(acc_s(i) * p.softcap_pre);
-          acc_s(i) = p.softcap * t;
-          dtanh(i) = 1.0f - t * t;
-        }
+        for (int i = 0; i < size(acc_s); ++i)
+          acc_s(i) = p.softcap * tanhf(acc_s(i) * p.softcap_pre);
       }
       Tensor scores = rowcol_view(acc_s);
       if (mask.tile_needs_mask(m0, kBlockM, n0, kBlockN)) mask.apply(scores, tScS, m0, n0);
@@ -458,8 +534,21 @@ __global__ void __launch_bounds__(Traits::kThreads, SAMATTN_BWD_MIN_BLOCKS)
         for (int c = 0; c < size<1>(dp); ++c) dp(r, c) = scores(r, c) * (dp(r, c) - row_dsum);
       }
       if (p.softcap > 0.0f) {
+        // With softcap scale_log2 is log2(e): log2(P) + LSE = log2(e) cap,
+        // so tanh = (log2(P) + LSE) / (log2(e) softcap). P = 0 (masked or
+        // underflowed) already gives dS = 0.
+        const float tanh_per_log2 = 1.0f / (p.scale_log2 * p.softcap);
         CUTE_UNROLL
-        for (int i = 0; i < size(acc_dp); ++i) acc_dp(i) *= dtanh(i);
+        for (int r = 0; r < size<0>(dp); ++r) {
+          const float row_lse = smem_lse[get<0>(tScS(r, 0))];
+          CUTE_UNROLL
+          for (int c = 0; c < size<1>(dp); ++c) {
+            if (scores(r, c) > 0.0f) {
+              const float t = (fast_log2(scores(r, c)) + row_lse) * tanh_per_log2;
+              dp(r, c) *= 1.0f - t * t;
+            }
+          }
+        }
       }
       {
         Tensor ds = convert_fragment<Element>(acc_dp);
@@ -501,15 +590,14 @@ __global__ void __launch_bounds__(Traits::kThreads, SAMATTN_BWD_MIN_BLOCKS)
           }
           __syncthreads();
         }
-        const int rows_left = seqlen_q - m0;
-        const int col0 = split * (kHeadDim / kDQSplits);
+        // Rows past the sequence and columns past the head dim hold zeros
+        // (P = 0, K zero-filled) and land in the tile's own padding.
+        float* dq_accum =
+            dq_tile_accum<Traits>(p.dq_accum, p.dq_head_stride, head, batch, seq_q.row0, m0) +
+            split * size(acc_dq) * Traits::kThreads + tid;
         CUTE_UNROLL
-        for (int i = 0; i < size(acc_dq); ++i) {
-          const int row = get<0>(tdQcdQ(i)), col = col0 + get<1>(tdQcdQ(i));
-          if (row < rows_left && col < p.headdim) {
-            atomicAdd(dq_accum + int64_t(m0 + row) * p.headdim + col, acc_dq(i));
-          }
-        }
+        for (int i = 0; i < size(acc_dq); ++i)
+          atomicAdd(dq_accum + i * Traits::kThreads, acc_dq(i));
       }
       if (semaphore != nullptr) {
         __threadfence();

@@ -76,8 +76,11 @@ cudaError_t run_flash_bwd(const AttentionBackwardProblem& problem) {
   const int sem_per_head = (P.seqlen_q + 15) / 16;
 
   cudaError_t status;
+  // The fragment-order dQ tiles (dq_tile_accum) must fit the layout's bound.
+  static_assert(Traits::kBlockM <= kFlashBwdMaxBlockM);
+  if (Traits::kHeadDim > flash_padded_headdim(P.headdim)) return cudaErrorInvalidValue;
   if (rows_q > 0) {
-    status = cudaMemsetAsync(dq_accum, 0, size_t(P.nheads) * rows_q * P.headdim * 4, P.stream);
+    status = cudaMemsetAsync(dq_accum, 0, layout.dk_accum - layout.dq_accum, P.stream);
     if (status != cudaSuccess) return status;
   }
   if (semaphores != nullptr) {
@@ -119,6 +122,7 @@ cudaError_t run_flash_bwd(const AttentionBackwardProblem& problem) {
     p.dout = P.dout.ptr;
     p.lse = P.lse;
     p.dq_accum = dq_accum;
+    p.dq_head_stride = int64_t(layout.dq_head_stride);
     p.dk_accum = dk_accum;
     p.dv_accum = dv_accum;
     p.dsum = dsum;
@@ -169,19 +173,27 @@ cudaError_t run_flash_bwd(const AttentionBackwardProblem& problem) {
 
   // 3. dq = scale dQacc; with GQA dk = scale sum over the group of dKacc,
   // dv likewise unscaled (without, the main kernel wrote them).
+  const int m_blocks = (P.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
+  if (m_blocks > 0) {
+    ConvertDqParams c{};
+    c.accum = dq_accum;
+    c.head_stride = int64_t(layout.dq_head_stride);
+    c.dq = P.dq.ptr;
+    c.dq_batch = P.dq.batch_stride, c.dq_seq = P.dq.seq_stride, c.dq_head = P.dq.head_stride;
+    c.cu_seqlens_q = P.cu_seqlens_q;
+    c.seqlen_q = P.seqlen_q;
+    c.headdim = P.headdim;
+    c.scale = P.softmax_scale;
+    dim3 grid(unsigned(m_blocks), unsigned(P.nheads), unsigned(P.batch));
+    flash_bwd_convert_dq_kernel<Traits><<<grid, Traits::kThreads, 0, P.stream>>>(c);
+    status = cudaGetLastError();
+    if (status != cudaSuccess) return status;
+  }
   const int group = P.nheads / P.nheads_k;
+  if (group == 1) return cudaSuccess;
   ConvertParams c{};
-  c.rows = rows_q;
-  c.heads = P.nheads;
-  c.group = 1;
-  c.seqlen = varlen_q ? 0 : P.seqlen_q;
   c.headdim = P.headdim;
-  c.accum = dq_accum;
-  c.out = P.dq.ptr;
-  c.out_batch = P.dq.batch_stride, c.out_seq = P.dq.seq_stride, c.out_head = P.dq.head_stride;
   c.scale = P.softmax_scale;
-  status = detail::launch_convert<Element>(c, P.sm_count, P.stream);
-  if (status != cudaSuccess || group == 1) return status;
   c.rows = rows_k;
   c.heads = P.nheads_k;
   c.group = group;
