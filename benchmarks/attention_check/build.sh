@@ -43,24 +43,23 @@ alt_configs=(
 # head_dim block_m block_n warps q_stages.
 bwd_configs=(
   "32 64 128 8 2"
+  "32 128 128 8 2"
   "64 64 128 8 2"
+  "64 128 128 8 2"
   "96 64 64 8 2"
+  "96 64 128 8 2"
   "128 64 64 8 1"
-  "128 64 64 8 2"
+  "128 64 128 8 2"
   "192 32 64 8 1"
   "192 64 64 8 2"
   "256 32 32 4 1"
   "256 64 64 8 1"
-  "256 64 64 8 2"
 )
 # Backward alternatives timed by attn_bwd_check (bf16; kAltConfigs there lists
 # these and some of the table's own).
 bwd_alt_configs=(
-  "64 128 128 8 2"
   "64 64 128 8 1"
-  "128 64 128 8 2"
   "128 128 64 8 2"
-  "256 64 64 8 1"
 )
 jobs_list=()
 for dtype in f16 bf16; do
