@@ -144,3 +144,52 @@ foreach(dtype f16 bf16)
   endforeach()
 endforeach()
 samattn_family_sources(attention sm80 cpp/src/attention/sm80/attention_sm80.cu)
+
+# ------------------------------------------------------ attention, sm75 ----
+# FlashAttention-2 forward and backward, sm75 family (Turing: fp16 on mma.sync
+# m16n8k8, synchronous loads; bf16 needs sm80). Keep these lists equal to the
+# configurations Sm75FwdTiles / Sm75BwdTiles name in
+# cpp/src/attention/sm75/flash_sm75_tiles.h (tests/cpu/test_attention_build.py
+# compares them). Forward entry: "head_dim,block_m,block_n,warps,q_in_regs";
+# backward entry: "head_dim,block_m,block_n,warps,q_stages".
+set(SAMATTN_ATTENTION_FWD_SM75_CONFIGS
+    "32,128,64,4,true"
+    "64,128,64,4,true"
+    "96,64,32,4,true"
+    "128,64,32,4,true"
+    "192,64,32,4,false"
+    "256,64,32,4,false")
+set(SAMATTN_ATTENTION_BWD_SM75_CONFIGS
+    "32,64,128,8,1"
+    "64,64,64,8,1"
+    "96,32,64,4,1"
+    "128,32,64,8,1"
+    "192,32,32,4,1")
+foreach(config IN LISTS SAMATTN_ATTENTION_FWD_SM75_CONFIGS)
+  string(REPLACE "," ";" fields "${config}")
+  list(GET fields 0 head_dim)
+  list(GET fields 1 block_m)
+  list(GET fields 2 block_n)
+  list(GET fields 3 warps)
+  list(GET fields 4 q_in_regs)
+  set(cfg "samattn::attention::FlashFwdConfig<${_dtypes_cpp_f16}, ${head_dim}, ${block_m}, ${block_n}, ${warps}, ${q_in_regs}, samattn::attention::Family::sm75>")
+  samattn_instantiate(attention sm75
+                      "attention_fwd_sm75_f16_d${head_dim}_${block_m}x${block_n}_w${warps}_q${q_in_regs}"
+                      "attention/flash_fwd_launch.cuh"
+                      "template cudaError_t samattn::attention::run_flash_fwd<${cfg}>(const samattn::AttentionForwardProblem&);")
+endforeach()
+foreach(config IN LISTS SAMATTN_ATTENTION_BWD_SM75_CONFIGS)
+  string(REPLACE "," ";" fields "${config}")
+  list(GET fields 0 head_dim)
+  list(GET fields 1 block_m)
+  list(GET fields 2 block_n)
+  list(GET fields 3 warps)
+  list(GET fields 4 q_stages)
+  set(cfg "samattn::attention::FlashBwdConfig<${_dtypes_cpp_f16}, ${head_dim}, ${block_m}, ${block_n}, ${warps}, ${q_stages}, samattn::attention::Family::sm75>")
+  samattn_instantiate(attention sm75
+                      "attention_bwd_sm75_f16_d${head_dim}_${block_m}x${block_n}_w${warps}_s${q_stages}"
+                      "attention/flash_bwd_launch.cuh"
+                      "template cudaError_t samattn::attention::run_flash_bwd<${cfg}>(const samattn::AttentionBackwardProblem&);")
+endforeach()
+samattn_family_sources(attention sm75 cpp/src/attention/sm75/attention_sm75.cu
+                       cpp/src/attention/sm75/flash_bwd_sm75.cu)

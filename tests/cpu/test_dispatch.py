@@ -19,11 +19,11 @@ REQUESTS = [None, "sm75", "sm80", "sm90"]
 _ALL = {"float16", "bfloat16", "float32"}
 # Dtypes each family runs per op. sm75 runs fp32 exactly (no tf32 on Turing) and bf16 on
 # FMA units; sm90 runs GEMM in fp16, bf16 and fp32 as tf32 only ("tf32"), and no softmax.
-# Attention: fp16 and bf16 on sm80 only (Hopper runs sm80's; sm75's comes later).
+# Attention: fp16 and bf16 on sm80 (Hopper runs sm80's), fp16 only on sm75 (no bf16 mma).
 HAS = {
     "gemm": {"sm75": _ALL, "sm80": _ALL, "sm90": {"float16", "bfloat16", "tf32"}},
     "softmax": {"sm75": _ALL, "sm80": _ALL, "sm90": set()},
-    "attention": {"sm75": set(), "sm80": {"float16", "bfloat16"}, "sm90": set()},
+    "attention": {"sm75": {"float16"}, "sm80": {"float16", "bfloat16"}, "sm90": set()},
 }
 
 
@@ -122,6 +122,19 @@ def test_message_for_a_family_too_new_for_the_gpu(no_family_env):
         "samattn gemm (float16): family sm80 cannot run on a GPU of compute capability 7.5; "
         "it needs compute capability 8.0 or newer. Families that can run it on this GPU: sm75."
     )
+
+
+@pytest.mark.parametrize("cc", [(7, 5), (9, 0)], ids=lambda cc: f"cc{cc[0]}{cc[1]}")
+@pytest.mark.parametrize("requested", [None, "sm75"], ids=lambda r: r or "auto")
+def test_bf16_attention_on_turing_says_it_needs_sm80(no_family_env, cc, requested):
+    if "sm75" not in samattn.built_families() or "attention" not in _lib.built_ops():
+        pytest.skip("needs sm75 and attention in the build")
+    if requested is None and cc >= (8, 0):
+        pytest.skip("automatic selection runs bf16 attention on sm80 there")
+    status, _, message = select("attention", "bfloat16", cc, requested)
+    assert status == _lib.UNSUPPORTED
+    hint = "bfloat16 attention needs compute capability 8.0 or newer (family sm80)"
+    assert hint in message, message
 
 
 def test_turing_fp32_gemm_is_exact_not_an_error(no_family_env):

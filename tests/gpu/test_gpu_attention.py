@@ -7,7 +7,9 @@ rounding. softmax_lse follows the same rule, its baseline the log-sum-exp of the
 dtype-rounded scores; +inf (a query that sees no key) must match exactly, where the
 output must be exactly 0.
 
-Only the sm80 family has attention kernels (Hopper runs them too); other families must
+The sm80 family runs fp16 and bf16 (Hopper runs it too), the sm75 family fp16 only
+(Turing's tensor cores have no bf16: a forced sm75 refuses bf16 with a message that says
+it needs sm80); both are forced on any newer GPU. sm90 has no attention kernels and must
 refuse with samattn.UnsupportedError.
 """
 
@@ -33,7 +35,9 @@ import samattn
 from samattn import _lib
 
 DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16}
-ATTENTION_FAMILIES = ("sm80",)
+ATTENTION_FAMILIES = ("sm80", "sm75")
+# The dtypes each family runs; the others are refused (test_bf16_on_sm75_is_refused).
+FAMILY_DTYPES = {"sm80": (torch.float16, torch.bfloat16), "sm75": (torch.float16,)}
 
 
 @pytest.fixture(params=ATTENTION_FAMILIES)
@@ -41,6 +45,17 @@ def attn_family(request) -> str:
     if request.param not in runnable_families():
         pytest.skip(f"{request.param} is not built or cannot run on this GPU")
     return request.param
+
+
+def need_dtype(family: str, dtype: torch.dtype) -> None:
+    """Skip a case the family does not run (bf16 on sm75)."""
+    if dtype not in FAMILY_DTYPES[family]:
+        pytest.skip(f"{family} has no {dtype} attention kernels")
+
+
+def last_dtype(family: str) -> torch.dtype:
+    """bf16 where the family runs it (the dtype of the large-value tests), else fp16."""
+    return FAMILY_DTYPES[family][-1]
 
 
 # ------------------------------------------------------------ reference ----
@@ -137,6 +152,7 @@ HEAD_DIMS = [8, 32, 40, 64, 80, 96, 128, 136, 192, 200, 256]
 @pytest.mark.parametrize("sq, sk", [(17, 17), (113, 203)], ids=str)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_head_dims(attn_family, dtype, d, sq, sk, causal):
+    need_dtype(attn_family, dtype)
     check_fixed(attn_family, 2, sq, sk, 4, 2, d, dtype, causal=causal)
 
 
@@ -149,6 +165,7 @@ LENGTHS += [(1, 4099), (4099, 17), (17, 1000), (1000, 1)]
 @pytest.mark.parametrize("sq, sk", LENGTHS, ids=str)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_lengths(attn_family, dtype, d, sq, sk, causal):
+    need_dtype(attn_family, dtype)
     b, h = (1, 2) if max(sq, sk) > 2000 else (2, 4)
     check_fixed(attn_family, b, sq, sk, h, h, d, dtype, causal=causal)
 
@@ -172,6 +189,7 @@ FEATURES = {
 @pytest.mark.parametrize("sq, sk", [(113, 203), (203, 113), (1000, 1000), (1, 300)], ids=str)
 @pytest.mark.parametrize("feature", FEATURES)
 def test_features(attn_family, dtype, d, sq, sk, feature):
+    need_dtype(attn_family, dtype)
     options = dict(FEATURES[feature])
     hk = options.pop("hk", 8)
     check_fixed(attn_family, 2, sq, sk, 8, hk, d, dtype, **options)
@@ -184,14 +202,14 @@ def test_rows_with_nothing_to_attend(attn_family):
     assert torch.all(out[:, :30] == 0) and torch.all(lse[:, :, :30] == math.inf)
     assert torch.isfinite(out[:, 30:]).all() and torch.isfinite(lse[:, :, 30:]).all()
     # No keys at all.
-    q, k, v = make_qkv(2, 7, 0, 4, 4, 64, torch.bfloat16)
+    q, k, v = make_qkv(2, 7, 0, 4, 4, 64, last_dtype(attn_family))
     out, lse = run_fixed(attn_family, q, k, v)
     assert torch.all(out == 0) and torch.all(lse == math.inf)
 
 
 def test_long_sequence(attn_family):
     """128k tokens, causal: a sample of query rows against the reference."""
-    n, d, dtype = 131072, 64, torch.bfloat16
+    n, d, dtype = 131072, 64, last_dtype(attn_family)
     q, k, v = make_qkv(1, n, n, 1, 1, d, dtype)
     out, lse = run_fixed(attn_family, q, k, v, causal=True)
     rows = torch.cat(
@@ -221,7 +239,7 @@ def test_scale_and_strided_inputs(attn_family):
 
 def test_packed_variants_match(attn_family):
     b, s, h, d = 2, 65, 4, 64
-    qkv = randn(b, s, 3, h, d, dtype=torch.bfloat16)
+    qkv = randn(b, s, 3, h, d, dtype=last_dtype(attn_family))
     q, k, v = qkv.unbind(2)
     with samattn.use_family(attn_family):
         expected = samattn.flash_attn_func(q, k, v, causal=True)
@@ -253,6 +271,7 @@ VARLEN_BATCHES = {
 @pytest.mark.parametrize("batch", VARLEN_BATCHES)
 @pytest.mark.parametrize("feature", ["plain", "causal", "window", "softcap", "GQA"])
 def test_varlen(attn_family, dtype, d, batch, feature):
+    need_dtype(attn_family, dtype)
     lens_q, lens_k = VARLEN_BATCHES[batch]
     h = 4
     hk = 2 if feature == "GQA" else h
@@ -344,6 +363,7 @@ SDPA_CASES = [
 @pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
 @pytest.mark.parametrize("case", SDPA_CASES, ids=str)
 def test_sdpa(attn_family, dtype, case):
+    need_dtype(attn_family, dtype)
     b, h, hk, sq, sk, is_causal, enable_gqa = case
     d = 64
     query = randn(b, h, sq, d, dtype=dtype)
@@ -382,14 +402,23 @@ def test_sdpa_mask_falls_back_to_torch(monkeypatch):
 
 
 # ------------------------------------------------ families and errors ----
-@pytest.mark.parametrize("other", ["sm75", "sm90"])
-def test_other_families_refuse(other):
-    if other not in runnable_families():
-        pytest.skip(f"{other} is not built or cannot run on this GPU")
+def test_sm90_refuses():
+    if "sm90" not in runnable_families():
+        pytest.skip("sm90 is not built or cannot run on this GPU")
     q, k, v = make_qkv(1, 16, 16, 2, 2, 64, torch.float16)
-    refused = pytest.raises(samattn.UnsupportedError, match=f"family {other}.*attention")
-    with refused, samattn.use_family(other):
+    refused = pytest.raises(samattn.UnsupportedError, match=r"family sm90.*attention")
+    with refused, samattn.use_family("sm90"):
         samattn.flash_attn_func(q, k, v)
+
+
+def test_bf16_on_sm75_is_refused():
+    if "sm75" not in runnable_families():
+        pytest.skip("sm75 is not built or cannot run on this GPU")
+    q, k, v = make_qkv(1, 16, 16, 2, 2, 64, torch.bfloat16)
+    message = r"family sm75 has no bfloat16 attention.*needs compute capability 8.0 or newer"
+    with pytest.raises(samattn.UnsupportedError, match=message), samattn.use_family("sm75"):
+        samattn.flash_attn_func(q, k, v)
+    assert_cuda_healthy()
 
 
 def test_auto_selects_sm80(no_family_env):
@@ -429,6 +458,7 @@ class Guarded:
 @pytest.mark.parametrize("d", [40, 64, 128])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_c_abi_writes_every_output_and_nothing_else(attn_family, dtype, d, causal):
+    need_dtype(attn_family, dtype)
     b, sq, sk, h, hk = 2, 130, 70, 4, 2
     q, k, v = make_qkv(b, sq, sk, h, hk, d, dtype)
     # O with padded rows (seq stride h * (d + 8)), lse as (b, h, sq) with a padded head.

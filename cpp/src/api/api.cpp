@@ -736,6 +736,11 @@ bool run_attention_forward(int32_t family, const AttentionForwardProblem& proble
       *launched = attention_forward_sm80(problem);
       return true;
 #endif
+#if defined(SAMATTN_WITH_SM75) && defined(SAMATTN_WITH_ATTENTION)
+    case SAMATTN_FAMILY_SM75:
+      *launched = attention_forward_sm75(problem);
+      return true;
+#endif
     default:
       (void)problem;
       (void)launched;

@@ -32,6 +32,8 @@ constexpr FamilyOp kSupport[] = {
     // FlashAttention-2 on mma.sync m16n8k16; Hopper has no attention kernels
     // of its own, so automatic selection falls through to sm80 there.
     {SAMATTN_OP_ATTENTION, SAMATTN_FAMILY_SM80, kF16 | kBF16},
+    // Turing: fp16 on mma.sync m16n8k8; its tensor cores have no bf16.
+    {SAMATTN_OP_ATTENTION, SAMATTN_FAMILY_SM75, kF16},
 };
 
 // Newest first: the order in which automatic selection tries them.
@@ -158,6 +160,14 @@ std::string usable_sentence(int32_t op, int32_t dtype, const GpuSpec& gpu, bool 
   const std::string usable = usable_families(op, dtype, gpu, allow_tf32, /*built_only=*/true);
   return " Families that can run it on this GPU: " +
          (usable.empty() ? "none in this build" : usable) + ".";
+}
+
+// Why a Turing run of this op lacks the dtype, when that is the reason: its
+// tensor cores have no bf16, which the attention kernels need.
+std::string turing_dtype_hint(int32_t op, int32_t dtype) {
+  if (dtype != SAMATTN_BF16 || supports(op, SAMATTN_FAMILY_SM75, dtype, false)) return "";
+  return std::string(" bfloat16 ") + op_name(op) +
+         " needs compute capability 8.0 or newer (family sm80); on Turing use float16.";
 }
 
 int parse_family(const std::string& text, int32_t* family) {
@@ -322,8 +332,10 @@ int select_family(int32_t op, int32_t dtype, const GpuSpec& gpu, int32_t request
                            : std::string(dtype_name(dtype)) + " ") +
                 lacks + " (it runs " + describe_dtypes(has) + ")";
       }
+      const std::string hint =
+          requested == SAMATTN_FAMILY_SM75 ? turing_dtype_hint(op, dtype) : std::string();
       return fail(SAMATTN_UNSUPPORTED, subject + ": " + family_text + " has no " + lacks +
-                                           "; running on " + describe_gpu(gpu) + "." +
+                                           "; running on " + describe_gpu(gpu) + "." + hint +
                                            usable_sentence(op, dtype, gpu, allow_tf32));
     }
     *family = requested;
@@ -341,7 +353,8 @@ int select_family(int32_t op, int32_t dtype, const GpuSpec& gpu, int32_t request
               subject + ": no kernel family built into this library can run it on " +
                   describe_gpu(gpu) + " (requested family auto; built families: " +
                   join_families(built_families_mask()) + "; this GPU would need " +
-                  (needed.empty() ? std::string("a family samattn does not have") : needed) + ").");
+                  (needed.empty() ? std::string("a family samattn does not have") : needed) + ")." +
+                  (cc_at_least(gpu, 8, 0) ? std::string() : turing_dtype_hint(op, dtype)));
 }
 
 }  // namespace samattn

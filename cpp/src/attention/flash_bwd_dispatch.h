@@ -1,10 +1,13 @@
-// Picks the backward configuration of a problem (padded head dim, dtype, the
-// device's shared memory) and calls its instantiation, which lives in its
-// own translation unit.
+// Picks the backward configuration of a problem (family, padded head dim,
+// dtype, the device's shared memory) and calls its instantiation, which lives
+// in its own translation unit.
 #pragma once
 
+#include <type_traits>
+
 #include "attention/flash_bwd_config.h"
-#include "attention/flash_fwd_config.h"
+#include "attention/flash_fwd_dispatch.h"
+#include "attention/sm75/flash_sm75_tiles.h"
 
 namespace samattn::attention {
 
@@ -22,21 +25,24 @@ cudaError_t run_flash_bwd_sm80_hdim(const AttentionBackwardProblem& problem) {
 
 template <DType T>
 cudaError_t run_flash_bwd_sm80_dtype(const AttentionBackwardProblem& problem) {
-  switch (padded_headdim(problem.headdim)) {
-    case 32:
-      return run_flash_bwd_sm80_hdim<T, 32>(problem);
-    case 64:
-      return run_flash_bwd_sm80_hdim<T, 64>(problem);
-    case 96:
-      return run_flash_bwd_sm80_hdim<T, 96>(problem);
-    case 128:
-      return run_flash_bwd_sm80_hdim<T, 128>(problem);
-    case 192:
-      return run_flash_bwd_sm80_hdim<T, 192>(problem);
-    case 256:
-      return run_flash_bwd_sm80_hdim<T, 256>(problem);
-  }
-  return cudaErrorNotSupported;
+  return with_padded_headdim(problem.headdim, [&](auto headdim) {
+    return run_flash_bwd_sm80_hdim<T, decltype(headdim)::value>(problem);
+  });
+}
+
+// sm75: one tile per head dim (none for 256); cudaErrorNotSupported where
+// there is none or it does not fit the device's shared memory.
+template <DType T>
+cudaError_t run_flash_bwd_sm75_dtype(const AttentionBackwardProblem& problem) {
+  return with_padded_headdim(problem.headdim, [&](auto headdim) {
+    using Config = typename Sm75BwdTiles<T, decltype(headdim)::value>::type;
+    if constexpr (std::is_void_v<Config>) {
+      return cudaErrorNotSupported;
+    } else {
+      if (problem.max_smem_per_block < Config::kSmemBytes) return cudaErrorNotSupported;
+      return run_flash_bwd<Config>(problem);
+    }
+  });
 }
 
 }  // namespace samattn::attention

@@ -1,11 +1,35 @@
-// Picks the forward configuration of a problem (padded head dim, dtype, the
-// device's shared memory) and calls its instantiation, which lives in its
-// own translation unit.
+// Picks the forward configuration of a problem (family, padded head dim,
+// dtype, the device's shared memory) and calls its instantiation, which lives
+// in its own translation unit.
 #pragma once
 
+#include <type_traits>
+
 #include "attention/flash_fwd_config.h"
+#include "attention/sm75/flash_sm75_tiles.h"
 
 namespace samattn::attention {
+
+// run(std::integral_constant<int, padded head dim>{}) for the problem's head
+// dim; cudaErrorNotSupported beyond 256.
+template <class Run>
+cudaError_t with_padded_headdim(int headdim, Run&& run) {
+  switch (padded_headdim(headdim)) {
+    case 32:
+      return run(std::integral_constant<int, 32>{});
+    case 64:
+      return run(std::integral_constant<int, 64>{});
+    case 96:
+      return run(std::integral_constant<int, 96>{});
+    case 128:
+      return run(std::integral_constant<int, 128>{});
+    case 192:
+      return run(std::integral_constant<int, 192>{});
+    case 256:
+      return run(std::integral_constant<int, 256>{});
+  }
+  return cudaErrorNotSupported;
+}
 
 template <DType T, int kHeadDim>
 cudaError_t run_flash_fwd_sm80_hdim(const AttentionForwardProblem& problem) {
@@ -18,21 +42,20 @@ cudaError_t run_flash_fwd_sm80_hdim(const AttentionForwardProblem& problem) {
 
 template <DType T>
 cudaError_t run_flash_fwd_sm80_dtype(const AttentionForwardProblem& problem) {
-  switch (padded_headdim(problem.headdim)) {
-    case 32:
-      return run_flash_fwd_sm80_hdim<T, 32>(problem);
-    case 64:
-      return run_flash_fwd_sm80_hdim<T, 64>(problem);
-    case 96:
-      return run_flash_fwd_sm80_hdim<T, 96>(problem);
-    case 128:
-      return run_flash_fwd_sm80_hdim<T, 128>(problem);
-    case 192:
-      return run_flash_fwd_sm80_hdim<T, 192>(problem);
-    case 256:
-      return run_flash_fwd_sm80_hdim<T, 256>(problem);
-  }
-  return cudaErrorNotSupported;
+  return with_padded_headdim(problem.headdim, [&](auto headdim) {
+    return run_flash_fwd_sm80_hdim<T, decltype(headdim)::value>(problem);
+  });
+}
+
+// sm75: one tile per head dim; cudaErrorNotSupported where it does not fit
+// the device's shared memory.
+template <DType T>
+cudaError_t run_flash_fwd_sm75_dtype(const AttentionForwardProblem& problem) {
+  return with_padded_headdim(problem.headdim, [&](auto headdim) {
+    using Config = typename Sm75FwdTiles<T, decltype(headdim)::value>::type;
+    if (problem.max_smem_per_block < Config::kSmemBytes) return cudaErrorNotSupported;
+    return run_flash_fwd<Config>(problem);
+  });
 }
 
 }  // namespace samattn::attention

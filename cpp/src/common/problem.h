@@ -63,5 +63,9 @@ cudaError_t softmax_backward_sm75(const SoftmaxProblem& problem);
 // bf16; cudaErrorNotSupported for a head dim the family has no kernel for.
 struct AttentionForwardProblem;
 cudaError_t attention_forward_sm80(const AttentionForwardProblem& problem);
+// sm75: fp16 only (bf16 needs sm80); the backward has no head dim 256 kernel.
+cudaError_t attention_forward_sm75(const AttentionForwardProblem& problem);
+struct AttentionBackwardProblem;
+cudaError_t attention_backward_sm75(const AttentionBackwardProblem& problem);
 
 }  // namespace samattn
