@@ -1,5 +1,6 @@
-"""The attention instantiation list of cpp/instantiations.cmake against the tile table
-the sm80 dispatch reads (Sm80FwdTiles in cpp/src/attention/flash_fwd_config.h).
+"""The attention instantiation lists of cpp/instantiations.cmake against the tile tables
+the sm80 dispatch reads (Sm80FwdTiles in cpp/src/attention/flash_fwd_config.h for the
+forward, Sm80BwdTiles in cpp/src/attention/flash_bwd_config.h for the backward).
 
 A configuration the table names but CMake does not instantiate fails the link (-z defs);
 this test also catches the reverse (an instantiation nothing dispatches to: dead code and
@@ -11,35 +12,51 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
-CONFIG_H = ROOT / "cpp" / "src" / "attention" / "flash_fwd_config.h"
+ATTENTION = ROOT / "cpp" / "src" / "attention"
 INSTANTIATIONS = ROOT / "cpp" / "instantiations.cmake"
 
+# (table header, table name, config template pattern, CMake list)
+DIRECTIONS = {
+    "forward": (
+        ATTENTION / "flash_fwd_config.h",
+        "Sm80FwdTiles",
+        r"FlashFwdConfig<T,\s*(\d+),\s*(\d+),\s*(\d+),\s*(\d+),\s*(true|false),\s*Family::sm80>",
+        "SAMATTN_ATTENTION_FWD_SM80_CONFIGS",
+    ),
+    "backward": (
+        ATTENTION / "flash_bwd_config.h",
+        "Sm80BwdTiles",
+        r"FlashBwdConfig<T,\s*(\d+),\s*(\d+),\s*(\d+),\s*(\d+),\s*(\d+),\s*Family::sm80>",
+        "SAMATTN_ATTENTION_BWD_SM80_CONFIGS",
+    ),
+}
 
-def _table_configs() -> set[tuple[str, ...]]:
-    text = CONFIG_H.read_text()
-    start = text.index("struct Sm80FwdTiles;")  # the table follows its declaration
-    pattern = (
-        r"FlashFwdConfig<T,\s*(\d+),\s*(\d+),\s*(\d+),\s*(\d+),\s*(true|false),\s*Family::sm80>"
-    )
+
+def _table_configs(header: Path, table: str, pattern: str) -> set[tuple[str, ...]]:
+    text = header.read_text()
+    start = text.index(f"struct {table}")  # the table follows its declaration
     return set(re.findall(pattern, text[start:]))
 
 
-def _cmake_configs() -> set[tuple[str, ...]]:
+def _cmake_configs(variable: str) -> set[tuple[str, ...]]:
     text = INSTANTIATIONS.read_text()
-    block = re.search(r"set\(SAMATTN_ATTENTION_FWD_SM80_CONFIGS(.*?)\)", text, re.S)
-    assert block, "SAMATTN_ATTENTION_FWD_SM80_CONFIGS not found in cpp/instantiations.cmake"
+    block = re.search(rf"set\({variable}(.*?)\)", text, re.S)
+    assert block, f"{variable} not found in cpp/instantiations.cmake"
     return {tuple(entry.split(",")) for entry in re.findall(r'"([^"]+)"', block.group(1))}
 
 
-def test_every_table_entry_is_instantiated_and_nothing_else():
-    table, cmake = _table_configs(), _cmake_configs()
-    assert table, "no FlashFwdConfig<T, ...> found in the Sm80FwdTiles table"
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_every_table_entry_is_instantiated_and_nothing_else(direction):
+    header, table_name, pattern, variable = DIRECTIONS[direction]
+    table, cmake = _table_configs(header, table_name, pattern), _cmake_configs(variable)
+    assert table, f"no configuration found in the {table_name} table of {header}"
     assert table - cmake == set(), (
-        f"add to SAMATTN_ATTENTION_FWD_SM80_CONFIGS in {INSTANTIATIONS}: "
-        f"{sorted(','.join(c) for c in table - cmake)}"
+        f"add to {variable} in {INSTANTIATIONS}: {sorted(','.join(c) for c in table - cmake)}"
     )
     assert cmake - table == set(), (
-        f"not in the Sm80FwdTiles table (remove from SAMATTN_ATTENTION_FWD_SM80_CONFIGS): "
+        f"not in the {table_name} table (remove from {variable}): "
         f"{sorted(','.join(c) for c in cmake - table)}"
     )
