@@ -145,6 +145,40 @@ foreach(dtype f16 bf16)
 endforeach()
 samattn_family_sources(attention sm80 cpp/src/attention/sm80/attention_sm80.cu)
 
+# FlashAttention-2 backward, sm80 family: one translation unit per (dtype,
+# FlashBwdConfig). Keep this list equal to the configurations Sm80BwdTiles
+# names in cpp/src/attention/flash_bwd_config.h (tests/cpu/test_attention_build.py
+# compares the two). One entry: "head_dim,block_m,block_n,warps,q_stages".
+set(SAMATTN_ATTENTION_BWD_SM80_CONFIGS
+    "32,64,128,8,2"
+    "32,128,128,8,2"
+    "64,64,128,8,2"
+    "64,128,128,8,2"
+    "96,64,64,8,2"
+    "96,64,128,8,2"
+    "128,64,64,8,1"
+    "128,64,128,8,2"
+    "192,32,64,8,1"
+    "192,64,64,8,2"
+    "256,32,32,4,1"
+    "256,64,64,8,1")
+foreach(dtype f16 bf16)
+  foreach(config IN LISTS SAMATTN_ATTENTION_BWD_SM80_CONFIGS)
+    string(REPLACE "," ";" fields "${config}")
+    list(GET fields 0 head_dim)
+    list(GET fields 1 block_m)
+    list(GET fields 2 block_n)
+    list(GET fields 3 warps)
+    list(GET fields 4 q_stages)
+    set(cfg "samattn::attention::FlashBwdConfig<${_dtypes_cpp_${dtype}}, ${head_dim}, ${block_m}, ${block_n}, ${warps}, ${q_stages}, samattn::attention::Family::sm80>")
+    samattn_instantiate(attention sm80
+                        "attention_bwd_sm80_${dtype}_d${head_dim}_${block_m}x${block_n}_w${warps}_s${q_stages}"
+                        "attention/flash_bwd_launch.cuh"
+                        "template cudaError_t samattn::attention::run_flash_bwd<${cfg}>(const samattn::AttentionBackwardProblem&);")
+  endforeach()
+endforeach()
+samattn_family_sources(attention sm80 cpp/src/attention/sm80/flash_bwd_sm80.cu)
+
 # ------------------------------------------------------ attention, sm75 ----
 # FlashAttention-2 forward and backward, sm75 family (Turing: fp16 on mma.sync
 # m16n8k8, synchronous loads; bf16 needs sm80). Keep these lists equal to the

@@ -459,6 +459,36 @@ def flash_attn_varlen(
     return AttentionShape(batch, nheads, nheads_k, total_q, total_k, headdim, varlen=True)
 
 
+def flash_attn_backward(
+    dout: torch.Tensor,
+    out: torch.Tensor,
+    softmax_lse: torch.Tensor,
+    q: torch.Tensor,
+    sizes: AttentionShape,
+    op: str = "samattn.flash_attn_backward",
+) -> None:
+    """Validate the backward's own tensors (the forward's q, k, v already checked: `sizes`):
+    dout and out with the forward output's shape and q's dtype, softmax_lse float32 with
+    the forward's lse shape, all on q's device."""
+    for name, t in (("dout", dout), ("out", out), ("softmax_lse", softmax_lse)):
+        require_tensor(t, f"{op}: {name}")
+    for name, t in (("dout", dout), ("out", out)):
+        if _shape(t) != sizes.out_shape:
+            raise ValueError(
+                f"{op}: {name} must have the attention output's shape {sizes.out_shape}, "
+                f"got {_shape(t)}"
+            )
+        _check_same_dtype(t, f"{op}: {name}", q, "q")
+    if _shape(softmax_lse) != sizes.lse_shape:
+        raise ValueError(
+            f"{op}: softmax_lse must have shape {sizes.lse_shape} (the forward's), got "
+            f"{_shape(softmax_lse)}"
+        )
+    if softmax_lse.dtype != torch.float32:
+        raise TypeError(f"{op}: softmax_lse must have dtype torch.float32, got {softmax_lse.dtype}")
+    _check_devices(op, {"q": q, "dout": dout, "out": out, "softmax_lse": softmax_lse})
+
+
 def sdpa_fallback_reason(
     query: torch.Tensor,
     key: torch.Tensor,

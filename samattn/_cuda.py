@@ -207,10 +207,29 @@ def _check_cu_seqlens_on_device(
     )
 
 
-def flash_attn_forward(
+def _attention_sizes(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor | None,
+    cu_seqlens_k: torch.Tensor | None,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+) -> _checks.AttentionShape:
+    if cu_seqlens_q is None or cu_seqlens_k is None:
+        return _checks.flash_attn(q, k, v)
+    return _checks.flash_attn_varlen(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k
+    )
+
+
+def _attention_args(
+    sizes: _checks.AttentionShape,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
     cu_seqlens_q: torch.Tensor | None,
     cu_seqlens_k: torch.Tensor | None,
     max_seqlen_q: int,
@@ -220,20 +239,10 @@ def flash_attn_forward(
     window_left: int,
     window_right: int,
     softcap: float,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(out, softmax_lse) of FlashAttention on the GPU; see samattn.flash_attn_func."""
-    if cu_seqlens_q is None or cu_seqlens_k is None:
-        sizes = _checks.flash_attn(q, k, v)
-    else:
-        sizes = _checks.flash_attn_varlen(
-            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k
-        )
-    out = torch.empty(sizes.out_shape, dtype=q.dtype, device=q.device)
-    lse = torch.empty(sizes.lse_shape, dtype=torch.float32, device=q.device)
-    if out.numel() == 0:
-        return out, lse
+) -> tuple[_lib.AttentionArgs, tuple[torch.Tensor, ...]]:
+    """The C arguments shared by the forward and the backward, and the tensors they point
+    to (q, k, v as the kernels read them, the contiguous offsets), to keep alive."""
     q, k, v = (_attention_operand(t) for t in (q, k, v))
-
     args = _lib.AttentionArgs()
     args.dtype = _checks.DTYPE_CODES[q.dtype]
     args.family = _family.requested_family()
@@ -241,12 +250,14 @@ def flash_attn_forward(
     args.causal = int(causal)
     args.batch, args.nheads, args.nheads_k = sizes.batch, sizes.nheads, sizes.nheads_k
     args.seqlen_q, args.seqlen_k, args.headdim = sizes.seqlen_q, sizes.seqlen_k, sizes.headdim
+    keep: tuple[torch.Tensor, ...] = (q, k, v)
     if sizes.varlen:
         cu_seqlens_q = cu_seqlens_q.contiguous()
         cu_seqlens_k = cu_seqlens_k.contiguous()
         _check_cu_seqlens_on_device(cu_seqlens_q, cu_seqlens_k, sizes, max_seqlen_q, max_seqlen_k)
         args.cu_seqlens_q, args.cu_seqlens_k = cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr()
         args.max_seqlen_q, args.max_seqlen_k = max_seqlen_q, max_seqlen_k
+        keep += (cu_seqlens_q, cu_seqlens_k)
     args.q = q.data_ptr()
     args.q_batch_stride, args.q_seq_stride, args.q_head_stride = _seq_head_strides(q)
     args.k = k.data_ptr()
@@ -264,7 +275,91 @@ def flash_attn_forward(
     args.softcap = softcap
     args.window_left, args.window_right = window_left, window_right
     args.stream = _stream(q.device)
+    return args, keep
+
+
+def flash_attn_forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor | None,
+    cu_seqlens_k: torch.Tensor | None,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    softmax_scale: float,
+    causal: bool,
+    window_left: int,
+    window_right: int,
+    softcap: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out, softmax_lse) of FlashAttention on the GPU; see samattn.flash_attn_func."""
+    sizes = _attention_sizes(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    out = torch.empty(sizes.out_shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty(sizes.lse_shape, dtype=torch.float32, device=q.device)
+    if out.numel() == 0:
+        return out, lse
+    args, _keep = _attention_args(
+        sizes, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+        softmax_scale, causal, window_left, window_right, softcap,
+    )  # fmt: skip
     family = ctypes.c_int32(_lib.FAMILY_AUTO)
     _lib.check(_lib.lib().samattn_attention_forward(ctypes.byref(args), ctypes.byref(family)))
     _lib.set_last_family(family.value)
     return out, lse
+
+
+def flash_attn_backward(
+    dout: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    softmax_lse: torch.Tensor,
+    cu_seqlens_q: torch.Tensor | None,
+    cu_seqlens_k: torch.Tensor | None,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    softmax_scale: float,
+    causal: bool,
+    window_left: int,
+    window_right: int,
+    softcap: float,
+    deterministic: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv) of FlashAttention on the GPU, contiguous, in q's dtype."""
+    sizes = _attention_sizes(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    _checks.flash_attn_backward(dout, out, softmax_lse, q, sizes)
+    # Varlen: the library leaves rows of dq, dk, dv outside every sequence alone; their
+    # gradient is 0.
+    empty_batch = sizes.batch == 0 or sizes.nheads == 0
+    dq = (torch.zeros if sizes.varlen else torch.empty)(q.shape, dtype=q.dtype, device=q.device)
+    dk = (torch.zeros if sizes.varlen else torch.empty)(k.shape, dtype=k.dtype, device=k.device)
+    dv = (torch.zeros if sizes.varlen else torch.empty)(v.shape, dtype=v.dtype, device=v.device)
+    if empty_batch or (dq.numel() == 0 and dk.numel() == 0):
+        return dq, dk, dv
+    out, dout = _attention_operand(out), _attention_operand(dout)
+    args, _keep = _attention_args(
+        sizes, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+        max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap,
+    )  # fmt: skip
+    args.dout = dout.data_ptr()
+    args.dout_batch_stride, args.dout_seq_stride, args.dout_head_stride = _seq_head_strides(dout)
+    for name, grad in (("dq", dq), ("dk", dk), ("dv", dv)):
+        setattr(args, name, grad.data_ptr())
+        strides = _seq_head_strides(grad)
+        for mode, stride in zip(("batch", "seq", "head"), strides):
+            setattr(args, f"{name}_{mode}_stride", stride)
+    args.deterministic = int(deterministic)
+    library = _lib.lib()
+    needed = ctypes.c_int64(0)
+    _lib.check(
+        library.samattn_attention_backward_workspace_size(ctypes.byref(args), ctypes.byref(needed))
+    )
+    # From torch's caching allocator: stream-ordered, capturable in CUDA graphs, and
+    # 512-byte aligned. The library zeroes what it needs on the stream.
+    workspace = torch.empty(max(needed.value, 1), dtype=torch.uint8, device=q.device)
+    args.workspace, args.workspace_bytes = workspace.data_ptr(), needed.value
+    family = ctypes.c_int32(_lib.FAMILY_AUTO)
+    _lib.check(library.samattn_attention_backward(ctypes.byref(args), ctypes.byref(family)))
+    _lib.set_last_family(family.value)
+    return dq, dk, dv

@@ -100,7 +100,8 @@ class SoftmaxArgs(ctypes.Structure):
 
 
 class AttentionArgs(ctypes.Structure):
-    """samattn_attention_args; the dout/dq/dk/dv fields and `deterministic` are backward-only."""
+    """samattn_attention_args; the dout/dq/dk/dv fields, `deterministic` and the workspace
+    are the backward's."""
 
     _fields_ = [
         ("dtype", ctypes.c_int32),
@@ -182,6 +183,11 @@ SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "samattn_softmax_forward": (ctypes.c_int, [ctypes.POINTER(SoftmaxArgs), _i32_p]),
     "samattn_softmax_backward": (ctypes.c_int, [ctypes.POINTER(SoftmaxArgs), _i32_p]),
     "samattn_attention_forward": (ctypes.c_int, [ctypes.POINTER(AttentionArgs), _i32_p]),
+    "samattn_attention_backward": (ctypes.c_int, [ctypes.POINTER(AttentionArgs), _i32_p]),
+    "samattn_attention_backward_workspace_size": (
+        ctypes.c_int,
+        [ctypes.POINTER(AttentionArgs), ctypes.POINTER(ctypes.c_int64)],
+    ),
     "samattn_last_error": (ctypes.c_char_p, []),
     "samattn_version": (ctypes.c_char_p, []),
     "samattn_abi_version": (_i32, []),

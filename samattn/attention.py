@@ -18,9 +18,13 @@ Fixed length when cu_seqlens_q/k are None: q (batch, seqlen_q, nheads, headdim),
 (total, heads, headdim) tensors, softmax_lse (nheads, total_q). Inputs may be any view whose
 head dim is contiguous (other strides multiples of 8 elements): they are read in place.
 
-The backward kernel is not there yet: the backward op's fake implementation gives shapes
-(so torch.compile traces training graphs) and its CUDA implementation raises
-NotImplementedError.
+Gradients: flash_attn_forward has an autograd formula (flash_attn_backward), so every
+function here is differentiable in q, k and v, also under torch.compile (both ops have fake
+implementations: no graph break). As in flash-attn, softmax_lse (returned with
+return_attn_probs=True) is treated as a constant: a gradient flowing into it is ignored.
+``deterministic=True`` makes the backward bit-identical run to run. The backward op returns
+contiguous dq, dk, dv; its scratch memory comes from torch's caching allocator, so it can be
+captured in CUDA graphs.
 """
 
 # No `from __future__ import annotations`: torch.library reads these annotations at
@@ -145,10 +149,23 @@ def _flash_attn_backward(
     softcap: float,
     deterministic: bool,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    raise NotImplementedError(
-        "samattn: the FlashAttention backward is not implemented yet (gradients of q, k and v "
-        "come in a later samattn release); run the forward under torch.no_grad() or with "
-        "inputs that do not require grad"
+    return _cuda.flash_attn_backward(
+        dout,
+        q,
+        k,
+        v,
+        out,
+        softmax_lse,
+        cu_seqlens_q,
+        cu_seqlens_k,
+        max_seqlen_q,
+        max_seqlen_k,
+        softmax_scale,
+        causal,
+        window_left,
+        window_right,
+        softcap,
+        deterministic,
     )
 
 
@@ -171,7 +188,8 @@ def _flash_attn_backward_fake(
     softcap: float,
     deterministic: bool,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    _check_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    sizes = _check_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    _checks.flash_attn_backward(dout, out, softmax_lse, q, sizes)
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
@@ -184,8 +202,8 @@ def _forward_setup_context(ctx, inputs, output) -> None:
 
 
 def _forward_grad(ctx, grad_out: Tensor, grad_lse: Optional[Tensor]):
-    # softmax_lse is an output for the backward's use; its gradient is not propagated
-    # (flash-attn's convention).
+    # softmax_lse is an output for the backward's use; its gradient is ignored
+    # (flash-attn's convention, documented in the module docstring).
     q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
     with _family._forced_code(ctx.family):
         dq, dk, dv = torch.ops.samattn.flash_attn_backward(
@@ -275,12 +293,15 @@ def flash_attn_func(
             i + seqlen_k - seqlen_q - left <= j <= i + seqlen_k - seqlen_q + right.
         softcap: > 0 replaces each scaled score s by softcap * tanh(s / softcap).
         alibi_slopes: must be None (not implemented yet: NotImplementedError).
-        deterministic: for the backward (bit-identical gradients run to run).
+        deterministic: the backward gives bit-identical gradients run to run (dq is
+            summed in a fixed order: a little slower).
         return_attn_probs: also return softmax_lse (and None where flash-attn returns the
-            dropout pattern S_dmask, which it only fills when dropout_p > 0).
+            dropout pattern S_dmask, which it only fills when dropout_p > 0). As in
+            flash-attn, gradients do not flow back through softmax_lse.
 
     Returns:
-        out (batch, seqlen_q, nheads, headdim), in q's dtype; with return_attn_probs
+        out (batch, seqlen_q, nheads, headdim), in q's dtype, differentiable in q, k and v
+        (gradients in their dtype, GQA heads summed per group); with return_attn_probs
         ``(out, softmax_lse, None)``, softmax_lse (batch, nheads, seqlen_q) float32: the
         natural log of the sum of exp of each query's scaled scores. A query that sees no
         key gets out = 0 and softmax_lse = +inf.
@@ -342,7 +363,8 @@ def flash_attn_varlen_func(
 
     Returns:
         out (total_q, nheads, headdim); with return_attn_probs ``(out, softmax_lse, None)``,
-        softmax_lse (nheads, total_q) float32. Rows outside every sequence are not written.
+        softmax_lse (nheads, total_q) float32. Rows outside every sequence are not written
+        (their gradients are 0).
     """
     if block_table is not None:
         raise NotImplementedError(

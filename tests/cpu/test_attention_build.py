@@ -1,6 +1,7 @@
 """The attention instantiation lists of cpp/instantiations.cmake against the tile tables
-the family dispatches read: Sm80FwdTiles (cpp/src/attention/flash_fwd_config.h) and
-Sm75FwdTiles / Sm75BwdTiles (cpp/src/attention/sm75/flash_sm75_tiles.h).
+the family dispatches read: Sm80FwdTiles (cpp/src/attention/flash_fwd_config.h),
+Sm80BwdTiles (flash_bwd_config.h) and Sm75FwdTiles / Sm75BwdTiles
+(cpp/src/attention/sm75/flash_sm75_tiles.h).
 
 A configuration a table names but CMake does not instantiate fails the link (-z defs);
 this test also catches the reverse (an instantiation nothing dispatches to: dead code and
@@ -28,6 +29,12 @@ TABLES = {
         "struct Sm80FwdTiles;",
         _FWD.format("sm80"),
         "SAMATTN_ATTENTION_FWD_SM80_CONFIGS",
+    ),
+    "sm80 backward": (
+        ATTENTION / "flash_bwd_config.h",
+        "struct Sm80BwdTiles",
+        _BWD.format("sm80"),
+        "SAMATTN_ATTENTION_BWD_SM80_CONFIGS",
     ),
     "sm75 forward": (
         ATTENTION / "sm75" / "flash_sm75_tiles.h",

@@ -1,6 +1,6 @@
-"""FlashAttention without a GPU: argument validation (Python and C ABI), fake
-implementations under torch.compile, the unimplemented backward, and the SDPA wrapper's
-fallback decision.
+"""FlashAttention without a GPU: argument validation (Python and C ABI, forward and
+backward), the backward's workspace size, fake implementations under torch.compile
+(training graphs included), and the SDPA wrapper's fallback decision.
 
 Python checks look at shapes and dtypes before devices, so "meta" tensors reach the fake
 implementation (valid calls return meta outputs) and every message can be tested here.
@@ -460,6 +460,170 @@ def test_c_abi_valid_arguments_reach_the_device(changes):
     assert used == _lib.FAMILY_AUTO
 
 
+# ------------------------------------------------------ C ABI backward ----
+FAKE2, FAKE3, FAKE4, FAKE5 = 0x20000, 0x30000, 0x40000, 0x50000  # dout, dq, dk, dv
+
+
+def backward_args(**changes) -> _lib.AttentionArgs:
+    """attention_args plus dout, dq (like q), dk, dv (like k), each at its own address,
+    and a large enough workspace."""
+    args = attention_args()
+    args.dout, args.dq, args.dk, args.dv = FAKE2, FAKE3, FAKE4, FAKE5
+    for name, like in (("dout", "q"), ("dq", "q"), ("dk", "k"), ("dv", "k")):
+        for mode in ("batch", "seq", "head"):
+            setattr(args, f"{name}_{mode}_stride", getattr(args, f"{like}_{mode}_stride"))
+    args.workspace, args.workspace_bytes = FAKE, 2**30
+    for field, value in changes.items():
+        setattr(args, field, value)
+    return args
+
+
+def call_backward(args) -> tuple[int, int, str]:
+    used = ctypes.c_int32(-1)
+    pointer = ctypes.byref(args) if args is not None else None
+    status = _lib.lib().samattn_attention_backward(pointer, ctypes.byref(used))
+    return status, used.value, _lib.last_error() if status != _lib.OK else ""
+
+
+def workspace_size(args) -> tuple[int, int, str]:
+    size = ctypes.c_int64(-1)
+    pointer = ctypes.byref(args) if args is not None else None
+    status = _lib.lib().samattn_attention_backward_workspace_size(pointer, ctypes.byref(size))
+    return status, size.value, _lib.last_error() if status != _lib.OK else ""
+
+
+BAD_C_BACKWARD = {
+    # The forward's rules apply...
+    "float32": (dict(dtype=_lib.F32), "dtype must be SAMATTN_F16 or SAMATTN_BF16"),
+    "head dim 36": (dict(headdim=36), "got 36"),
+    "GQA not divisible": (dict(nheads_k=3), "must be a multiple of nheads_k (3"),
+    "q misaligned": (dict(q=FAKE + 8), "q must be 16-byte aligned"),
+    "cu_seqlens misaligned": ({**VARLEN, "cu_seqlens_q": FAKE + 2}, "4-byte aligned"),
+    # ... and the backward's own.
+    "deterministic 2": (dict(deterministic=2), "deterministic must be 0 or 1, got 2"),
+    "null o": (dict(o=None), "o is NULL"),
+    "null dout": (dict(dout=None), "dout is NULL"),
+    "null dq": (dict(dq=None), "dq is NULL"),
+    "null dk": (dict(dk=None), "dk is NULL"),
+    "null dv": (dict(dv=None), "dv is NULL"),
+    "null lse": (dict(lse=None), "lse is NULL; the backward needs the forward's log-sum-exp"),
+    "dout misaligned": (dict(dout=FAKE2 + 4), "dout must be 16-byte aligned"),
+    "dv misaligned": (dict(dv=FAKE5 + 2), "dv must be 16-byte aligned"),
+    "dout seq stride": (dict(dout_seq_stride=260), "dout strides (batch, seq, head)"),
+    "dq negative stride": (dict(dq_head_stride=-64), "dq strides (batch, seq, head)"),
+    "dk head stride odd": (dict(dk_head_stride=63), "multiples of 8 elements"),
+    "dq overlaps": (dict(dq_seq_stride=0), "make elements of dq overlap"),
+    "dk overlaps": (dict(dk_head_stride=0), "make elements of dk overlap"),
+    "dv batch overlaps": (dict(dv_batch_stride=0), "make elements of dv overlap"),
+    "dv overflows": (dict(dv_batch_stride=2**62), "dv sizes and strides overflow"),
+    "dq is q": (dict(dq=FAKE), "dq and q are the same memory"),
+    "dk is dv": (dict(dk=FAKE5), "dk and dv are the same memory"),
+    "dv is dout": (dict(dv=FAKE2), "dv and dout are the same memory"),
+    "no workspace": (dict(workspace=None), "bytes of workspace, got 0"),
+    "small workspace": (dict(workspace_bytes=1024), "bytes of workspace, got 1024"),
+    "workspace misaligned": (dict(workspace=FAKE + 16), "workspace must be 256-byte aligned"),
+    "lse overlaps": (dict(lse_seq_stride=0), "make elements of lse overlap"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_C_BACKWARD)
+def test_c_abi_backward_rejects(case):
+    changes, fragment = BAD_C_BACKWARD[case]
+    status, used, message = call_backward(backward_args(**changes))
+    assert status == _lib.INVALID_ARGUMENT, message
+    assert fragment in message, message
+    assert message.startswith("samattn attention_backward") and used == _lib.FAMILY_AUTO
+
+
+def test_c_abi_backward_null_args():
+    status, _, message = call_backward(None)
+    assert status == _lib.INVALID_ARGUMENT and "args is NULL" in message
+    assert _lib.lib().samattn_attention_backward(None, None) == _lib.INVALID_ARGUMENT
+    assert workspace_size(None)[0] == _lib.INVALID_ARGUMENT
+    size = ctypes.c_int64()
+    lib = _lib.lib()
+    assert lib.samattn_attention_backward_workspace_size(None, ctypes.byref(size)) == 1
+    args = backward_args()
+    assert lib.samattn_attention_backward_workspace_size(ctypes.byref(args), None) == 1
+
+
+@pytest.mark.parametrize(
+    "empty",
+    [dict(batch=0), dict(nheads=0), dict(seqlen_q=0, seqlen_k=0)],
+    ids=["batch 0", "nheads 0", "no rows"],
+)
+def test_c_abi_backward_empty_touches_nothing(empty):
+    nothing = dict(q=None, k=None, v=None, o=None, lse=None, dout=None, dq=None, dk=None, dv=None)
+    args = backward_args(workspace=None, workspace_bytes=0, **nothing, **empty)
+    assert call_backward(args)[:2] == (_lib.OK, _lib.FAMILY_AUTO)
+    assert workspace_size(args)[:2] == (_lib.OK, 0)
+
+
+def _align(n: int) -> int:
+    return (n + 255) // 256 * 256
+
+
+def expected_workspace(b, h, hk, sq, sk, d, deterministic, rows_q=None, rows_k=None) -> int:
+    """attention_problem.h's layout: dQ accumulator, dK and dV per query head (GQA), D,
+    semaphores (deterministic)."""
+    rows_q = b * sq if rows_q is None else rows_q
+    rows_k = b * sk if rows_k is None else rows_k
+    kv_rows = rows_k if h != hk else 0
+    total = _align(h * rows_q * d * 4) + 2 * _align(h * kv_rows * d * 4) + _align(h * rows_q * 4)
+    if deterministic:
+        total += _align(b * h * ((sq + 15) // 16) * 4)
+    return total
+
+
+@pytest.mark.parametrize("deterministic", [0, 1])
+@pytest.mark.parametrize(
+    "changes",
+    [dict(), dict(nheads_k=4), dict(headdim=256, seqlen_q=1000, seqlen_k=3), VARLEN],
+    ids=["GQA", "MHA", "d256", "varlen"],
+)
+def test_backward_workspace_size(changes, deterministic):
+    # Pointers are not inspected: the size can be asked before anything is allocated.
+    nothing = dict(q=None, k=None, v=None, o=None, lse=None, dout=None, dq=None, dk=None, dv=None)
+    args = backward_args(deterministic=deterministic, **nothing, **changes)
+    status, size, message = workspace_size(args)
+    assert status == _lib.OK, message
+    b, h, hk, d = args.batch, args.nheads, args.nheads_k, args.headdim
+    if args.cu_seqlens_q:  # varlen: packed rows, sequences up to max_seqlen
+        expected = expected_workspace(
+            b, h, hk, args.max_seqlen_q, args.max_seqlen_k, d, deterministic,
+            rows_q=args.seqlen_q, rows_k=args.seqlen_k,
+        )  # fmt: skip
+    else:
+        expected = expected_workspace(b, h, hk, args.seqlen_q, args.seqlen_k, d, deterministic)
+    assert size == expected
+
+
+def test_backward_workspace_size_validates_sizes():
+    status, size, message = workspace_size(backward_args(headdim=12))
+    assert status == _lib.INVALID_ARGUMENT and size == 0
+    assert message.startswith("samattn attention_backward_workspace_size") and "got 12" in message
+    status, _, message = workspace_size(backward_args(deterministic=3))
+    assert status == _lib.INVALID_ARGUMENT and "deterministic must be 0 or 1" in message
+
+
+@pytest.mark.skipif(_has_gpu(), reason="checks the no-GPU path")
+@pytest.mark.parametrize(
+    "changes",
+    [
+        dict(),
+        dict(seqlen_k=0, k=None, v=None, dk=None, dv=None),  # no keys: dq = 0 only
+        dict(seqlen_q=0, q=None, o=None, dout=None, dq=None, lse=None),  # no queries: dk = dv = 0
+        VARLEN,
+        dict(family=80, dtype=_lib.BF16, causal=1, window_left=3, softcap=30.0, deterministic=1),
+    ],
+    ids=["plain", "no keys", "no queries", "varlen", "bf16 forced deterministic"],
+)
+def test_c_abi_backward_valid_arguments_reach_the_device(changes):
+    status, used, message = call_backward(backward_args(**changes))
+    assert status == _lib.CUDA_ERROR and "no CUDA device" in message, message
+    assert used == _lib.FAMILY_AUTO
+
+
 # ------------------------------------------------ torch.compile and fakes ----
 def attend(q, k, v):
     return samattn.flash_attn_func(q, k, v, causal=True, window_size=(16, 0), softcap=20.0)
@@ -510,6 +674,52 @@ def test_compiled_training_graph_traces_the_backward():
     assert (q.grad.shape, k.grad.shape, v.grad.shape) == (q.shape, k.shape, v.shape)
 
 
+def train_varlen(q, k, v, cu_q, cu_k):
+    out = samattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 30, 30, causal=True)
+    return out.float().square().sum()
+
+
+def train_sdpa(q, k, v):
+    return attend_sdpa(q, k, v).sum()
+
+
+def train_packed(qkv):
+    return samattn.flash_attn_qkvpacked_func(qkv, causal=True, deterministic=True).sum()
+
+
+def _training_inputs(which: str) -> tuple[tuple[torch.Tensor, ...], tuple]:
+    """(leaf tensors that require grad, other arguments) of train_<which>."""
+    if which == "varlen":
+        return packed(grad=True), (offsets(0, 10, 40), offsets(0, 20, 50))
+    if which == "sdpa":  # (batch, heads, seq, dim), GQA
+        shapes = ((2, 4, 17, 64), (2, 2, 9, 64), (2, 2, 9, 64))
+        return tuple(meta(*shape, grad=True) for shape in shapes), ()
+    return (meta(2, 9, 3, 4, 32, grad=True),), ()
+
+
+TRAINING = {"varlen": train_varlen, "sdpa": train_sdpa, "qkvpacked": train_packed}
+
+
+@pytest.mark.parametrize("which", TRAINING)
+def test_compiled_training_graphs(which):
+    # Forward and backward traced through the ops' fakes (aot_eager compiles the backward
+    # graph as well); gradients of the meta leaves come out with their shapes.
+    torch._dynamo.reset()
+    leaves, extra = _training_inputs(which)
+    loss = torch.compile(TRAINING[which], fullgraph=True, backend="aot_eager")(*leaves, *extra)
+    loss.backward()
+    for t in leaves:
+        assert t.grad is not None and t.grad.shape == t.shape and t.grad.dtype == t.dtype
+
+
+@pytest.mark.parametrize("which", TRAINING)
+def test_training_loss_has_no_graph_break(which):
+    torch._dynamo.reset()
+    leaves, extra = _training_inputs(which)
+    explanation = torch._dynamo.explain(TRAINING[which])(*leaves, *extra)
+    assert explanation.graph_break_count == 0 and explanation.graph_count == 1
+
+
 def test_fake_cuda_tensors_keep_device_and_dtype():
     with FakeTensorMode():
         q = torch.empty(2, 9, 8, 128, dtype=BF16, device="cuda")
@@ -549,13 +759,68 @@ def test_opcheck_backward(varlen):
     torch.library.opcheck(torch.ops.samattn.flash_attn_backward.default, backward_args)
 
 
-def test_backward_is_not_implemented_yet():
-    # The CUDA implementation of the backward op (reached here with CPU tensors) raises
-    # clearly; the forward's autograd formula calls it.
+def _backward_args(varlen: bool = False, **changes):
+    """Valid meta arguments of samattn::flash_attn_backward, with `changes` by name."""
+    args = _op_args(varlen)
+    q, k, v = args[:3]
+    out, lse = torch.ops.samattn.flash_attn_forward(*args)
+    named = dict(dout=torch.empty_like(out), q=q, k=k, v=v, out=out, softmax_lse=lse)
+    named.update(changes)
+    return (*named.values(), *args[3:])
+
+
+BAD_BACKWARD = {
+    "dout shape": (dict(dout=meta(2, 16, 4, 64)), ValueError, "dout must have the attention"),
+    "dout dtype": (
+        dict(dout=meta(2, 17, 4, 64, dtype=BF16)),
+        TypeError,
+        "dout has dtype torch.bfloat16 but q has torch.float16",
+    ),
+    "out shape": (dict(out=meta(2, 17, 2, 64)), ValueError, "out must have the attention"),
+    "lse shape": (
+        dict(softmax_lse=meta(2, 17, 4, dtype=torch.float32)),
+        ValueError,
+        "softmax_lse must have shape (2, 4, 17)",
+    ),
+    "lse dtype": (dict(softmax_lse=meta(2, 4, 17)), TypeError, "softmax_lse must have dtype"),
+    "dout on cpu": (
+        dict(dout=torch.empty(2, 17, 4, 64, dtype=F16)),
+        ValueError,
+        "need CUDA tensors, but dout is on cpu",
+    ),
+    "k head dim": (dict(k=meta(2, 33, 2, 32)), ValueError, "k has head dim 32 but q has 64"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_BACKWARD)
+def test_backward_op_rejects(case):
+    changes, error, fragment = BAD_BACKWARD[case]
+    with pytest.raises(error) as info:
+        torch.ops.samattn.flash_attn_backward(*_backward_args(**changes))
+    assert fragment in str(info.value), str(info.value)
+
+
+def test_backward_op_rejects_varlen_lse_shape():
+    with pytest.raises(ValueError, match=r"softmax_lse must have shape \(4, 40\)"):
+        torch.ops.samattn.flash_attn_backward(
+            *_backward_args(varlen=True, softmax_lse=meta(2, 4, 20, dtype=torch.float32))
+        )
+
+
+def test_backward_fake_shapes():
+    for varlen in (False, True):
+        args = _backward_args(varlen)
+        dq, dk, dv = torch.ops.samattn.flash_attn_backward(*args)
+        assert (dq.shape, dk.shape, dv.shape) == (args[1].shape, args[2].shape, args[3].shape)
+        assert dq.dtype == F16 and dq.device.type == "meta"
+
+
+def test_backward_cuda_implementation_checks_before_the_library():
+    # CPU tensors reach the CUDA implementation, which refuses them before any C call.
     q = torch.zeros(1, 3, 2, 8, dtype=F16)
     k = v = torch.zeros(1, 4, 1, 8, dtype=F16)
     lse = torch.zeros(1, 2, 3)
-    with pytest.raises(NotImplementedError, match="FlashAttention backward is not implemented"):
+    with pytest.raises(ValueError, match="need CUDA tensors, but q is on cpu"):
         torch.ops.samattn.flash_attn_backward(
             q, q, k, v, q, lse, None, None, 0, 0, 1.0, False, -1, -1, 0.0, False
         )

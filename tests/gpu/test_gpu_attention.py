@@ -1,11 +1,12 @@
-"""FlashAttention forward on the GPU against a float64 reference.
+"""FlashAttention forward and backward on the GPU against a float64 reference.
 
 Accuracy rule (gpu_checks.assert_close_to_reference): samattn's error against the
 float64 reference must be at most twice that of the same computation done by torch in
 the input dtype (scores, softmax and P @ V each rounded to fp16/bf16), plus one output
 rounding. softmax_lse follows the same rule, its baseline the log-sum-exp of the
 dtype-rounded scores; +inf (a query that sees no key) must match exactly, where the
-output must be exactly 0.
+output must be exactly 0. Gradients (dq, dk, dv) follow the same rule: the reference is
+torch autograd on float64 copies, the baseline torch autograd in the input dtype.
 
 The sm80 family runs fp16 and bf16 (Hopper runs it too), the sm75 family fp16 only
 (Turing's tensor cores have no bf16: a forced sm75 refuses bf16 with a message that says
@@ -429,15 +430,6 @@ def test_auto_selects_sm80(no_family_env):
     assert _lib.last_family() == "sm80"
 
 
-def test_backward_raises_not_implemented(attn_family):
-    q, k, v = make_qkv(1, 16, 16, 2, 2, 64, torch.float16)
-    q.requires_grad_(True)
-    with samattn.use_family(attn_family):
-        out = samattn.flash_attn_func(q, k, v)
-    with pytest.raises(NotImplementedError, match="backward is not implemented"):
-        out.sum().backward()
-
-
 # --------------------------------------------- C ABI on guarded buffers ----
 class Guarded:
     """A strided view inside a NaN-filled buffer; everything else must stay NaN."""
@@ -488,3 +480,357 @@ def test_c_abi_writes_every_output_and_nothing_else(attn_family, dtype, d, causa
     lse.assert_no_stray_writes("lse")
     mask = allowed_keys(sq, sk, causal, (-1, -1))
     check_attention(o.view, lse.view, q, k, v, scale=d**-0.5, softcap=0.0, mask=mask, what="c abi")
+
+
+# ========================================================== the backward ====
+def reference_grads(q, k, v, dout, scale, softcap, mask, dtype):
+    """(dq, dk, dv) of sum(attention(q, k, v) * dout) by torch autograd in `dtype`."""
+    leaves = [t.detach().to(dtype).requires_grad_(True) for t in (q, k, v)]
+    out, _ = attention(*leaves, scale, softcap, mask, dtype)
+    return torch.autograd.grad(out, leaves, dout.to(dtype))
+
+
+def check_grads(grads, q, k, v, dout, *, scale, softcap, mask, what):
+    """The accuracy rule for (dq, dk, dv) against float64 autograd, torch's own autograd in
+    the input dtype as the baseline. The floor is one rounding of the gradient."""
+    ref = reference_grads(q, k, v, dout, scale, softcap, mask, torch.float64)
+    base = reference_grads(q, k, v, dout, scale, softcap, mask, q.dtype)
+    floor = UNIT_ROUNDOFF[q.dtype]
+    for name, got, r, b, like in zip(("dq", "dk", "dv"), grads, ref, base, (q, k, v)):
+        assert got.shape == like.shape and got.dtype == like.dtype, f"{what}: {name} metadata"
+        assert_close_to_reference(got, r, b, floor, f"{what}: {name}")
+
+
+def run_grads(family, fn, q, k, v, dout, may_launch_nothing=False):
+    """(dq, dk, dv) of fn(q, k, v) (an attention output) against dout, with `family` forced
+    for the forward and, through autograd, the backward. The gradients' sizes are poisoned
+    in the allocator first (the C ABI test below is the exact check)."""
+    leaves = [t.detach().requires_grad_(True) for t in (q, k, v)]
+    for t in leaves:
+        poison_allocator(t.shape, t.dtype)
+    out = call_forced(family, lambda: fn(*leaves), may_launch_nothing=may_launch_nothing)
+    with samattn.use_family(family):
+        return torch.autograd.grad(out, leaves, dout)
+
+
+def check_fixed_grads(family, b, sq, sk, h, hk, d, dtype, causal=False, window=(-1, -1),
+                      softcap=0.0, deterministic=False):  # fmt: skip
+    what = (
+        f"grad {family} {dtype} b{b} sq{sq} sk{sk} h{h}/{hk} d{d} causal{causal} w{window} "
+        f"cap{softcap}"
+    )
+    q, k, v = make_qkv(b, sq, sk, h, hk, d, dtype, scale=3.0 if softcap else 1.0)
+    dout = randn(b, sq, h, d, dtype=dtype)
+
+    def forward(q, k, v):
+        return samattn.flash_attn_func(
+            q, k, v, causal=causal, window_size=window, softcap=softcap,
+            deterministic=deterministic,
+        )  # fmt: skip
+
+    grads = run_grads(family, forward, q, k, v, dout)
+    mask = allowed_keys(sq, sk, causal, window)
+    check_grads(grads, q, k, v, dout, scale=d**-0.5, softcap=softcap, mask=mask, what=what)
+
+
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+@pytest.mark.parametrize("d", [8, 32, 40, 64, 96, 128, 160, 192, 256])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_grad_head_dims(attn_family, dtype, d, causal):
+    check_fixed_grads(attn_family, 2, 113, 203, 4, 2, d, dtype, causal=causal)
+
+
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+@pytest.mark.parametrize("sq, sk", LENGTHS, ids=str)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_grad_lengths(attn_family, dtype, sq, sk, causal):
+    b, h = (1, 2) if max(sq, sk) > 2000 else (2, 4)
+    check_fixed_grads(attn_family, b, sq, sk, h, h, 64, dtype, causal=causal)
+
+
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+@pytest.mark.parametrize("d", [64, 128, 256])
+@pytest.mark.parametrize("sq, sk", [(113, 203), (203, 113)], ids=str)
+@pytest.mark.parametrize("feature", FEATURES)
+def test_grad_features(attn_family, dtype, d, sq, sk, feature):
+    options = dict(FEATURES[feature])
+    hk = options.pop("hk", 8)
+    check_fixed_grads(attn_family, 2, sq, sk, 8, hk, d, dtype, **options)
+
+
+@pytest.mark.parametrize("feature", ["everything", "GQA", "window"])
+def test_grad_features_long(attn_family, feature):
+    options = dict(FEATURES[feature])
+    hk = options.pop("hk", 4)
+    check_fixed_grads(attn_family, 1, 1000, 1000, 4, hk, 128, torch.bfloat16, **options)
+
+
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("batch", VARLEN_BATCHES)
+@pytest.mark.parametrize("feature", ["plain", "causal", "window", "softcap", "GQA"])
+def test_grad_varlen(attn_family, dtype, d, batch, feature):
+    lens_q, lens_k = VARLEN_BATCHES[batch]
+    h = 4
+    hk = 2 if feature == "GQA" else h
+    causal = feature == "causal"
+    window = (24, 8) if feature == "window" else (-1, -1)
+    softcap = 25.0 if feature == "softcap" else 0.0
+    # One spare row after the sequences of each packed tensor: its gradient must be 0.
+    total_q, total_k = sum(lens_q) + 1, sum(lens_k) + 1
+    cu_q = torch.tensor([0, *torch.tensor(lens_q).cumsum(0).tolist()], dtype=torch.int32)
+    cu_k = torch.tensor([0, *torch.tensor(lens_k).cumsum(0).tolist()], dtype=torch.int32)
+    q = randn(total_q, h, d, dtype=dtype, scale=3.0 if softcap else 1.0)
+    k = randn(total_k, hk, d, dtype=dtype, scale=3.0 if softcap else 1.0)
+    v = randn(total_k, hk, d, dtype=dtype)
+    dout = randn(total_q, h, d, dtype=dtype)
+    max_q, max_k = max(lens_q), max(lens_k)
+
+    def forward(q, k, v):
+        return samattn.flash_attn_varlen_func(
+            q, k, v, cu_q.to(DEVICE), cu_k.to(DEVICE), max_q, max_k, causal=causal,
+            window_size=window, softcap=softcap,
+        )  # fmt: skip
+
+    dq, dk, dv = run_grads(attn_family, forward, q, k, v, dout, may_launch_nothing=max_q == 0)
+    assert torch.all(dq[-1] == 0) and torch.all(dk[-1] == 0) and torch.all(dv[-1] == 0), batch
+    for i, (sq, sk) in enumerate(zip(lens_q, lens_k)):
+        rq = slice(int(cu_q[i]), int(cu_q[i + 1]))
+        rk = slice(int(cu_k[i]), int(cu_k[i + 1]))
+        what = f"grad {batch} sequence {i} ({sq}x{sk}) {feature} {dtype} d{d}"
+        if sq == 0 or sk == 0:  # nothing attends: zero gradients
+            assert torch.all(dq[rq] == 0) and torch.all(dk[rk] == 0) and torch.all(dv[rk] == 0)
+            continue
+        mask = allowed_keys(sq, sk, causal, window, norm_seqlen_k=max_k)
+        check_grads(
+            (dq[rq][None], dk[rk][None], dv[rk][None]), q[rq][None], k[rk][None], v[rk][None],
+            dout[rq][None], scale=d**-0.5, softcap=softcap, mask=mask, what=what,
+        )  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+@pytest.mark.parametrize("case", SDPA_CASES, ids=str)
+def test_grad_sdpa(attn_family, dtype, case):
+    # (batch, heads, seq, dim) tensors: the kernels read q, k, v, dout through strides.
+    b, h, hk, sq, sk, is_causal, enable_gqa = case
+    d = 64
+    query = randn(b, h, sq, d, dtype=dtype)
+    key, value = randn(b, hk, sk, d, dtype=dtype), randn(b, hk, sk, d, dtype=dtype)
+    dout = randn(b, h, sq, d, dtype=dtype)
+
+    def forward(q, k, v):
+        return samattn.scaled_dot_product_attention(
+            q, k, v, is_causal=is_causal, enable_gqa=enable_gqa
+        )
+
+    grads = run_grads(attn_family, forward, query, key, value, dout)
+    mask = torch.ones(sq, sk, dtype=torch.bool, device=DEVICE).tril() if is_causal else None
+    t = [x.transpose(1, 2) for x in (query, key, value, dout, *grads)]
+    check_grads(t[4:], *t[:4], scale=d**-0.5, softcap=0.0, mask=mask, what=f"grad sdpa {case}")
+
+
+def test_grad_strided_inputs_and_dout(attn_family):
+    # q, k, v slices of one packed qkv (read in place) and dout with a padded head dim
+    # (copied first); the gradient of qkv is assembled by autograd.
+    b, s, h, d = 2, 77, 4, 64
+    qkv = randn(b, s, 3, h, d, dtype=torch.float16).requires_grad_(True)
+    wide = randn(b, s, h, d + 4, dtype=torch.float16)
+    dout = wide[..., :d]
+    with samattn.use_family(attn_family):
+        out = samattn.flash_attn_qkvpacked_func(qkv, causal=True)
+        (dqkv,) = torch.autograd.grad(out, qkv, dout)
+    q, k, v = qkv.detach().unbind(2)
+    mask = allowed_keys(s, s, True, (-1, -1))
+    check_grads(dqkv.unbind(2), q, k, v, dout, scale=d**-0.5, softcap=0.0, mask=mask,
+                what="qkvpacked")  # fmt: skip
+
+
+def test_grad_lse_is_ignored(attn_family):
+    # flash-attn's convention: softmax_lse is a constant for autograd.
+    q, k, v = (t.requires_grad_(True) for t in make_qkv(1, 33, 40, 2, 2, 64, torch.float16))
+    with samattn.use_family(attn_family):
+        out, lse, _ = samattn.flash_attn_func(q, k, v, deterministic=True, return_attn_probs=True)
+        with_lse = torch.autograd.grad(out.sum() + lse.sum(), (q, k, v))
+        without = torch.autograd.grad(out.sum(), (q, k, v))
+    for a, b in zip(with_lse, without):
+        assert torch.equal(a, b)
+
+
+def test_grad_long_sequence(attn_family):
+    """128k tokens, causal. Exact sub-problems: dq of sampled query rows (each sees only
+    its keys) and dk, dv of the last 128 keys (seen only by the last 128 queries)."""
+    n, d, dtype = 131072, 64, torch.bfloat16
+    q, k, v = make_qkv(1, n, n, 1, 1, d, dtype)
+    dout = randn(1, n, 1, d, dtype=dtype)
+    leaves = [t.requires_grad_(True) for t in (q, k, v)]
+    with samattn.use_family(attn_family):
+        out = samattn.flash_attn_func(*leaves, causal=True)
+        dq, dk, dv = torch.autograd.grad(out, leaves, dout)
+    q, k, v = (t.detach() for t in leaves)
+    last = torch.arange(n - 128, n, device=DEVICE)
+    rows = torch.cat([torch.arange(0, 64, device=DEVICE), torch.arange(n // 2, n // 2 + 64,
+                      device=DEVICE), last])  # fmt: skip
+    mask = allowed_keys(n, n, True, (-1, -1), rows=rows)
+    ref = reference_grads(q[:, rows], k, v, dout[:, rows], d**-0.5, 0.0, mask, torch.float64)
+    base = reference_grads(q[:, rows], k, v, dout[:, rows], d**-0.5, 0.0, mask, dtype)
+    floor = UNIT_ROUNDOFF[dtype]
+    assert_close_to_reference(dq[:, rows], ref[0], base[0], floor, "128k dq")
+    for name, got, r, b in (("dk", dk, ref[1], base[1]), ("dv", dv, ref[2], base[2])):
+        assert_close_to_reference(got[:, last], r[:, last], b[:, last], floor, f"128k {name}")
+        assert torch.isfinite(got).all(), f"128k {name}: non-finite values"
+
+
+DETERMINISTIC_CASES = {
+    "GQA causal": dict(b=2, sq=1000, sk=1000, h=8, hk=2, d=128, causal=True),
+    "MQA window": dict(b=1, sq=777, sk=1500, h=4, hk=1, d=64, window=(200, 50)),
+    "d256 softcap": dict(b=1, sq=600, sk=600, h=4, hk=4, d=256, softcap=20.0),
+}
+
+
+@pytest.mark.parametrize("case", DETERMINISTIC_CASES)
+def test_deterministic_backward_is_bit_identical(attn_family, case):
+    c = dict(DETERMINISTIC_CASES[case])
+    b, sq, sk, h, hk, d = (c.pop(name) for name in ("b", "sq", "sk", "h", "hk", "d"))
+    q, k, v = make_qkv(b, sq, sk, h, hk, d, torch.bfloat16)
+    dout = randn(b, sq, h, d, dtype=torch.bfloat16)
+    leaves = [t.requires_grad_(True) for t in (q, k, v)]
+    runs = []
+    with samattn.use_family(attn_family):
+        for _ in range(3):
+            out = samattn.flash_attn_func(*leaves, deterministic=True, **c)
+            runs.append(torch.autograd.grad(out, leaves, dout))
+        out = samattn.flash_attn_func(*leaves, deterministic=False, **c)
+        atomic = torch.autograd.grad(out, leaves, dout)
+    for run in runs[1:]:
+        for name, first, again in zip(("dq", "dk", "dv"), runs[0], run):
+            assert torch.equal(first, again), f"{case}: {name} differs between runs"
+    # The atomic (default) order differs only by fp32 summation order.
+    for first, other in zip(runs[0], atomic):
+        torch.testing.assert_close(first.float(), other.float(), rtol=2e-2, atol=2e-2)
+
+
+def test_deterministic_varlen(attn_family):
+    lens = [300, 1, 0, 517]
+    cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32).to(DEVICE)
+    total = sum(lens)
+    q, k, v = (randn(total, hk, 64, dtype=torch.float16) for hk in (8, 2, 2))
+    dout = randn(total, 8, 64, dtype=torch.float16)
+    leaves = [t.requires_grad_(True) for t in (q, k, v)]
+    runs = []
+    with samattn.use_family(attn_family):
+        for _ in range(2):
+            out = samattn.flash_attn_varlen_func(
+                *leaves, cu, cu, max(lens), max(lens), causal=True, deterministic=True
+            )
+            runs.append(torch.autograd.grad(out, leaves, dout))
+    for first, again in zip(*runs):
+        assert torch.equal(first, again)
+
+
+def _has_triton() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("triton") is not None
+
+
+@pytest.mark.parametrize(
+    "backend",
+    [
+        "aot_eager",
+        pytest.param("inductor", marks=pytest.mark.skipif(not _has_triton(), reason="no triton")),
+    ],
+)
+def test_compiled_training_step(attn_family, backend):
+    """torch.compile(fullgraph=True) of forward and backward runs the samattn kernels and
+    matches eager (the loss around it may be fused differently by inductor)."""
+    torch._dynamo.reset()
+    q, k, v = make_qkv(2, 129, 129, 8, 2, 64, torch.bfloat16)
+
+    def loss_fn(q, k, v):
+        out = samattn.flash_attn_func(q, k, v, causal=True, deterministic=True)
+        return (out.float() ** 2).sum()
+
+    def grads(fn):
+        leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
+        fn(*leaves).backward()
+        return [t.grad for t in leaves]
+
+    with samattn.use_family(attn_family):
+        eager = grads(loss_fn)
+        compiled = grads(torch.compile(loss_fn, fullgraph=True, backend=backend))
+    for a, b in zip(eager, compiled):
+        torch.testing.assert_close(a, b, rtol=1e-2, atol=1e-2)  # inductor may fuse differently
+
+
+def test_backward_in_a_cuda_graph(attn_family):
+    from gpu_checks import capture_graph
+
+    q, k, v = make_qkv(2, 100, 120, 4, 2, 64, torch.float16)
+    dout = randn(2, 100, 4, 64, dtype=torch.float16)
+    out, lse, _ = samattn.flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
+    args = (dout, q, k, v, out, lse, None, None, 0, 0, 0.125, True, -1, -1, 0.0, True)
+    with samattn.use_family(attn_family):
+        expected = torch.ops.samattn.flash_attn_backward(*args)
+        graph, grads = capture_graph(lambda: torch.ops.samattn.flash_attn_backward(*args))
+    for g in grads:
+        g.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    for a, b in zip(grads, expected):
+        assert torch.equal(a, b)
+
+
+def _set_seq_head(args, name, t):
+    setattr(args, name, t.data_ptr())
+    for field, value in zip(("batch", "seq", "head"), t.stride()[:3]):
+        setattr(args, f"{name}_{field}_stride", value)
+
+
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+@pytest.mark.parametrize("d", [40, 64, 128])
+@pytest.mark.parametrize("hk", [4, 2], ids=["MHA", "GQA"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_c_abi_backward_writes_every_gradient_and_nothing_else(attn_family, dtype, d, hk,
+                                                              causal):  # fmt: skip
+    b, sq, sk, h = 2, 130, 70, 4
+    q, k, v = make_qkv(b, sq, sk, h, hk, d, dtype)
+    dout = randn(b, sq, h, d, dtype=dtype)
+    with samattn.use_family(attn_family):
+        out, lse, _ = samattn.flash_attn_func(q, k, v, causal=causal, return_attn_probs=True)
+    # Gradients with padded rows and heads inside NaN buffers.
+    pad = d + 8
+    dq = Guarded((b, sq, h, d), (sq * h * pad, h * pad, pad, 1), dtype)
+    dk = Guarded((b, sk, hk, d), (sk * hk * pad + 8, hk * pad, pad, 1), dtype)
+    dv = Guarded((b, sk, hk, d), (sk * (hk + 1) * d, (hk + 1) * d, d, 1), dtype)
+    args = _lib.AttentionArgs(
+        dtype=_lib.F16 if dtype == torch.float16 else _lib.BF16,
+        family=_lib.FAMILY_CODES[attn_family],
+        device=torch.cuda.current_device(),
+        causal=int(causal),
+        batch=b, nheads=h, nheads_k=hk, seqlen_q=sq, seqlen_k=sk, headdim=d,
+        softmax_scale=d**-0.5, window_left=-1, window_right=-1,
+        stream=torch.cuda.current_stream().cuda_stream,
+    )  # fmt: skip
+    for name, t in (("q", q), ("k", k), ("v", v), ("o", out), ("dout", dout), ("dq", dq.view),
+                    ("dk", dk.view), ("dv", dv.view)):  # fmt: skip
+        _set_seq_head(args, name, t)
+    args.lse = lse.data_ptr()
+    args.lse_batch_stride, args.lse_head_stride, args.lse_seq_stride = lse.stride()
+    size = ctypes.c_int64(-1)
+    lib = _lib.lib()
+    assert (
+        lib.samattn_attention_backward_workspace_size(ctypes.byref(args), ctypes.byref(size)) == 0
+    )
+    # Garbage in the workspace: the library zeroes what it needs.
+    workspace = torch.full((size.value,), 0xFF, dtype=torch.uint8, device=DEVICE)
+    args.workspace, args.workspace_bytes = workspace.data_ptr(), size.value
+    used = ctypes.c_int32(-1)
+    status = lib.samattn_attention_backward(ctypes.byref(args), ctypes.byref(used))
+    assert status == _lib.OK, _lib.last_error()
+    assert _lib.FAMILY_NAMES[used.value] == attn_family
+    torch.cuda.synchronize()
+    for name, g in (("dq", dq), ("dk", dk), ("dv", dv)):
+        g.assert_no_stray_writes(name)
+    mask = allowed_keys(sq, sk, causal, (-1, -1))
+    check_grads((dq.view, dk.view, dv.view), q, k, v, dout, scale=d**-0.5, softcap=0.0,
+                mask=mask, what="c abi backward")  # fmt: skip

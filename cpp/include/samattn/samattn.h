@@ -120,7 +120,9 @@ typedef struct samattn_softmax_args {
  * s*lse_seq_stride; with varlen s is the packed row (batch stride unused).
  *
  * The dout/dq/dk/dv fields, `deterministic` and the workspace belong to the
- * backward (to come; samattn_attention_forward ignores them).
+ * backward (samattn_attention_forward ignores them): dq has Q's shape, dk and
+ * dv K's (with GQA each sums its group of query heads), dout O's; all share
+ * `dtype` and the layout rules above.
  */
 typedef struct samattn_attention_args {
   int32_t dtype; /* SAMATTN_F16 or SAMATTN_BF16 */
@@ -170,6 +172,23 @@ int samattn_softmax_forward(const samattn_softmax_args* args, int32_t* family_us
 int samattn_softmax_backward(const samattn_softmax_args* args, int32_t* family_used);
 /* Writes o (and lse when not NULL); needs no workspace. */
 int samattn_attention_forward(const samattn_attention_args* args, int32_t* family_used);
+/*
+ * Gradients of samattn_attention_forward: reads q, k, v, o, lse (required:
+ * the forward's) and dout; writes dq, dk, dv, which must not overlap each
+ * other or any input. Every element of dq, dk and dv is written, except, with
+ * varlen, rows of dq, dk and dv outside every sequence.
+ * deterministic = 1 makes the result bit-identical run to run (dq is summed
+ * in a fixed order; a little slower).
+ * The workspace (workspace_bytes >= what samattn_attention_backward_workspace_size
+ * returns, 256-byte aligned; NULL when that is 0) is scratch: the library
+ * zeroes what it needs on the stream, so its contents on entry do not matter,
+ * and it must stay untouched until the work on the stream is done. The
+ * backward shares SAMATTN_OP_ATTENTION's family selection.
+ */
+int samattn_attention_backward(const samattn_attention_args* args, int32_t* family_used);
+/* Device workspace samattn_attention_backward needs for these arguments
+ * (the pointers and the workspace fields are not inspected). */
+int samattn_attention_backward_workspace_size(const samattn_attention_args* args, int64_t* bytes);
 
 /* Message for the last failure on this thread ("" if none). */
 const char* samattn_last_error(void);

@@ -536,11 +536,10 @@ constexpr int64_t kAttentionVector = 8;
 constexpr int64_t kMaxAttentionHeadDim = 256;
 constexpr int64_t kMaxGridYZ = 65535;
 
-// Checks a forward call's arguments (no device access). `empty`: there is no
-// output element, so nothing to compute.
-int check_attention_forward_args(const std::string& op, const samattn_attention_args& a,
-                                 std::string* subject, bool* empty) {
-  *empty = false;
+// Checks the codes, sizes and scalars of a forward or backward call (no
+// pointers, no device access).
+int check_attention_sizes(const std::string& op, const samattn_attention_args& a, bool backward,
+                          std::string* subject) {
   *subject = op;
   int status = check_codes(op, a.dtype, a.family, a.device);
   if (status != SAMATTN_OK) return status;
@@ -618,6 +617,85 @@ int check_attention_forward_args(const std::string& op, const samattn_attention_
                       " seqlen_k=" + to_text(a.seqlen_k));
     }
   }
+  if (backward && a.deterministic != 0 && a.deterministic != 1) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                s + ": deterministic must be 0 or 1, got " + to_text(a.deterministic));
+  }
+  return SAMATTN_OK;
+}
+
+// Checks the pointer and strides of one (batch, seq, head, dim) operand;
+// `output`: written, so no two of its elements may share an address.
+int check_attention_operand(const std::string& s, AttentionOperand x, bool varlen,
+                            const samattn_attention_args& a, bool output) {
+  // With varlen the batch stride is unused: the batch extent is one packed tensor.
+  const int64_t batch_extent = varlen ? 1 : a.batch;
+  if (varlen) x.batch_stride = 0;
+  if (x.ptr == nullptr) return fail(SAMATTN_INVALID_ARGUMENT, s + ": " + x.name + " is NULL");
+  if (!aligned(x.ptr, 16)) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                s + ": " + x.name + " must be 16-byte aligned (the kernels move 16-byte vectors)");
+  }
+  if (any_negative(x.batch_stride, x.seq_stride, x.head_stride) ||
+      x.batch_stride % kAttentionVector != 0 || x.seq_stride % kAttentionVector != 0 ||
+      x.head_stride % kAttentionVector != 0) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                s + ": " + x.name + " strides (batch, seq, head) " +
+                    strides_text(x.batch_stride, x.seq_stride, x.head_stride) +
+                    " must be >= 0 and multiples of 8 elements (16-byte vectors)");
+  }
+  if (!attention_extent_fits(batch_extent, x, a.headdim, dtype_size(a.dtype))) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                s + ": " + x.name + " sizes and strides overflow a 64-bit byte offset");
+  }
+  if (output && ((batch_extent > 1 && x.batch_stride == 0) || (x.seqlen > 1 && x.seq_stride == 0) ||
+                 (x.heads > 1 && x.head_stride == 0))) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                s + ": " + x.name + " strides " +
+                    strides_text(x.batch_stride, x.seq_stride, x.head_stride) +
+                    " make elements of " + x.name + " overlap (a stride of 0 on a size > 1)");
+  }
+  return SAMATTN_OK;
+}
+
+// Checks lse, the (batch, head, seq) fp32 log-sum-exp (not NULL).
+int check_attention_lse(const std::string& s, const samattn_attention_args& a, bool varlen) {
+  const int64_t lse_batch = varlen ? 0 : a.lse_batch_stride;
+  const AttentionOperand lse{"lse",      a.lse,    lse_batch, a.lse_seq_stride, a.lse_head_stride,
+                             a.seqlen_q, a.nheads, false};
+  if (!aligned(a.lse, 4)) {
+    return fail(SAMATTN_INVALID_ARGUMENT, s + ": lse must be 4-byte aligned (fp32)");
+  }
+  if (any_negative(lse_batch, a.lse_head_stride, a.lse_seq_stride)) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                s + ": lse strides (batch, head, seq) " +
+                    strides_text(a.lse_batch_stride, a.lse_head_stride, a.lse_seq_stride) +
+                    " must be >= 0");
+  }
+  if ((!varlen && a.batch > 1 && lse_batch == 0) || (a.seqlen_q > 1 && a.lse_seq_stride == 0) ||
+      (a.nheads > 1 && a.lse_head_stride == 0)) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                s + ": lse strides (batch, head, seq) " +
+                    strides_text(a.lse_batch_stride, a.lse_head_stride, a.lse_seq_stride) +
+                    " make elements of lse overlap (a stride of 0 on a size > 1)");
+  }
+  // One fp32 per (batch, head, seq): the extent of a head dim of 1.
+  if (!attention_extent_fits(varlen ? 1 : a.batch, lse, 0, 4)) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                s + ": lse sizes and strides overflow a 64-bit byte offset");
+  }
+  return SAMATTN_OK;
+}
+
+// Checks a forward call's arguments (no device access). `empty`: there is no
+// output element, so nothing to compute.
+int check_attention_forward_args(const std::string& op, const samattn_attention_args& a,
+                                 std::string* subject, bool* empty) {
+  *empty = false;
+  int status = check_attention_sizes(op, a, /*backward=*/false, subject);
+  if (status != SAMATTN_OK) return status;
+  const std::string& s = *subject;
+  const bool varlen = a.cu_seqlens_q != nullptr;
   // The longest sequence a CTA sees.
   const int64_t longest_q = varlen ? a.max_seqlen_q : a.seqlen_q;
   const int64_t longest_k = varlen ? a.max_seqlen_k : a.seqlen_k;
@@ -625,68 +703,74 @@ int check_attention_forward_args(const std::string& op, const samattn_attention_
   if (*empty) return SAMATTN_OK;
 
   const bool keys = longest_k > 0;  // K and V are read only when some sequence has keys
-  // With varlen the batch stride is unused: the batch extent is one packed tensor.
-  const int64_t batch_extent = varlen ? 1 : a.batch;
   const AttentionOperand operands[] = {
       {"q", a.q, a.q_batch_stride, a.q_seq_stride, a.q_head_stride, a.seqlen_q, a.nheads, false},
       {"k", a.k, a.k_batch_stride, a.k_seq_stride, a.k_head_stride, a.seqlen_k, a.nheads_k, true},
       {"v", a.v, a.v_batch_stride, a.v_seq_stride, a.v_head_stride, a.seqlen_k, a.nheads_k, true},
       {"o", a.o, a.o_batch_stride, a.o_seq_stride, a.o_head_stride, a.seqlen_q, a.nheads, false}};
-  const int64_t element = dtype_size(a.dtype);
-  for (AttentionOperand x : operands) {
-    if (x.key_side && !keys) continue;
-    if (varlen) x.batch_stride = 0;
-    if (x.ptr == nullptr) return fail(SAMATTN_INVALID_ARGUMENT, s + ": " + x.name + " is NULL");
-    if (!aligned(x.ptr, 16)) {
-      return fail(
-          SAMATTN_INVALID_ARGUMENT,
-          s + ": " + x.name + " must be 16-byte aligned (the kernels move 16-byte vectors)");
-    }
-    if (any_negative(x.batch_stride, x.seq_stride, x.head_stride) ||
-        x.batch_stride % kAttentionVector != 0 || x.seq_stride % kAttentionVector != 0 ||
-        x.head_stride % kAttentionVector != 0) {
-      return fail(SAMATTN_INVALID_ARGUMENT,
-                  s + ": " + x.name + " strides (batch, seq, head) " +
-                      strides_text(x.batch_stride, x.seq_stride, x.head_stride) +
-                      " must be >= 0 and multiples of 8 elements (16-byte vectors)");
-    }
-    if (!attention_extent_fits(batch_extent, x, a.headdim, element)) {
-      return fail(SAMATTN_INVALID_ARGUMENT,
-                  s + ": " + x.name + " sizes and strides overflow a 64-bit byte offset");
+  constexpr int kOutput = 3;  // o
+  for (int i = 0; i < 4; ++i) {
+    if (operands[i].key_side && !keys) continue;
+    status = check_attention_operand(s, operands[i], varlen, a, /*output=*/i == kOutput);
+    if (status != SAMATTN_OK) return status;
+  }
+  return a.lse != nullptr ? check_attention_lse(s, a, varlen) : SAMATTN_OK;
+}
+
+// Checks a backward call's arguments (no device access). `empty`: dq, dk and
+// dv have no element, so nothing to compute.
+int check_attention_backward_args(const std::string& op, const samattn_attention_args& a,
+                                  std::string* subject, bool* empty) {
+  *empty = false;
+  int status = check_attention_sizes(op, a, /*backward=*/true, subject);
+  if (status != SAMATTN_OK) return status;
+  const std::string& s = *subject;
+  const bool varlen = a.cu_seqlens_q != nullptr;
+  // Rows of the query-side (q, o, dout, dq) and key-side (k, v, dk, dv)
+  // tensors: with none on one side, that side is neither read nor written.
+  *empty = a.batch == 0 || a.nheads == 0 || (a.seqlen_q == 0 && a.seqlen_k == 0);
+  if (*empty) return SAMATTN_OK;
+
+  const AttentionOperand operands[] = {
+      {"q", a.q, a.q_batch_stride, a.q_seq_stride, a.q_head_stride, a.seqlen_q, a.nheads, false},
+      {"k", a.k, a.k_batch_stride, a.k_seq_stride, a.k_head_stride, a.seqlen_k, a.nheads_k, true},
+      {"v", a.v, a.v_batch_stride, a.v_seq_stride, a.v_head_stride, a.seqlen_k, a.nheads_k, true},
+      {"o", a.o, a.o_batch_stride, a.o_seq_stride, a.o_head_stride, a.seqlen_q, a.nheads, false},
+      {"dout", a.dout, a.dout_batch_stride, a.dout_seq_stride, a.dout_head_stride, a.seqlen_q,
+       a.nheads, false},
+      {"dq", a.dq, a.dq_batch_stride, a.dq_seq_stride, a.dq_head_stride, a.seqlen_q, a.nheads,
+       false},
+      {"dk", a.dk, a.dk_batch_stride, a.dk_seq_stride, a.dk_head_stride, a.seqlen_k, a.nheads_k,
+       true},
+      {"dv", a.dv, a.dv_batch_stride, a.dv_seq_stride, a.dv_head_stride, a.seqlen_k, a.nheads_k,
+       true}};
+  constexpr int kFirstOutput = 5;  // dq, dk, dv
+  const int count = static_cast<int>(sizeof(operands) / sizeof(operands[0]));
+  for (int i = 0; i < count; ++i) {
+    const AttentionOperand& x = operands[i];
+    if (x.seqlen == 0) continue;
+    status = check_attention_operand(s, x, varlen, a, /*output=*/i >= kFirstOutput);
+    if (status != SAMATTN_OK) return status;
+  }
+  // An output sharing its address with another tensor would be read after
+  // being written (or written twice).
+  for (int i = kFirstOutput; i < count; ++i) {
+    if (operands[i].seqlen == 0) continue;
+    for (int j = 0; j < count; ++j) {
+      if (j == i || operands[j].seqlen == 0 || operands[j].ptr != operands[i].ptr) continue;
+      return fail(SAMATTN_INVALID_ARGUMENT, s + ": " + operands[i].name + " and " +
+                                                operands[j].name +
+                                                " are the same memory; dq, dk and dv must not "
+                                                "overlap each other or any input");
     }
   }
-  if ((!varlen && a.batch > 1 && a.o_batch_stride == 0) ||
-      (a.seqlen_q > 1 && a.o_seq_stride == 0) || (a.nheads > 1 && a.o_head_stride == 0)) {
-    return fail(SAMATTN_INVALID_ARGUMENT,
-                s + ": o strides " +
-                    strides_text(a.o_batch_stride, a.o_seq_stride, a.o_head_stride) +
-                    " make elements of o overlap (a stride of 0 on a size > 1)");
-  }
-  if (a.lse != nullptr) {
-    const int64_t lse_batch = varlen ? 0 : a.lse_batch_stride;
-    const AttentionOperand lse{"lse",      a.lse,    lse_batch, a.lse_seq_stride, a.lse_head_stride,
-                               a.seqlen_q, a.nheads, false};
-    if (!aligned(a.lse, 4)) {
-      return fail(SAMATTN_INVALID_ARGUMENT, s + ": lse must be 4-byte aligned (fp32)");
-    }
-    if (any_negative(lse_batch, a.lse_head_stride, a.lse_seq_stride)) {
+  if (a.seqlen_q > 0) {
+    if (a.lse == nullptr) {
       return fail(SAMATTN_INVALID_ARGUMENT,
-                  s + ": lse strides (batch, head, seq) " +
-                      strides_text(a.lse_batch_stride, a.lse_head_stride, a.lse_seq_stride) +
-                      " must be >= 0");
+                  s + ": lse is NULL; the backward needs the forward's log-sum-exp");
     }
-    if ((!varlen && a.batch > 1 && lse_batch == 0) || (a.seqlen_q > 1 && a.lse_seq_stride == 0) ||
-        (a.nheads > 1 && a.lse_head_stride == 0)) {
-      return fail(SAMATTN_INVALID_ARGUMENT,
-                  s + ": lse strides (batch, head, seq) " +
-                      strides_text(a.lse_batch_stride, a.lse_head_stride, a.lse_seq_stride) +
-                      " make elements of lse overlap (a stride of 0 on a size > 1)");
-    }
-    // One fp32 per (batch, head, seq): the extent of a head dim of 1.
-    if (!attention_extent_fits(batch_extent, lse, 0, 4)) {
-      return fail(SAMATTN_INVALID_ARGUMENT,
-                  s + ": lse sizes and strides overflow a 64-bit byte offset");
-    }
+    status = check_attention_lse(s, a, varlen);
+    if (status != SAMATTN_OK) return status;
   }
   return SAMATTN_OK;
 }
@@ -784,6 +868,139 @@ int attention_forward_op(const samattn_attention_args* args, int32_t* family_use
   return status;
 }
 
+// The backward's problem; device facts are left 0 for the workspace query.
+AttentionBackwardProblem make_attention_backward_problem(const samattn_attention_args& a,
+                                                         const DeviceInfo& device) {
+  const bool varlen = a.cu_seqlens_q != nullptr;
+  const int64_t no_batch = 0;  // varlen: one packed tensor
+  auto view = [&](const void* ptr, int64_t batch, int64_t seq, int64_t head) {
+    return SeqHeadView{ptr, varlen ? no_batch : batch, seq, head};
+  };
+  auto out = [&](void* ptr, int64_t batch, int64_t seq, int64_t head) {
+    return SeqHeadOut{ptr, varlen ? no_batch : batch, seq, head};
+  };
+  AttentionBackwardProblem problem{};
+  problem.dtype = static_cast<DType>(a.dtype);
+  problem.batch = static_cast<int>(a.batch);
+  problem.nheads = static_cast<int>(a.nheads);
+  problem.nheads_k = static_cast<int>(a.nheads_k);
+  // Varlen: the kernels take the longest sequence (grid size, window bounds)
+  // and the packed row counts (workspace).
+  problem.seqlen_q = static_cast<int>(varlen ? a.max_seqlen_q : a.seqlen_q);
+  problem.seqlen_k = static_cast<int>(varlen ? a.max_seqlen_k : a.seqlen_k);
+  problem.total_q = varlen ? a.seqlen_q : 0;
+  problem.total_k = varlen ? a.seqlen_k : 0;
+  problem.headdim = static_cast<int>(a.headdim);
+  problem.q = view(a.q, a.q_batch_stride, a.q_seq_stride, a.q_head_stride);
+  problem.k = view(a.k, a.k_batch_stride, a.k_seq_stride, a.k_head_stride);
+  problem.v = view(a.v, a.v_batch_stride, a.v_seq_stride, a.v_head_stride);
+  problem.o = view(a.o, a.o_batch_stride, a.o_seq_stride, a.o_head_stride);
+  problem.dout = view(a.dout, a.dout_batch_stride, a.dout_seq_stride, a.dout_head_stride);
+  problem.dq = out(a.dq, a.dq_batch_stride, a.dq_seq_stride, a.dq_head_stride);
+  problem.dk = out(a.dk, a.dk_batch_stride, a.dk_seq_stride, a.dk_head_stride);
+  problem.dv = out(a.dv, a.dv_batch_stride, a.dv_seq_stride, a.dv_head_stride);
+  problem.cu_seqlens_q = varlen ? a.cu_seqlens_q : nullptr;
+  problem.cu_seqlens_k = varlen ? a.cu_seqlens_k : nullptr;
+  problem.softmax_scale = a.softmax_scale;
+  problem.causal = a.causal != 0;
+  problem.window_left = a.window_left < 0 ? -1 : a.window_left;
+  problem.window_right = a.window_right < 0 ? -1 : a.window_right;
+  problem.softcap = a.softcap;
+  problem.lse = a.lse;
+  problem.lse_batch_stride = varlen ? no_batch : a.lse_batch_stride;
+  problem.lse_head_stride = a.lse_head_stride;
+  problem.lse_seq_stride = a.lse_seq_stride;
+  problem.deterministic = a.deterministic != 0;
+  problem.workspace = a.workspace;
+  problem.workspace_bytes = a.workspace_bytes < 0 ? 0 : static_cast<size_t>(a.workspace_bytes);
+  problem.stream = static_cast<cudaStream_t>(a.stream);
+  problem.sm_count = device.sm_count;
+  problem.max_smem_per_block = device.max_smem_per_block;
+  return problem;
+}
+
+// Workspace of the backward. Every mma.sync family runs the same three steps
+// (attention/flash_bwd_launch.cuh), so one layout serves them all.
+int64_t attention_backward_workspace_bytes(const AttentionBackwardProblem& problem) {
+  return static_cast<int64_t>(flash_bwd_workspace_bytes(problem));
+}
+
+bool run_attention_backward(int32_t family, const AttentionBackwardProblem& problem,
+                            cudaError_t* launched) {
+  switch (family) {
+#if defined(SAMATTN_WITH_SM80) && defined(SAMATTN_WITH_ATTENTION)
+    case SAMATTN_FAMILY_SM80:
+      *launched = attention_backward_sm80(problem);
+      return true;
+#endif
+    default:
+      (void)problem;
+      (void)launched;
+      return false;
+  }
+}
+
+int attention_backward_op(const samattn_attention_args* args, int32_t* family_used) {
+  const std::string op = "samattn attention_backward";
+  if (family_used != nullptr) *family_used = SAMATTN_FAMILY_AUTO;
+  if (args == nullptr) return fail(SAMATTN_INVALID_ARGUMENT, op + ": args is NULL");
+  const samattn_attention_args& a = *args;
+  std::string subject;
+  bool empty = false;
+  int status = check_attention_backward_args(op, a, &subject, &empty);
+  if (status != SAMATTN_OK || empty) return status;
+  const int64_t needed = attention_backward_workspace_bytes(make_attention_backward_problem(a, {}));
+  if (needed > 0 && (a.workspace == nullptr || a.workspace_bytes < needed)) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                subject + ": needs " + to_text(needed) + " bytes of workspace, got " +
+                    to_text(a.workspace == nullptr ? 0 : a.workspace_bytes) +
+                    " (ask samattn_attention_backward_workspace_size)");
+  }
+  if (needed > 0 && !aligned(a.workspace, 256)) {
+    return fail(SAMATTN_INVALID_ARGUMENT, subject + ": workspace must be 256-byte aligned");
+  }
+
+  DeviceInfo device;
+  status = device_info(a.device, subject, &device);
+  if (status != SAMATTN_OK) return status;
+  int32_t family = SAMATTN_FAMILY_AUTO;
+  status = select_family(SAMATTN_OP_ATTENTION, a.dtype, device.gpu, a.family, false, &family);
+  if (status != SAMATTN_OK) return status;
+  const AttentionBackwardProblem problem = make_attention_backward_problem(a, device);
+
+  DeviceGuard guard;
+  const cudaError_t entered = guard.enter(a.device);
+  if (entered != cudaSuccess) return launch_status(entered, subject, family, device);
+  cudaGetLastError();
+  cudaError_t launched = cudaSuccess;
+  if (!run_attention_backward(family, problem, &launched)) return not_in_build(subject, family);
+  if (launched == cudaErrorNotSupported) {
+    cudaGetLastError();
+    return fail(SAMATTN_UNSUPPORTED, subject + ": family " + family_name(family) +
+                                         " has no backward kernel for head dim " +
+                                         to_text(a.headdim) + " that fits the " +
+                                         to_text(device.max_smem_per_block) +
+                                         " bytes of shared memory per block of " + device.gpu.name);
+  }
+  status = launch_status(launched, subject, family, device);
+  if (status == SAMATTN_OK && family_used != nullptr) *family_used = family;
+  return status;
+}
+
+int attention_backward_workspace_size_op(const samattn_attention_args* args, int64_t* bytes) {
+  const std::string op = "samattn attention_backward_workspace_size";
+  if (args == nullptr || bytes == nullptr) {
+    return fail(SAMATTN_INVALID_ARGUMENT, op + ": args or bytes is NULL");
+  }
+  *bytes = 0;
+  std::string subject;
+  const int status = check_attention_sizes(op, *args, /*backward=*/true, &subject);
+  if (status != SAMATTN_OK) return status;
+  if (args->batch == 0 || args->nheads == 0) return SAMATTN_OK;
+  *bytes = attention_backward_workspace_bytes(make_attention_backward_problem(*args, {}));
+  return SAMATTN_OK;
+}
+
 }  // namespace
 }  // namespace samattn
 
@@ -822,6 +1039,18 @@ SAMATTN_EXPORT int samattn_attention_forward(const samattn_attention_args* args,
                                              int32_t* family_used) {
   return catch_all("samattn_attention_forward",
                    [&] { return samattn::attention_forward_op(args, family_used); });
+}
+
+SAMATTN_EXPORT int samattn_attention_backward(const samattn_attention_args* args,
+                                              int32_t* family_used) {
+  return catch_all("samattn_attention_backward",
+                   [&] { return samattn::attention_backward_op(args, family_used); });
+}
+
+SAMATTN_EXPORT int samattn_attention_backward_workspace_size(const samattn_attention_args* args,
+                                                             int64_t* bytes) {
+  return catch_all("samattn_attention_backward_workspace_size",
+                   [&] { return samattn::attention_backward_workspace_size_op(args, bytes); });
 }
 
 SAMATTN_EXPORT const char* samattn_last_error(void) {

@@ -29,8 +29,9 @@ constexpr FamilyOp kSupport[] = {
     {SAMATTN_OP_GEMM, SAMATTN_FAMILY_SM75, kF16 | kBF16 | kF32},
     {SAMATTN_OP_SOFTMAX, SAMATTN_FAMILY_SM80, kF16 | kBF16 | kF32},
     {SAMATTN_OP_SOFTMAX, SAMATTN_FAMILY_SM75, kF16 | kBF16 | kF32},
-    // FlashAttention-2 on mma.sync m16n8k16; Hopper has no attention kernels
-    // of its own, so automatic selection falls through to sm80 there.
+    // FlashAttention-2, forward and backward (one op code), on mma.sync
+    // m16n8k16; Hopper has no attention kernels of its own, so automatic
+    // selection falls through to sm80 there.
     {SAMATTN_OP_ATTENTION, SAMATTN_FAMILY_SM80, kF16 | kBF16},
     // Turing: fp16 on mma.sync m16n8k8; its tensor cores have no bf16.
     {SAMATTN_OP_ATTENTION, SAMATTN_FAMILY_SM75, kF16},

@@ -45,26 +45,34 @@ cudaError_t run_flash_bwd(const AttentionBackwardProblem& problem) {
     return cudaErrorInvalidConfiguration;
   }
   if (P.batch == 0 || P.nheads == 0) return cudaSuccess;
-  if (P.lse == nullptr || P.workspace == nullptr ||
-      P.workspace_bytes < flash_bwd_workspace_bytes(P) ||
-      reinterpret_cast<uintptr_t>(P.workspace) % 256 != 0) {
-    return cudaErrorInvalidValue;
-  }
-  // 16-byte vectors everywhere.
-  const SeqHeadView inputs[] = {P.q, P.k, P.v, P.o, P.dout};
-  for (const SeqHeadView& t : inputs) {
-    if (!detail::aligned16(t.ptr) || !detail::strides8(t.batch_stride, t.seq_stride, t.head_stride))
-      return cudaErrorInvalidValue;
-  }
-  const SeqHeadOut outputs[] = {P.dq, P.dk, P.dv};
-  for (const SeqHeadOut& t : outputs) {
-    if (!detail::aligned16(t.ptr) || !detail::strides8(t.batch_stride, t.seq_stride, t.head_stride))
-      return cudaErrorInvalidValue;
-  }
-
   const bool varlen_q = P.cu_seqlens_q != nullptr, varlen_k = P.cu_seqlens_k != nullptr;
   const int64_t rows_q = varlen_q ? P.total_q : int64_t(P.batch) * P.seqlen_q;
   const int64_t rows_k = varlen_k ? P.total_k : int64_t(P.batch) * P.seqlen_k;
+  const size_t workspace_needed = flash_bwd_workspace_bytes(P);
+  if ((P.lse == nullptr && rows_q > 0) || P.workspace_bytes < workspace_needed ||
+      (workspace_needed > 0 &&
+       (P.workspace == nullptr || reinterpret_cast<uintptr_t>(P.workspace) % 256 != 0))) {
+    return cudaErrorInvalidValue;
+  }
+  // 16-byte vectors everywhere; a side without rows is neither read nor written.
+  auto vectors_ok = [](const void* ptr, int64_t batch, int64_t seq, int64_t head) {
+    return detail::aligned16(ptr) && detail::strides8(batch, seq, head);
+  };
+  const SeqHeadView query_side[] = {
+      P.q, P.o, P.dout, {P.dq.ptr, P.dq.batch_stride, P.dq.seq_stride, P.dq.head_stride}};
+  const SeqHeadView key_side[] = {P.k,
+                                  P.v,
+                                  {P.dk.ptr, P.dk.batch_stride, P.dk.seq_stride, P.dk.head_stride},
+                                  {P.dv.ptr, P.dv.batch_stride, P.dv.seq_stride, P.dv.head_stride}};
+  for (const SeqHeadView& t : query_side) {
+    if (rows_q > 0 && !vectors_ok(t.ptr, t.batch_stride, t.seq_stride, t.head_stride))
+      return cudaErrorInvalidValue;
+  }
+  for (const SeqHeadView& t : key_side) {
+    if (rows_k > 0 && !vectors_ok(t.ptr, t.batch_stride, t.seq_stride, t.head_stride))
+      return cudaErrorInvalidValue;
+  }
+
   const FlashBwdWorkspace layout = flash_bwd_workspace_layout(P);
   char* workspace = static_cast<char*>(P.workspace);
   float* dq_accum = reinterpret_cast<float*>(workspace + layout.dq_accum);
@@ -75,6 +83,11 @@ cudaError_t run_flash_bwd(const AttentionBackwardProblem& problem) {
       P.deterministic ? reinterpret_cast<int*>(workspace + layout.semaphores) : nullptr;
   const int sem_per_head = (P.seqlen_q + 15) / 16;
 
+  // The workspace is zeroed here, on the stream, where the kernels expect
+  // zeros, so that callers cannot get it wrong: the dQ accumulator (atomics),
+  // the semaphores, and with varlen GQA the dK / dV accumulators (rows outside
+  // every sequence are converted too but no CTA writes them).
+  const int group = P.nheads / P.nheads_k;
   cudaError_t status;
   // The fragment-order dQ tiles (dq_tile_accum) must fit the layout's bound.
   static_assert(Traits::kBlockM <= kFlashBwdMaxBlockM);
@@ -83,7 +96,11 @@ cudaError_t run_flash_bwd(const AttentionBackwardProblem& problem) {
     status = cudaMemsetAsync(dq_accum, 0, layout.dk_accum - layout.dq_accum, P.stream);
     if (status != cudaSuccess) return status;
   }
-  if (semaphores != nullptr) {
+  if (varlen_k && group > 1 && rows_k > 0) {
+    status = cudaMemsetAsync(dk_accum, 0, layout.dsum - layout.dk_accum, P.stream);
+    if (status != cudaSuccess) return status;
+  }
+  if (semaphores != nullptr && layout.total > layout.semaphores) {
     status = cudaMemsetAsync(semaphores, 0, layout.total - layout.semaphores, P.stream);
     if (status != cudaSuccess) return status;
   }
@@ -189,7 +206,6 @@ cudaError_t run_flash_bwd(const AttentionBackwardProblem& problem) {
     status = cudaGetLastError();
     if (status != cudaSuccess) return status;
   }
-  const int group = P.nheads / P.nheads_k;
   if (group == 1) return cudaSuccess;
   ConvertParams c{};
   c.headdim = P.headdim;
