@@ -1,19 +1,25 @@
-"""Print the README's benchmark table (markdown) from a results JSON of samattn.bench:
+"""Print the README's benchmark tables (markdown) from a results JSON of samattn.bench:
 
-    python benchmarks/readme_table.py benchmarks/results/h100.json [OP_PREFIX]
+    python benchmarks/readme_table.py benchmarks/results/h100.json [OP_PREFIX] [--family NAME]
 
-Rows: the automatically chosen family of every case, in the file's order; with OP_PREFIX
-(e.g. softmax) only the ops whose name starts with it.
+GEMM and softmax: one row per case, in the file's order. Attention: one row per
+head dim x seqlen x causal x dtype, with the forward and backward side by side.
+Rows show the automatically chosen family; --family sm75 (or sm80, ...) shows the
+runs with that family forced instead. OP_PREFIX (e.g. softmax, attention) keeps only
+the ops whose name starts with it.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
+from collections.abc import Sequence
 
 TIMES = "\N{MULTIPLICATION SIGN}"
+DASH = "\N{EN DASH}"  # a cell with no number
 DTYPE_NAMES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "tf32": "float32 (tf32)"}
 OP_NAMES = {"gemm": "gemm", "softmax_forward": "softmax fwd", "softmax_backward": "softmax bwd"}
+ATTENTION_OPS = {"attention_forward": "fwd", "attention_backward": "bwd"}
 
 
 def shape_text(op: str, shape: list[int]) -> str:
@@ -35,21 +41,96 @@ def note(record: dict) -> str:
     return ", ".join(parts)
 
 
-def main() -> None:
-    with open(sys.argv[1]) as f:
-        data = json.load(f)
-    print("| op | shape | dtype | samattn | torch | ratio | family, note |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
-    prefix = sys.argv[2] if len(sys.argv) > 2 else ""
-    for r in data["records"]:
-        if r["forced"] or not r["op"].startswith(prefix):
-            continue
+def selected(record: dict, family: str | None) -> bool:
+    """The automatic family's records, or those with `family` forced."""
+    if family is None:
+        return not record["forced"]
+    return record["forced"] and record["family"] == family
+
+
+def op_table(records: list[dict]) -> list[str]:
+    lines = [
+        "| op | shape | dtype | samattn | torch | ratio | family, note |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in records:
         unit = r["unit"]
-        print(
+        lines.append(
             f"| {OP_NAMES.get(r['op'], r['op'])} | {shape_text(r['op'], r['shape'])} "
             f"| {DTYPE_NAMES[r['dtype']]} | {r['samattn']:.0f} {unit} | {r['baseline']:.0f} "
             f"| {r['ratio']:.2f} | {note(r)} |"
         )
+    return lines
+
+
+def _ratio(value: float | None) -> str:
+    return DASH if value is None else f"{value:.2f}"
+
+
+def attention_table(records: list[dict], skipped: Sequence[dict] = ()) -> list[str]:
+    """Rows head dim x seqlen x causal (per dtype): samattn's forward and backward TFLOPS and
+    their ratios to SDPA's flash (FlashAttention-2) and cuDNN backends; a dash where a
+    direction was skipped or a baseline refused the case."""
+    rows: dict[tuple, dict[str, dict]] = {}
+    for r in records:
+        key = (r["dtype"], r["d"], r["seqlen"], r["causal"])
+        rows.setdefault(key, {})[ATTENTION_OPS[r["op"]]] = r
+    lines = [
+        f"| dtype | head dim | seqlen | batch {TIMES} heads | causal | fwd TFLOPS | fwd / flash "
+        "| fwd / cudnn | bwd TFLOPS | bwd / flash | bwd / cudnn | family |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    order = {"bf16": 0, "f16": 1}
+    for key in sorted(rows, key=lambda k: (order.get(k[0], 2), k[1], k[2], k[3])):
+        dtype, d, seqlen, causal = key
+        by_direction = rows[key]
+        any_record = next(iter(by_direction.values()))
+        cells = []
+        for direction in ("fwd", "bwd"):
+            r = by_direction.get(direction)
+            if r is None:
+                cells += [DASH] * 3
+            else:
+                cells += [f"{r['samattn']:.0f}", _ratio(r["ratio"]), _ratio(r["ratio_to_cudnn"])]
+        families = sorted({r["family"] for r in by_direction.values()})
+        lines.append(
+            f"| {DTYPE_NAMES[dtype]} | {d} | {seqlen} | {any_record['batch']} {TIMES} "
+            f"{any_record['heads']} | {'yes' if causal else 'no'} | {' | '.join(cells)} "
+            f"| {', '.join(families)} |"
+        )
+    reasons = sorted({s["reason"].splitlines()[0] for s in skipped})
+    lines += [f"\nskipped: {reason}" for reason in reasons]
+    return lines
+
+
+def tables(data: dict, prefix: str = "", family: str | None = None) -> list[str]:
+    """The markdown lines for every op of `data` whose name starts with `prefix`."""
+    records = [r for r in data["records"] if r["op"].startswith(prefix) and selected(r, family)]
+    others = [r for r in records if r["op"] not in ATTENTION_OPS]
+    attention = [r for r in records if r["op"] in ATTENTION_OPS]
+    skipped = [
+        s
+        for s in data.get("skipped", [])
+        if s.get("op") in ATTENTION_OPS
+        and s["op"].startswith(prefix)
+        and s.get("family") == (family or "auto")
+    ]
+    lines = op_table(others) if others else []
+    if attention or skipped:
+        lines += [""] if lines else []
+        lines += attention_table(attention, skipped)
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("json", help="a results file of python -m samattn.bench")
+    parser.add_argument("prefix", nargs="?", default="", help="only ops starting with this")
+    parser.add_argument("--family", default=None, help="the records with this family forced")
+    args = parser.parse_args(argv)
+    with open(args.json) as f:
+        data = json.load(f)
+    print("\n".join(tables(data, args.prefix, args.family)))
 
 
 if __name__ == "__main__":

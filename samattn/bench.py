@@ -1,6 +1,6 @@
 """Benchmarks of samattn against torch, measured in the same run.
 
-    python -m samattn.bench [--ops gemm,softmax] [--families sm80,sm75] [--quick]
+    python -m samattn.bench [--ops gemm,softmax,attention] [--families sm80,sm75] [--quick]
                             [--json PATH] [--plot PATH]
 
 GEMM is reported in TFLOPS (2 * batch * M * N * K flops) against torch.matmul
@@ -9,6 +9,19 @@ traffic (forward reads x and writes y: 2 * numel * element size; backward
 reads y and dy and writes dx: 3x) against torch.softmax and
 torch._softmax_backward_data, and the forward also against a device-to-device
 copy of the same bytes (y.copy_(x)), the bandwidth a softmax could reach.
+Attention is reported in TFLOPS (forward 4 * batch * heads * seqlen^2 * headdim,
+halved when causal; backward 2.5x the forward) against
+torch.nn.functional.scaled_dot_product_attention forced to its FLASH_ATTENTION
+backend (FlashAttention-2; `baseline`, `ratio`) and to CUDNN_ATTENTION (`cudnn`,
+`ratio_to_cudnn`). samattn.flash_attn_func reads (batch, seqlen, heads, headdim)
+tensors; SDPA gets the (batch, heads, seqlen, headdim) transposed views of the
+same tensors, as FlashAttention's own benchmark does. The backward is timed
+alone: one forward with requires_grad, then torch.autograd.grad(out, (q, k, v),
+dout, retain_graph=True) repeatedly. A baseline that refuses a case (e.g.
+cuDNN's head dim 256 backward) is left out of that record with the reason
+(`baseline_skipped`, `cudnn_skipped`); a samattn case that the family or the
+library cannot run (UnsupportedError, NotImplementedError) goes to the JSON's
+`skipped` list with the library's message.
 `ratio` is samattn / torch: above 1 is faster.
 
 Timing: CUDA events around every call, median of 20-200 calls (about 0.2 s
@@ -28,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import math
 import re
@@ -35,9 +49,10 @@ import shlex
 import statistics
 import sys
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -45,7 +60,7 @@ import samattn
 
 from . import _cuda, _lib
 
-OPS = ("gemm", "softmax")
+OPS = ("gemm", "softmax", "attention")
 FAMILIES = ("auto", *_lib.FAMILY_CODES)  # "auto": the library's own choice for the GPU
 
 # dtype name -> (torch dtype, torch fp32 matmul precision): "f32" is exact fp32
@@ -104,6 +119,71 @@ SOFTMAX_CASES = {
         ("f32", (16384, 4096)),
     ],
 }
+
+
+class AttentionCase(NamedTuple):
+    """One attention problem: q, k, v of (batch, seqlen, heads, d), seqlen_q == seqlen_k."""
+
+    batch: int
+    heads: int
+    seqlen: int
+    d: int
+    causal: bool
+
+
+# FlashAttention's benchmark grid: batch * seqlen = 16k tokens, heads * d = 2048 (the model
+# width), so every case does the same work per token.
+ATTENTION_TOKENS = 16384
+ATTENTION_WIDTH = 2048
+ATTENTION_SEQLENS = (1024, 2048, 4096, 8192, 16384)
+ATTENTION_HEAD_DIMS = (64, 128, 256)
+
+
+def attention_case(seqlen: int, d: int, causal: bool) -> AttentionCase:
+    return AttentionCase(ATTENTION_TOKENS // seqlen, ATTENTION_WIDTH // d, seqlen, d, causal)
+
+
+ATTENTION_CASES = {
+    "full": [
+        (dt, attention_case(seqlen, d, causal))
+        for dt in ("bf16", "f16")
+        for d in ATTENTION_HEAD_DIMS
+        for seqlen in ATTENTION_SEQLENS
+        for causal in (False, True)
+    ],
+    "quick": [
+        ("bf16", attention_case(2048, 128, False)),
+        ("bf16", attention_case(8192, 128, True)),
+        ("f16", attention_case(4096, 64, True)),
+        ("f16", attention_case(4096, 256, False)),
+    ],
+}
+
+SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "cudnn": "CUDNN_ATTENTION"}
+
+
+def attention_tflop(case: AttentionCase, direction: str) -> float:
+    """Tera-FLOPs of one call: forward 4 * batch * heads * seqlen^2 * d (two GEMMs of
+    2 * seqlen^2 * d each), halved when causal; backward (five GEMMs) 2.5x the forward."""
+    flop = 4 * case.batch * case.heads * case.seqlen * case.seqlen * case.d
+    if case.causal:
+        flop /= 2
+    return flop * (2.5 if direction == "bwd" else 1.0) / 1e12
+
+
+def try_call(fn: Callable[..., object], *args: object) -> str | None:
+    """Runs fn(*args) once; returns None if it worked, else why not (torch's SDPA raises
+    RuntimeError when a forced backend refuses a case, with the reasons in warnings)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            fn(*args)
+            return None
+        except (RuntimeError, NotImplementedError, ValueError) as error:
+            reasons = [str(w.message).splitlines()[0] for w in caught]
+            first_line = (str(error).splitlines() or [type(error).__name__])[0]
+            return "; ".join(dict.fromkeys([first_line, *reasons]))
+
 
 # samattn's output may differ from torch's by rounding, not by more.
 AGREEMENT_LIMIT = 2e-2
@@ -191,9 +271,12 @@ class Bench:
         self.timer = timer
         self.families = families
         self.records: list[dict[str, Any]] = []
-        self.skipped: list[str] = []
+        # {"case": label, "reason": message, **the case's fields}: also written to the JSON.
+        self.skipped: list[dict[str, Any]] = []
         self.errors: list[str] = []
         self._baselines: dict[tuple, float] = {}  # torch's times, measured once per case
+        # Baselines that may refuse a case: (ms, None) or (None, why), measured once per case.
+        self._optional_baselines: dict[tuple, tuple[float | None, str | None]] = {}
 
     def _samattn_ms(self, family: str | None, fn, input_sets) -> tuple[float, str]:
         """Median time of fn under `family` (None: automatic), and the family that ran."""
@@ -208,13 +291,45 @@ class Bench:
             self._baselines[key] = self.timer.median_ms(fn, input_sets)
         return self._baselines[key]
 
-    def _run_case(self, label: str, body: Callable[[str | None], None]) -> None:
+    def _optional_baseline_ms(
+        self, key: tuple, make: Callable[[], tuple[Callable[..., object], Sequence[tuple]]]
+    ) -> tuple[float | None, str | None]:
+        """(median ms, None) of fn over input_sets, with (fn, input_sets) = make(); or
+        (None, the reason) when make() or fn refuses the case. Measured once per key."""
+        if key not in self._optional_baselines:
+            made: list = []
+            reason = try_call(lambda: made.extend(make()))
+            if reason is None:
+                fn, input_sets = made
+                reason = try_call(fn, *input_sets[0])
+            if reason is None:
+                self._optional_baselines[key] = (self.timer.median_ms(fn, input_sets), None)
+            else:
+                self._optional_baselines[key] = (None, reason)
+        return self._optional_baselines[key]
+
+    def _run_case(
+        self,
+        label: str,
+        body: Callable[[str | None], None],
+        fields: dict[str, Any] | None = None,
+    ) -> None:
+        """body(family) for every family; a family or build that cannot run the case
+        (UnsupportedError) or a feature not implemented yet (NotImplementedError) is recorded
+        as skipped, with `fields` describing the case in the JSON."""
         for family in self.families:
             what = f"{label} [{family or 'auto'}]"
             try:
                 body(family)
-            except samattn.UnsupportedError as error:
-                self.skipped.append(f"{what}: {error}")
+            except (samattn.UnsupportedError, NotImplementedError) as error:
+                self.skipped.append(
+                    {
+                        "case": what,
+                        "family": family or "auto",
+                        **(fields or {}),
+                        "reason": str(error),
+                    }
+                )
                 print(f"  skipped {what}: {str(error).splitlines()[0]}", flush=True)
             except Exception as error:  # keep benchmarking the other cases
                 self.errors.append(f"{what}: {type(error).__name__}: {error}")
@@ -222,7 +337,8 @@ class Bench:
                 torch.cuda.synchronize()  # a sticky CUDA error ends the run here
 
     def _record(self, **fields: Any) -> None:
-        fields["ratio"] = fields["samattn"] / fields["baseline"]
+        baseline = fields["baseline"]
+        fields["ratio"] = fields["samattn"] / baseline if baseline else None
         self.records.append(fields)
         print(format_record(fields), flush=True)
 
@@ -335,6 +451,131 @@ class Bench:
         self._run_case(f"softmax_forward {dtype_name} {_shape_text(shape)}", forward)
         self._run_case(f"softmax_backward {dtype_name} {_shape_text(shape)}", backward)
 
+    # -- attention
+    def attention(self, dtype_name: str, case: AttentionCase) -> None:
+        """Forward and backward of samattn.flash_attn_func against SDPA's flash and cuDNN
+        backends, on the same (batch, seqlen, heads, d) tensors (SDPA: transposed views)."""
+        from torch.nn.attention import SDPBackend
+
+        dtype = DTYPES[dtype_name][0]
+        shape = (case.batch, case.seqlen, case.heads, case.d)
+        set_bytes = 3 * math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+        count = self.timer.input_set_count(set_bytes)
+        sets = [tuple(_randn(shape, dtype) for _ in range(3)) for _ in range(count)]
+        dout = _randn(shape, dtype)
+        causal = case.causal
+
+        def samattn_forward(q, k, v):
+            return samattn.flash_attn_func(q, k, v, causal=causal)
+
+        def sdpa_forward(backend_name: str) -> Callable[..., torch.Tensor]:
+            backend = getattr(SDPBackend, SDPA_BACKENDS[backend_name], None)
+
+            def forward(q, k, v):
+                if backend is None:
+                    raise RuntimeError(
+                        f"torch {torch.__version__} has no SDPBackend.{SDPA_BACKENDS[backend_name]}"
+                    )
+                with torch.nn.attention.sdpa_kernel(backend):
+                    out = torch.nn.functional.scaled_dot_product_attention(
+                        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal
+                    )
+                return out.transpose(1, 2)
+
+            return forward
+
+        implementations = {"samattn": samattn_forward}
+        implementations.update((name, sdpa_forward(name)) for name in SDPA_BACKENDS)
+        what = f"{dtype_name} {_shape_text(case[:4])}{' causal' if causal else ''}"
+        fields = {"dtype": dtype_name, **case._asdict()}
+
+        def record(direction: str, family: str | None, ms: float, ran: str, reference, output):
+            tflop = attention_tflop(case, direction)
+            timings = {
+                name: self._optional_baseline_ms(
+                    (f"attention_{direction}", dtype_name, case, name),
+                    functools.partial(reference, name),
+                )
+                for name in SDPA_BACKENDS
+            }
+            flash_ms, flash_skipped = timings["flash"]
+            cudnn_ms, cudnn_skipped = timings["cudnn"]
+            compared = next((name for name in SDPA_BACKENDS if timings[name][0]), None)
+            extra: dict[str, Any] = {}
+            if flash_skipped:
+                extra["baseline_skipped"] = flash_skipped
+            if cudnn_skipped:
+                extra["cudnn_skipped"] = cudnn_skipped
+            cudnn = tflop / (cudnn_ms / 1e3) if cudnn_ms else None
+            samattn_tflops = tflop / (ms / 1e3)
+            with samattn.use_family(family):
+                difference = output(compared) if compared else None
+            self._record(
+                op=f"attention_{'forward' if direction == 'fwd' else 'backward'}",
+                family=ran,
+                forced=family is not None,
+                dtype=dtype_name,
+                shape=list(case[:4]),
+                **case._asdict(),
+                direction=direction,
+                unit="TFLOPS",
+                samattn=samattn_tflops,
+                baseline=tflop / (flash_ms / 1e3) if flash_ms else None,
+                baseline_name="sdpa FLASH_ATTENTION (FlashAttention-2)",
+                cudnn=cudnn,
+                ratio_to_cudnn=samattn_tflops / cudnn if cudnn else None,
+                samattn_ms=ms,
+                baseline_ms=flash_ms,
+                cudnn_ms=cudnn_ms,
+                difference_to_baseline=difference,
+                compared_with=compared,
+                **extra,
+            )
+
+        def forward(family: str | None) -> None:
+            ms, ran = self._samattn_ms(family, samattn_forward, sets)
+
+            def output_difference(name: str) -> float:
+                return _relative_difference(
+                    samattn_forward(*sets[0]), implementations[name](*sets[0])
+                )
+
+            def reference(name: str):
+                return implementations[name], sets
+
+            record("fwd", family, ms, ran, reference, output_difference)
+
+        def backward_sets(name: str, family: str | None) -> list[tuple]:
+            """(out, q, k, v, dout) per input set, out from one forward with requires_grad."""
+            graphs = []
+            with samattn.use_family(family):
+                for inputs in sets:
+                    q, k, v = (t.detach().requires_grad_() for t in inputs)
+                    graphs.append((implementations[name](q, k, v), q, k, v, dout))
+            return graphs
+
+        def gradients(out, q, k, v, dout):
+            return torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
+
+        def backward(family: str | None) -> None:
+            samattn_graphs = backward_sets("samattn", family)
+            ms, ran = self._samattn_ms(family, gradients, samattn_graphs)
+
+            def reference(name: str):
+                return gradients, backward_sets(name, None)
+
+            def gradient_difference(name: str) -> float:
+                ours = gradients(*samattn_graphs[0])
+                theirs = gradients(*backward_sets(name, None)[0])
+                return max(_relative_difference(a, b) for a, b in zip(ours, theirs))
+
+            record("bwd", family, ms, ran, reference, gradient_difference)
+
+        self._run_case(f"attention_forward {what}", forward, {"op": "attention_forward", **fields})
+        self._run_case(
+            f"attention_backward {what}", backward, {"op": "attention_backward", **fields}
+        )
+
 
 # ------------------------------------------------------------ reporting ----
 
@@ -354,23 +595,47 @@ TABLE_HEADER = (
 )
 
 
+def _number(value: float | None, width: int, digits: int) -> str:
+    return f"{value:>{width}.{digits}f}" if value is not None else f"{'-':>{width}}"
+
+
+def _case_text(r: dict[str, Any]) -> str:
+    return _shape_text(r["shape"]) + (" causal" if r.get("causal") else "")
+
+
+def _mismatch(r: dict[str, Any]) -> bool:
+    difference = r.get("difference_to_baseline")
+    return difference is not None and difference > AGREEMENT_LIMIT
+
+
 def format_record(r: dict[str, Any]) -> str:
     line = (
-        f"{r['op']:<17} {_family_text(r):<6} {r['dtype']:<5} {_shape_text(r['shape']):<22} "
-        f"{r['samattn']:>9.1f} {r['baseline']:>9.1f} {r['ratio']:>6.2f}  {r['unit']}"
+        f"{r['op']:<17} {_family_text(r):<6} {r['dtype']:<5} {_case_text(r):<22} "
+        f"{r['samattn']:>9.1f} {_number(r['baseline'], 9, 1)} {_number(r['ratio'], 6, 2)}  "
+        f"{r['unit']}"
     )
     if "ratio_to_copy" in r:
         line += f"  ({r['ratio_to_copy']:.2f} of copy at {r['copy']:.0f} GB/s)"
-    if r["difference_to_baseline"] > AGREEMENT_LIMIT:
+    if "cudnn" in r:
+        line += f"  cudnn {_number(r['cudnn'], 0, 1)} ratio {_number(r['ratio_to_cudnn'], 0, 2)}"
+    for key in ("baseline_skipped", "cudnn_skipped"):
+        if key in r:
+            line += f"  ({key.split('_')[0]} refused: {r[key].splitlines()[0][:80]})"
+    if _mismatch(r):
         line += f"  MISMATCH: differs from torch by {r['difference_to_baseline']:.2g}"
     return line
+
+
+# The issue's targets for the sm80 family's attention: samattn / SDPA flash backend.
+ATTENTION_TARGETS = {"attention_forward": 1.0, "attention_backward": 0.9}
 
 
 def summarize(bench: Bench) -> str:
     """Geometric mean, min and max of the ratios per op x dtype x family."""
     groups: dict[tuple[str, str, str], list[float]] = {}
     for r in bench.records:
-        groups.setdefault((r["op"], r["dtype"], r["family"]), []).append(r["ratio"])
+        if r["ratio"] is not None:
+            groups.setdefault((r["op"], r["dtype"], r["family"]), []).append(r["ratio"])
     lines = ["", "summary: samattn / torch (above 1: samattn is faster)"]
     for (op, dtype, family), ratios in sorted(groups.items()):
         geomean = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
@@ -381,10 +646,33 @@ def summarize(bench: Bench) -> str:
     copies = [r["ratio_to_copy"] for r in bench.records if "ratio_to_copy" in r]
     if copies:
         lines.append(f"  softmax forward vs copy bandwidth: {min(copies):.2f} .. {max(copies):.2f}")
-    mismatches = [r for r in bench.records if r["difference_to_baseline"] > AGREEMENT_LIMIT]
-    for r in mismatches:
-        lines.append(f"  MISMATCH {r['op']} {r['dtype']} {_shape_text(r['shape'])} {r['family']}")
-    lines += [f"  skipped {s}" for s in bench.skipped]
+    cudnn: dict[tuple[str, str, str], list[float]] = {}
+    for r in bench.records:
+        if r.get("ratio_to_cudnn") is not None:
+            cudnn.setdefault((r["op"], r["dtype"], r["family"]), []).append(r["ratio_to_cudnn"])
+    if cudnn:
+        lines.append("summary: samattn / sdpa CUDNN_ATTENTION")
+    for (op, dtype, family), ratios in sorted(cudnn.items()):
+        geomean = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+        lines.append(
+            f"  {op:<17} {dtype:<5} {family:<6} geomean {geomean:5.2f}  "
+            f"min {min(ratios):5.2f}  max {max(ratios):5.2f}  ({len(ratios)} shapes)"
+        )
+    for op, target in ATTENTION_TARGETS.items():
+        rows = [r for r in bench.records if r["op"] == op and r["family"] == "sm80"]
+        below = [r for r in rows if r["ratio"] is not None and r["ratio"] < target]
+        if rows:
+            lines.append(
+                f"  {op} sm80 target {target:.1f}x flash: {len(rows) - len(below)} of "
+                f"{len(rows)} cases meet it"
+                + "".join(
+                    f"\n    below: {r['dtype']} {_case_text(r)} {r['ratio']:.2f}" for r in below
+                )
+            )
+    for r in bench.records:
+        if _mismatch(r):
+            lines.append(f"  MISMATCH {r['op']} {r['dtype']} {_case_text(r)} {r['family']}")
+    lines += [f"  skipped {s['case']}: {s['reason'].splitlines()[0]}" for s in bench.skipped]
     lines += [f"  ERROR {e}" for e in bench.errors]
     return "\n".join(lines)
 
@@ -421,8 +709,15 @@ def write_plot(records: list[dict[str, Any]], gpu: str, path: Path) -> None:
     except ImportError:
         print(f"note: matplotlib is not installed; no plot written to {path}")
         return
-    labels = [f"{r['op']} {r['dtype']} {_shape_text(r['shape'])} [{r['family']}]" for r in records]
-    colors = {"gemm": "tab:blue", "softmax_forward": "tab:green", "softmax_backward": "tab:olive"}
+    records = [r for r in records if r["ratio"] is not None]
+    labels = [f"{r['op']} {r['dtype']} {_case_text(r)} [{r['family']}]" for r in records]
+    colors = {
+        "gemm": "tab:blue",
+        "softmax_forward": "tab:green",
+        "softmax_backward": "tab:olive",
+        "attention_forward": "tab:red",
+        "attention_backward": "tab:purple",
+    }
     fig, ax = plt.subplots(figsize=(9, 1.5 + 0.25 * len(records)))
     ax.barh(
         range(len(records)),
@@ -461,10 +756,14 @@ def _list_argument(allowed: Sequence[str]) -> Callable[[str], list[str]]:
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m samattn.bench",
-        description="Benchmark samattn against torch (cuBLAS, torch.softmax) on this GPU.",
+        description="Benchmark samattn against torch (cuBLAS, torch.softmax, SDPA's flash and "
+        "cuDNN attention) on this GPU.",
     )
     parser.add_argument(
-        "--ops", type=_list_argument(OPS), default=list(OPS), help="gemm,softmax (default: all)"
+        "--ops",
+        type=_list_argument(OPS),
+        default=list(OPS),
+        help="gemm,softmax,attention (default: all)",
     )
     parser.add_argument(
         "--families",
@@ -513,11 +812,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         for dtype_name, shape in SOFTMAX_CASES[size]:
             bench.softmax(dtype_name, shape)
             torch.cuda.empty_cache()  # the 64M-element inputs of the next shape need room
+    if "attention" in args.ops:
+        for dtype_name, case in ATTENTION_CASES[size]:
+            bench.attention(dtype_name, case)
+            torch.cuda.empty_cache()
     print(summarize(bench))
     print(f"\n{len(bench.records)} records in {time.perf_counter() - started:.0f} s")
 
     json_path.parent.mkdir(parents=True, exist_ok=True)
-    json_path.write_text(json.dumps({**env, "records": bench.records}, indent=1) + "\n")
+    json_path.write_text(
+        json.dumps({**env, "records": bench.records, "skipped": bench.skipped}, indent=1) + "\n"
+    )
     print(f"results: {json_path}")
     if args.plot is not None and bench.records:
         write_plot(bench.records, env["gpu"], args.plot)
