@@ -933,6 +933,11 @@ bool run_attention_backward(int32_t family, const AttentionBackwardProblem& prob
       *launched = attention_backward_sm80(problem);
       return true;
 #endif
+#if defined(SAMATTN_WITH_SM75) && defined(SAMATTN_WITH_ATTENTION)
+    case SAMATTN_FAMILY_SM75:
+      *launched = attention_backward_sm75(problem);
+      return true;
+#endif
     default:
       (void)problem;
       (void)launched;
@@ -976,11 +981,13 @@ int attention_backward_op(const samattn_attention_args* args, int32_t* family_us
   if (!run_attention_backward(family, problem, &launched)) return not_in_build(subject, family);
   if (launched == cudaErrorNotSupported) {
     cudaGetLastError();
-    return fail(SAMATTN_UNSUPPORTED, subject + ": family " + family_name(family) +
-                                         " has no backward kernel for head dim " +
-                                         to_text(a.headdim) + " that fits the " +
-                                         to_text(device.max_smem_per_block) +
-                                         " bytes of shared memory per block of " + device.gpu.name);
+    return fail(
+        SAMATTN_UNSUPPORTED,
+        subject + ": family " + family_name(family) + " has no backward kernel for head dim " +
+            to_text(a.headdim) + " that fits the " + to_text(device.max_smem_per_block) +
+            " bytes of shared memory per block of " + device.gpu.name +
+            (family == SAMATTN_FAMILY_SM75 ? " (the sm75 backward supports head dims up to 192)"
+                                           : ""));
   }
   status = launch_status(launched, subject, family, device);
   if (status == SAMATTN_OK && family_used != nullptr) *family_used = family;
