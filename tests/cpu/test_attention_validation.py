@@ -564,12 +564,16 @@ def _align(n: int) -> int:
 
 
 def expected_workspace(b, h, hk, sq, sk, d, deterministic, rows_q=None, rows_k=None) -> int:
-    """attention_problem.h's layout: dQ accumulator, dK and dV per query head (GQA), D,
-    semaphores (deterministic)."""
+    """attention_problem.h's layout: dQ accumulator (query tiles of up to 128 rows of the
+    padded head dim, each sequence starting up to one tile further), dK and dV per query
+    head (GQA), D, semaphores (deterministic)."""
     rows_q = b * sq if rows_q is None else rows_q
     rows_k = b * sk if rows_k is None else rows_k
     kv_rows = rows_k if h != hk else 0
-    total = _align(h * rows_q * d * 4) + 2 * _align(h * kv_rows * d * 4) + _align(h * rows_q * 4)
+    padded_d = next(p for p in (32, 64, 96, 128, 192, 256) if d <= p)
+    dq_rows = rows_q + b * 128 if rows_q else 0
+    total = _align(h * dq_rows * padded_d * 4) + 2 * _align(h * kv_rows * d * 4)
+    total += _align(h * rows_q * 4)
     if deterministic:
         total += _align(b * h * ((sq + 15) // 16) * 4)
     return total

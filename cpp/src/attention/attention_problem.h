@@ -131,8 +131,9 @@ inline FlashBwdWorkspace flash_bwd_workspace_layout(const AttentionBackwardProbl
   const size_t rows_kv_accum = p.nheads == p.nheads_k ? 0 : rows_k;
   const size_t heads = size_t(p.nheads), d = size_t(p.headdim);
   FlashBwdWorkspace w{};
-  w.dq_head_stride =
-      (rows_q + size_t(p.batch) * kFlashBwdMaxBlockM) * size_t(flash_padded_headdim(p.headdim));
+  w.dq_head_stride = rows_q == 0 ? 0
+                                 : (rows_q + size_t(p.batch) * kFlashBwdMaxBlockM) *
+                                       size_t(flash_padded_headdim(p.headdim));
   w.dq_accum = 0;
   w.dk_accum = w.dq_accum + align(heads * w.dq_head_stride * 4);
   w.dv_accum = w.dk_accum + align(heads * rows_kv_accum * d * 4);

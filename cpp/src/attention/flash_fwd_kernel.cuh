@@ -90,7 +90,10 @@ __device__ inline void store_tile(TiledCopy const& tiled_copy, Src const& src, D
 }
 
 // acc += A B over the K mode of the fragments. B, and A unless it is already
-// in registers, is read from shared memory one k-slice ahead of the MMAs.
+// in registers, is read from shared memory one copy slice ahead of the MMAs.
+// A copy slice (one ldmatrix.x4 per 16x16 block) may hold several MMA
+// k-slices: two with the m16n8k8 atoms of sm75, whose K tile of 16 is two
+// atoms deep. The views' K mode counts copy slices, the fragments' MMA ones.
 template <bool kAInRegisters, class TiledMma, class Acc, class FragA, class SmemA, class ViewA,
           class CopyA, class FragB, class SmemB, class ViewB, class CopyB>
 __device__ inline void gemm_from_smem(TiledMma& tiled_mma, Acc& acc, FragA& frag_a,
@@ -100,15 +103,23 @@ __device__ inline void gemm_from_smem(TiledMma& tiled_mma, Acc& acc, FragA& frag
   using namespace cute;
   constexpr int kSlices = decltype(size<2>(frag_a))::value;
   static_assert(kSlices == decltype(size<2>(frag_b))::value, "A and B disagree on K");
+  constexpr int kCopySlices = decltype(size<2>(view_b))::value;
+  static_assert(kSlices % kCopySlices == 0, "a copy slice holds whole MMA k-slices");
+  static_assert(kAInRegisters || decltype(size<2>(view_a))::value == kCopySlices,
+                "A and B copies disagree on K");
+  constexpr int kPerCopy = kSlices / kCopySlices;
   if constexpr (!kAInRegisters) copy(copy_a, smem_a(_, _, 0), view_a(_, _, 0));
   copy(copy_b, smem_b(_, _, 0), view_b(_, _, 0));
   CUTE_UNROLL
-  for (int k = 0; k < kSlices; ++k) {
-    if (k + 1 < kSlices) {
+  for (int k = 0; k < kCopySlices; ++k) {
+    if (k + 1 < kCopySlices) {
       if constexpr (!kAInRegisters) copy(copy_a, smem_a(_, _, k + 1), view_a(_, _, k + 1));
       copy(copy_b, smem_b(_, _, k + 1), view_b(_, _, k + 1));
     }
-    cute::gemm(tiled_mma, frag_a(_, _, k), frag_b(_, _, k), acc);
+    CUTE_UNROLL
+    for (int j = 0; j < kPerCopy; ++j) {
+      cute::gemm(tiled_mma, frag_a(_, _, k * kPerCopy + j), frag_b(_, _, k * kPerCopy + j), acc);
+    }
   }
 }
 
