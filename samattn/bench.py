@@ -558,8 +558,14 @@ class Bench:
             return torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
 
         def backward(family: str | None) -> None:
+            _lib.set_last_family(_lib.FAMILY_AUTO)
             samattn_graphs = backward_sets("samattn", family)
+            forward_ran = _lib.last_family() or "?"
             ms, ran = self._samattn_ms(family, gradients, samattn_graphs)
+            if ran == "?":
+                # Autograd runs the backward on its own thread, out of sight of the
+                # last-family record; it dispatches like the forward.
+                ran = forward_ran
 
             def reference(name: str):
                 return gradients, backward_sets(name, None)
