@@ -660,7 +660,7 @@ def test_grad_lse_is_ignored(attn_family):
     q, k, v = (t.requires_grad_(True) for t in make_qkv(1, 33, 40, 2, 2, 64, torch.float16))
     with samattn.use_family(attn_family):
         out, lse, _ = samattn.flash_attn_func(q, k, v, deterministic=True, return_attn_probs=True)
-        with_lse = torch.autograd.grad(out.sum() + lse.sum(), (q, k, v))
+        with_lse = torch.autograd.grad(out.sum() + lse.sum(), (q, k, v), retain_graph=True)
         without = torch.autograd.grad(out.sum(), (q, k, v))
     for a, b in zip(with_lse, without):
         assert torch.equal(a, b)
@@ -692,7 +692,7 @@ def test_grad_long_sequence(attn_family):
 
 DETERMINISTIC_CASES = {
     "GQA causal": dict(b=2, sq=1000, sk=1000, h=8, hk=2, d=128, causal=True),
-    "MQA window": dict(b=1, sq=777, sk=1500, h=4, hk=1, d=64, window=(200, 50)),
+    "MQA window": dict(b=1, sq=777, sk=1500, h=4, hk=1, d=64, window_size=(200, 50)),
     "d256 softcap": dict(b=1, sq=600, sk=600, h=4, hk=4, d=256, softcap=20.0),
 }
 
