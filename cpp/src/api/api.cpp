@@ -200,6 +200,19 @@ int not_in_build(const std::string& subject, int32_t family) {
                                        " has no such kernels in this build");
 }
 
+// An attention head dim whose padded size CMake's SAMATTN_ATTENTION_HEAD_DIMS
+// left out of this build (CI builds a subset).
+std::string head_dim_left_out(const std::string& subject, int64_t headdim) {
+  std::string built;
+  for (int padded : {32, 64, 96, 128, 192, 256}) {
+    if (head_dim_built(padded)) built += (built.empty() ? "" : ", ") + std::to_string(padded);
+  }
+  return subject + ": head dim " + to_text(headdim) + " runs in the " +
+         to_text(padded_headdim(static_cast<int>(headdim))) +
+         " kernels, which this build left out (built with SAMATTN_ATTENTION_HEAD_DIMS = " + built +
+         ")";
+}
+
 // Checks shared by every op: dtype, family and device codes.
 int check_codes(const std::string& subject, int32_t dtype, int32_t family, int32_t device) {
   if (dtype_name(dtype) == nullptr) {
@@ -858,6 +871,9 @@ int attention_forward_op(const samattn_attention_args* args, int32_t* family_use
   if (!run_attention_forward(family, problem, &launched)) return not_in_build(subject, family);
   if (launched == cudaErrorNotSupported) {
     cudaGetLastError();
+    if (!head_dim_built(padded_headdim(static_cast<int>(a.headdim)))) {
+      return fail(SAMATTN_UNSUPPORTED, head_dim_left_out(subject, a.headdim));
+    }
     return fail(SAMATTN_UNSUPPORTED, subject + ": family " + family_name(family) +
                                          " has no kernel for head dim " + to_text(a.headdim) +
                                          " that fits the " + to_text(device.max_smem_per_block) +
@@ -981,6 +997,9 @@ int attention_backward_op(const samattn_attention_args* args, int32_t* family_us
   if (!run_attention_backward(family, problem, &launched)) return not_in_build(subject, family);
   if (launched == cudaErrorNotSupported) {
     cudaGetLastError();
+    if (!head_dim_built(padded_headdim(static_cast<int>(a.headdim)))) {
+      return fail(SAMATTN_UNSUPPORTED, head_dim_left_out(subject, a.headdim));
+    }
     return fail(
         SAMATTN_UNSUPPORTED,
         subject + ": family " + family_name(family) + " has no backward kernel for head dim " +

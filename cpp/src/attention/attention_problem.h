@@ -111,17 +111,28 @@ struct FlashBwdWorkspace {
   size_t dq_accum, dk_accum, dv_accum, dsum, semaphores, total;  // byte offsets, size
   size_t dq_head_stride;                                         // floats
 };
-// Bounds on every backward configuration: the largest query tile, and the
-// head dims that are instantiated (a head dim runs in the next one up).
-constexpr int kFlashBwdMaxBlockM = 128;
-constexpr int flash_padded_headdim(int headdim) {
+// The padded head dims the tile tables are instantiated for (a head dim runs
+// in the next one up); 0 when headdim is too large.
+constexpr int padded_headdim(int headdim) {
   return headdim <= 32    ? 32
          : headdim <= 64  ? 64
          : headdim <= 96  ? 96
          : headdim <= 128 ? 128
          : headdim <= 192 ? 192
-                          : 256;
+         : headdim <= 256 ? 256
+                          : 0;
 }
+// Whether this build instantiated a padded head dim: all of them unless CMake's
+// SAMATTN_ATTENTION_HEAD_DIMS picked a subset (bit d / 32 of the mask).
+constexpr bool head_dim_built(int padded) {
+#ifdef SAMATTN_ATTENTION_HEAD_DIM_MASK
+  return padded > 0 && ((SAMATTN_ATTENTION_HEAD_DIM_MASK >> (padded / 32)) & 1) != 0;
+#else
+  return padded > 0;
+#endif
+}
+// The largest query tile of every backward configuration.
+constexpr int kFlashBwdMaxBlockM = 128;
 inline FlashBwdWorkspace flash_bwd_workspace_layout(const AttentionBackwardProblem& p) {
   auto align = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
   const bool varlen = p.cu_seqlens_q != nullptr;
@@ -133,7 +144,7 @@ inline FlashBwdWorkspace flash_bwd_workspace_layout(const AttentionBackwardProbl
   FlashBwdWorkspace w{};
   w.dq_head_stride = rows_q == 0 ? 0
                                  : (rows_q + size_t(p.batch) * kFlashBwdMaxBlockM) *
-                                       size_t(flash_padded_headdim(p.headdim));
+                                       size_t(padded_headdim(p.headdim));
   w.dq_accum = 0;
   w.dk_accum = w.dq_accum + align(heads * w.dq_head_stride * 4);
   w.dv_accum = w.dk_accum + align(heads * rows_kv_accum * d * 4);

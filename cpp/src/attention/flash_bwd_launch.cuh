@@ -91,7 +91,7 @@ cudaError_t run_flash_bwd(const AttentionBackwardProblem& problem) {
   cudaError_t status;
   // The fragment-order dQ tiles (dq_tile_accum) must fit the layout's bound.
   static_assert(Traits::kBlockM <= kFlashBwdMaxBlockM);
-  if (Traits::kHeadDim > flash_padded_headdim(P.headdim)) return cudaErrorInvalidValue;
+  if (Traits::kHeadDim > padded_headdim(P.headdim)) return cudaErrorInvalidValue;
   if (rows_q > 0) {
     status = cudaMemsetAsync(dq_accum, 0, layout.dk_accum - layout.dq_accum, P.stream);
     if (status != cudaSuccess) return status;

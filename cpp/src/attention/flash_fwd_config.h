@@ -28,17 +28,6 @@ struct FlashFwdConfig {
 template <class Config>
 cudaError_t run_flash_fwd(const AttentionForwardProblem& problem);
 
-// The padded head dims that are instantiated; 0 when headdim is too large.
-constexpr int padded_headdim(int headdim) {
-  return headdim <= 32    ? 32
-         : headdim <= 64  ? 64
-         : headdim <= 96  ? 96
-         : headdim <= 128 ? 128
-         : headdim <= 192 ? 192
-         : headdim <= 256 ? 256
-                          : 0;
-}
-
 // Tile choices of the sm80 family. Registers bound them: per thread the O
 // accumulator takes 16-row slices x head dim / 32 lanes floats, the score
 // tile rows x kBlockN / 32, and Q in registers half the O count. Shared

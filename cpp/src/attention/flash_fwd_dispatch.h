@@ -10,23 +10,32 @@
 
 namespace samattn::attention {
 
+template <int kHeadDim, class Run>
+cudaError_t run_if_built(Run&& run) {
+  if constexpr (head_dim_built(kHeadDim)) {
+    return run(std::integral_constant<int, kHeadDim>{});
+  } else {
+    return cudaErrorNotSupported;
+  }
+}
+
 // run(std::integral_constant<int, padded head dim>{}) for the problem's head
-// dim; cudaErrorNotSupported beyond 256.
+// dim; cudaErrorNotSupported beyond 256 or for a head dim left out of the build.
 template <class Run>
 cudaError_t with_padded_headdim(int headdim, Run&& run) {
   switch (padded_headdim(headdim)) {
     case 32:
-      return run(std::integral_constant<int, 32>{});
+      return run_if_built<32>(run);
     case 64:
-      return run(std::integral_constant<int, 64>{});
+      return run_if_built<64>(run);
     case 96:
-      return run(std::integral_constant<int, 96>{});
+      return run_if_built<96>(run);
     case 128:
-      return run(std::integral_constant<int, 128>{});
+      return run_if_built<128>(run);
     case 192:
-      return run(std::integral_constant<int, 192>{});
+      return run_if_built<192>(run);
     case 256:
-      return run(std::integral_constant<int, 256>{});
+      return run_if_built<256>(run);
   }
   return cudaErrorNotSupported;
 }
