@@ -116,7 +116,10 @@ struct DotDoOParams {
 };
 
 // One warp per (query row, head); lanes read 16-byte vectors.
-template <class Element>
+// Templated on the family too: each family's translation units then define
+// their own kernel, which the runtime finds in that family's cubins (one
+// shared symbol would launch from whichever family's registration won).
+template <class Element, Family F>
 __global__ void __launch_bounds__(256) flash_bwd_dot_do_o_kernel(DotDoOParams const p) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row = blockIdx.x * 8 + warp, head = blockIdx.y, batch = blockIdx.z;
@@ -157,7 +160,7 @@ struct ConvertParams {
 
 // out[row, head, :] = scale * sum_g accum[head * group + g, row, :], kVector
 // elements per thread.
-template <class Element, int kVector>
+template <class Element, int kVector, Family F>
 __global__ void __launch_bounds__(256) flash_bwd_convert_kernel(ConvertParams const p) {
   const int vectors = p.headdim / kVector;
   const int64_t total = p.rows * p.heads * vectors;

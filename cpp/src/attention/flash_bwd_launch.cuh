@@ -21,12 +21,12 @@ inline bool strides8(int64_t b, int64_t s, int64_t h) {
   return b % 8 == 0 && s % 8 == 0 && h % 8 == 0;
 }
 
-template <class Element>
+template <class Element, Family F>
 cudaError_t launch_convert(ConvertParams const& p, int sm_count, cudaStream_t stream) {
   const int64_t work = p.rows * p.heads * (p.headdim / 8);
   if (work == 0) return cudaSuccess;
   const int blocks = int(std::min<int64_t>((work + 255) / 256, int64_t(std::max(sm_count, 1)) * 8));
-  flash_bwd_convert_kernel<Element, 8><<<blocks, 256, 0, stream>>>(p);
+  flash_bwd_convert_kernel<Element, 8, F><<<blocks, 256, 0, stream>>>(p);
   return cudaGetLastError();
 }
 
@@ -118,7 +118,7 @@ cudaError_t run_flash_bwd(const AttentionBackwardProblem& problem) {
     d.headdim = P.headdim;
     d.rows_q = rows_q;
     dim3 grid(unsigned((P.seqlen_q + 7) / 8), unsigned(P.nheads), unsigned(P.batch));
-    flash_bwd_dot_do_o_kernel<Element><<<grid, 256, 0, P.stream>>>(d);
+    flash_bwd_dot_do_o_kernel<Element, Traits::kFamily><<<grid, 256, 0, P.stream>>>(d);
     status = cudaGetLastError();
     if (status != cudaSuccess) return status;
   }
@@ -217,13 +217,13 @@ cudaError_t run_flash_bwd(const AttentionBackwardProblem& problem) {
   c.accum = dk_accum;
   c.out = P.dk.ptr;
   c.out_batch = P.dk.batch_stride, c.out_seq = P.dk.seq_stride, c.out_head = P.dk.head_stride;
-  status = detail::launch_convert<Element>(c, P.sm_count, P.stream);
+  status = detail::launch_convert<Element, Traits::kFamily>(c, P.sm_count, P.stream);
   if (status != cudaSuccess) return status;
   c.accum = dv_accum;
   c.out = P.dv.ptr;
   c.out_batch = P.dv.batch_stride, c.out_seq = P.dv.seq_stride, c.out_head = P.dv.head_stride;
   c.scale = 1.0f;
-  return detail::launch_convert<Element>(c, P.sm_count, P.stream);
+  return detail::launch_convert<Element, Traits::kFamily>(c, P.sm_count, P.stream);
 }
 
 }  // namespace samattn::attention

@@ -66,6 +66,7 @@ struct FlashBwdTraits<FlashBwdConfig<T, kHeadDim_, kBlockM_, kBlockN_, kWarps_, 
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kQStages = kQStages_;
   static_assert(kQStages == 1 || kQStages == 2);
+  static constexpr Family kFamily = F;
   static constexpr bool kAsyncCopy = F == Family::sm80;
   static_assert(kBlockM % 16 == 0 && kBlockN % 32 == 0 && kHeadDim % 32 == 0);
 
