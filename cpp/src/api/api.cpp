@@ -200,19 +200,6 @@ int not_in_build(const std::string& subject, int32_t family) {
                                        " has no such kernels in this build");
 }
 
-// An attention head dim whose padded size CMake's SAMATTN_ATTENTION_HEAD_DIMS
-// left out of this build (CI builds a subset).
-std::string head_dim_left_out(const std::string& subject, int64_t headdim) {
-  std::string built;
-  for (int padded : {32, 64, 96, 128, 192, 256}) {
-    if (head_dim_built(padded)) built += (built.empty() ? "" : ", ") + std::to_string(padded);
-  }
-  return subject + ": head dim " + to_text(headdim) + " runs in the " +
-         to_text(padded_headdim(static_cast<int>(headdim))) +
-         " kernels, which this build left out (built with SAMATTN_ATTENTION_HEAD_DIMS = " + built +
-         ")";
-}
-
 // Checks shared by every op: dtype, family and device codes.
 int check_codes(const std::string& subject, int32_t dtype, int32_t family, int32_t device) {
   if (dtype_name(dtype) == nullptr) {
@@ -825,6 +812,33 @@ AttentionForwardProblem make_attention_forward_problem(const samattn_attention_a
   return problem;
 }
 
+// A family's refusal of an attention head dim (cudaErrorNotSupported from its
+// dispatch): left out of this build by SAMATTN_ATTENTION_HEAD_DIMS (CI builds
+// a subset), or no tile of the family fits the device's shared memory.
+int attention_not_supported(const std::string& subject, int32_t family, int64_t headdim,
+                            const DeviceInfo& device, bool backward) {
+  const int padded = padded_headdim(static_cast<int>(headdim));
+  if (!head_dim_built(padded)) {
+    std::string built;
+    for (int d : {32, 64, 96, 128, 192, 256}) {
+      if (head_dim_built(d)) built += (built.empty() ? "" : ", ") + std::to_string(d);
+    }
+    return fail(SAMATTN_UNSUPPORTED, subject + ": head dim " + to_text(headdim) + " runs in the " +
+                                         to_text(padded) +
+                                         " kernels, which this build left out (built with "
+                                         "SAMATTN_ATTENTION_HEAD_DIMS = " +
+                                         built + ")");
+  }
+  return fail(SAMATTN_UNSUPPORTED, subject + ": family " + family_name(family) + " has no " +
+                                       (backward ? "backward " : "") + "kernel for head dim " +
+                                       to_text(headdim) + " that fits the " +
+                                       to_text(device.max_smem_per_block) +
+                                       " bytes of shared memory per block of " + device.gpu.name +
+                                       (backward && family == SAMATTN_FAMILY_SM75
+                                            ? " (the sm75 backward supports head dims up to 192)"
+                                            : ""));
+}
+
 bool run_attention_forward(int32_t family, const AttentionForwardProblem& problem,
                            cudaError_t* launched) {
   switch (family) {
@@ -871,13 +885,7 @@ int attention_forward_op(const samattn_attention_args* args, int32_t* family_use
   if (!run_attention_forward(family, problem, &launched)) return not_in_build(subject, family);
   if (launched == cudaErrorNotSupported) {
     cudaGetLastError();
-    if (!head_dim_built(padded_headdim(static_cast<int>(a.headdim)))) {
-      return fail(SAMATTN_UNSUPPORTED, head_dim_left_out(subject, a.headdim));
-    }
-    return fail(SAMATTN_UNSUPPORTED, subject + ": family " + family_name(family) +
-                                         " has no kernel for head dim " + to_text(a.headdim) +
-                                         " that fits the " + to_text(device.max_smem_per_block) +
-                                         " bytes of shared memory per block of " + device.gpu.name);
+    return attention_not_supported(subject, family, a.headdim, device, /*backward=*/false);
   }
   status = launch_status(launched, subject, family, device);
   if (status == SAMATTN_OK && family_used != nullptr) *family_used = family;
@@ -997,16 +1005,7 @@ int attention_backward_op(const samattn_attention_args* args, int32_t* family_us
   if (!run_attention_backward(family, problem, &launched)) return not_in_build(subject, family);
   if (launched == cudaErrorNotSupported) {
     cudaGetLastError();
-    if (!head_dim_built(padded_headdim(static_cast<int>(a.headdim)))) {
-      return fail(SAMATTN_UNSUPPORTED, head_dim_left_out(subject, a.headdim));
-    }
-    return fail(
-        SAMATTN_UNSUPPORTED,
-        subject + ": family " + family_name(family) + " has no backward kernel for head dim " +
-            to_text(a.headdim) + " that fits the " + to_text(device.max_smem_per_block) +
-            " bytes of shared memory per block of " + device.gpu.name +
-            (family == SAMATTN_FAMILY_SM75 ? " (the sm75 backward supports head dims up to 192)"
-                                           : ""));
+    return attention_not_supported(subject, family, a.headdim, device, /*backward=*/true);
   }
   status = launch_status(launched, subject, family, device);
   if (status == SAMATTN_OK && family_used != nullptr) *family_used = family;
