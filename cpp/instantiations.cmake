@@ -116,6 +116,40 @@ foreach(family sm80 sm75)
 endforeach()
 
 # ----------------------------------------------------------- attention ----
+# samattn_instantiate_attention(<fwd|bwd> <family> <dtypes> <configs>): one
+# translation unit per (dtype, configuration) of a tile table. An entry is
+# "head_dim,block_m,block_n,warps,last" (last: q_in_regs forward, q_stages
+# backward); head dims outside SAMATTN_ATTENTION_HEAD_DIMS are skipped.
+function(samattn_instantiate_attention direction family dtypes configs)
+  if(direction STREQUAL "fwd")
+    set(config_type FlashFwdConfig)
+    set(problem AttentionForwardProblem)
+    set(tag q)
+  else()
+    set(config_type FlashBwdConfig)
+    set(problem AttentionBackwardProblem)
+    set(tag s)
+  endif()
+  foreach(dtype IN LISTS dtypes)
+    foreach(config IN LISTS configs)
+      string(REPLACE "," ";" fields "${config}")
+      list(GET fields 0 head_dim)
+      if(NOT head_dim IN_LIST SAMATTN_ATTENTION_HEAD_DIMS)
+        continue()
+      endif()
+      list(GET fields 1 block_m)
+      list(GET fields 2 block_n)
+      list(GET fields 3 warps)
+      list(GET fields 4 last)
+      set(cfg "samattn::attention::${config_type}<${_dtypes_cpp_${dtype}}, ${head_dim}, ${block_m}, ${block_n}, ${warps}, ${last}, samattn::attention::Family::${family}>")
+      samattn_instantiate(attention ${family}
+                          "attention_${direction}_${family}_${dtype}_d${head_dim}_${block_m}x${block_n}_w${warps}_${tag}${last}"
+                          "attention/flash_${direction}_launch.cuh"
+                          "template cudaError_t samattn::attention::run_flash_${direction}<${cfg}>(const samattn::${problem}&);")
+    endforeach()
+  endforeach()
+endfunction()
+
 # FlashAttention-2 forward, sm80 family: one translation unit per (dtype,
 # FlashFwdConfig). Keep this list equal to the configurations Sm80FwdTiles
 # names in cpp/src/attention/flash_fwd_config.h: a missing one fails the link
@@ -128,24 +162,7 @@ set(SAMATTN_ATTENTION_FWD_SM80_CONFIGS
     "128,128,64,4,false"
     "192,64,64,4,false"
     "256,64,64,4,false")
-foreach(dtype f16 bf16)
-  foreach(config IN LISTS SAMATTN_ATTENTION_FWD_SM80_CONFIGS)
-    string(REPLACE "," ";" fields "${config}")
-    list(GET fields 0 head_dim)
-    if(NOT head_dim IN_LIST SAMATTN_ATTENTION_HEAD_DIMS)
-      continue()
-    endif()
-    list(GET fields 1 block_m)
-    list(GET fields 2 block_n)
-    list(GET fields 3 warps)
-    list(GET fields 4 q_in_regs)
-    set(cfg "samattn::attention::FlashFwdConfig<${_dtypes_cpp_${dtype}}, ${head_dim}, ${block_m}, ${block_n}, ${warps}, ${q_in_regs}, samattn::attention::Family::sm80>")
-    samattn_instantiate(attention sm80
-                        "attention_fwd_sm80_${dtype}_d${head_dim}_${block_m}x${block_n}_w${warps}_q${q_in_regs}"
-                        "attention/flash_fwd_launch.cuh"
-                        "template cudaError_t samattn::attention::run_flash_fwd<${cfg}>(const samattn::AttentionForwardProblem&);")
-  endforeach()
-endforeach()
+samattn_instantiate_attention(fwd sm80 "f16;bf16" "${SAMATTN_ATTENTION_FWD_SM80_CONFIGS}")
 samattn_family_sources(attention sm80 cpp/src/attention/sm80/attention_sm80.cu)
 
 # FlashAttention-2 backward, sm80 family: one translation unit per (dtype,
@@ -165,24 +182,7 @@ set(SAMATTN_ATTENTION_BWD_SM80_CONFIGS
     "192,64,64,8,2"
     "256,32,32,4,1"
     "256,64,64,8,1")
-foreach(dtype f16 bf16)
-  foreach(config IN LISTS SAMATTN_ATTENTION_BWD_SM80_CONFIGS)
-    string(REPLACE "," ";" fields "${config}")
-    list(GET fields 0 head_dim)
-    if(NOT head_dim IN_LIST SAMATTN_ATTENTION_HEAD_DIMS)
-      continue()
-    endif()
-    list(GET fields 1 block_m)
-    list(GET fields 2 block_n)
-    list(GET fields 3 warps)
-    list(GET fields 4 q_stages)
-    set(cfg "samattn::attention::FlashBwdConfig<${_dtypes_cpp_${dtype}}, ${head_dim}, ${block_m}, ${block_n}, ${warps}, ${q_stages}, samattn::attention::Family::sm80>")
-    samattn_instantiate(attention sm80
-                        "attention_bwd_sm80_${dtype}_d${head_dim}_${block_m}x${block_n}_w${warps}_s${q_stages}"
-                        "attention/flash_bwd_launch.cuh"
-                        "template cudaError_t samattn::attention::run_flash_bwd<${cfg}>(const samattn::AttentionBackwardProblem&);")
-  endforeach()
-endforeach()
+samattn_instantiate_attention(bwd sm80 "f16;bf16" "${SAMATTN_ATTENTION_BWD_SM80_CONFIGS}")
 samattn_family_sources(attention sm80 cpp/src/attention/sm80/flash_bwd_sm80.cu)
 
 # ------------------------------------------------------ attention, sm75 ----
@@ -205,37 +205,7 @@ set(SAMATTN_ATTENTION_BWD_SM75_CONFIGS
     "96,32,64,4,1"
     "128,32,64,8,1"
     "192,32,32,4,1")
-foreach(config IN LISTS SAMATTN_ATTENTION_FWD_SM75_CONFIGS)
-  string(REPLACE "," ";" fields "${config}")
-  list(GET fields 0 head_dim)
-  if(NOT head_dim IN_LIST SAMATTN_ATTENTION_HEAD_DIMS)
-    continue()
-  endif()
-  list(GET fields 1 block_m)
-  list(GET fields 2 block_n)
-  list(GET fields 3 warps)
-  list(GET fields 4 q_in_regs)
-  set(cfg "samattn::attention::FlashFwdConfig<${_dtypes_cpp_f16}, ${head_dim}, ${block_m}, ${block_n}, ${warps}, ${q_in_regs}, samattn::attention::Family::sm75>")
-  samattn_instantiate(attention sm75
-                      "attention_fwd_sm75_f16_d${head_dim}_${block_m}x${block_n}_w${warps}_q${q_in_regs}"
-                      "attention/flash_fwd_launch.cuh"
-                      "template cudaError_t samattn::attention::run_flash_fwd<${cfg}>(const samattn::AttentionForwardProblem&);")
-endforeach()
-foreach(config IN LISTS SAMATTN_ATTENTION_BWD_SM75_CONFIGS)
-  string(REPLACE "," ";" fields "${config}")
-  list(GET fields 0 head_dim)
-  if(NOT head_dim IN_LIST SAMATTN_ATTENTION_HEAD_DIMS)
-    continue()
-  endif()
-  list(GET fields 1 block_m)
-  list(GET fields 2 block_n)
-  list(GET fields 3 warps)
-  list(GET fields 4 q_stages)
-  set(cfg "samattn::attention::FlashBwdConfig<${_dtypes_cpp_f16}, ${head_dim}, ${block_m}, ${block_n}, ${warps}, ${q_stages}, samattn::attention::Family::sm75>")
-  samattn_instantiate(attention sm75
-                      "attention_bwd_sm75_f16_d${head_dim}_${block_m}x${block_n}_w${warps}_s${q_stages}"
-                      "attention/flash_bwd_launch.cuh"
-                      "template cudaError_t samattn::attention::run_flash_bwd<${cfg}>(const samattn::AttentionBackwardProblem&);")
-endforeach()
+samattn_instantiate_attention(fwd sm75 f16 "${SAMATTN_ATTENTION_FWD_SM75_CONFIGS}")
+samattn_instantiate_attention(bwd sm75 f16 "${SAMATTN_ATTENTION_BWD_SM75_CONFIGS}")
 samattn_family_sources(attention sm75 cpp/src/attention/sm75/attention_sm75.cu
                        cpp/src/attention/sm75/flash_bwd_sm75.cu)
