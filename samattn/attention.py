@@ -496,16 +496,22 @@ def flash_attn_varlen_kvpacked_func(
 
 
 # ------------------------------------------------------------------ SDPA ----
-_warned_fallbacks: set = set()
+_warned_messages: set = set()
 _warned_lock = threading.Lock()
 
 
-def _warn_fallback_once(reason: str) -> None:
+def _warn_once(message: str, stacklevel: int) -> None:
+    """warnings.warn(message) the first time this process sees it (samattn's fallbacks,
+    here and in samattn.integrations); stacklevel counts from the caller."""
     with _warned_lock:
-        if reason in _warned_fallbacks:
+        if message in _warned_messages:
             return
-        _warned_fallbacks.add(reason)
-    warnings.warn(
+        _warned_messages.add(message)
+    warnings.warn(message, stacklevel=stacklevel + 1)
+
+
+def _warn_fallback_once(reason: str) -> None:
+    _warn_once(
         f"samattn.scaled_dot_product_attention: {reason} is not served by samattn's "
         "kernels; running torch.nn.functional.scaled_dot_product_attention instead "
         "(this warning is shown once per process)",

@@ -40,7 +40,6 @@ flash attention).
 from __future__ import annotations
 
 import threading
-import warnings
 import weakref
 from typing import Any
 
@@ -48,6 +47,7 @@ import torch
 import torch.nn.functional as F
 
 import samattn
+from samattn import attention as _attention
 
 NAME = "samattn"
 MIN_TRANSFORMERS = (4, 56)
@@ -121,16 +121,8 @@ def attention_mask(
 
 
 # -------------------------------------------------------------- forward ----
-_warned: set = set()
-_warned_lock = threading.Lock()
-
-
 def _warn_once(message: str) -> None:
-    with _warned_lock:
-        if message in _warned:
-            return
-        _warned.add(message)
-    warnings.warn(f"samattn attention for transformers: {message}", stacklevel=3)
+    _attention._warn_once(f"samattn attention for transformers: {message}", stacklevel=3)
 
 
 class _PackingCache:

@@ -920,7 +920,7 @@ def test_sdpa_served_calls_flash_attn_with_torch_semantics(monkeypatch):
 
 
 def test_sdpa_fallback_runs_torch_and_warns_once(monkeypatch):
-    monkeypatch.setattr(attention_module, "_warned_fallbacks", set())
+    monkeypatch.setattr(attention_module, "_warned_messages", set())
     torch.manual_seed(0)
     query, key, value = (torch.randn(1, 2, 5, 8) for _ in range(3))
     mask = torch.rand(5, 5) > 0.3
