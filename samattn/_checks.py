@@ -191,8 +191,6 @@ def softmax_backward(y: torch.Tensor, dy: torch.Tensor, dim: int) -> SoftmaxShap
 # -------------------------------------------------------------- attention ----
 _ATTENTION_DTYPES = (torch.float16, torch.bfloat16)
 MAX_ATTENTION_HEAD_DIM = 256
-# The kernels move 16-byte vectors along the head dim (8 elements).
-ATTENTION_HEAD_DIM_MULTIPLE = 8
 
 
 @dataclass(frozen=True)
@@ -297,11 +295,6 @@ def _check_head_dim(op: str, headdim: int, what: str) -> None:
     if not 1 <= headdim <= MAX_ATTENTION_HEAD_DIM:
         raise ValueError(
             f"{op}: head dim must be in 1..{MAX_ATTENTION_HEAD_DIM}, got {headdim} ({what})"
-        )
-    if headdim % ATTENTION_HEAD_DIM_MULTIPLE != 0:
-        raise ValueError(
-            f"{op}: head dim {headdim} ({what}) is not a multiple of "
-            f"{ATTENTION_HEAD_DIM_MULTIPLE}; samattn's attention kernels do not support it yet"
         )
 
 
@@ -518,8 +511,8 @@ def sdpa_fallback_reason(
         return "query, key and value shapes that do not match"
     if value.shape[3] != headdim or headdim_k != headdim:
         return "a value head dim that differs from the query's"
-    if not 1 <= headdim <= MAX_ATTENTION_HEAD_DIM or headdim % ATTENTION_HEAD_DIM_MULTIPLE:
-        return f"head dim {headdim} (samattn runs multiples of 8 up to 256)"
+    if not 1 <= headdim <= MAX_ATTENTION_HEAD_DIM:
+        return f"head dim {headdim} (samattn runs 1 to {MAX_ATTENTION_HEAD_DIM})"
     if heads_k != heads and not (enable_gqa and heads_k > 0 and heads % heads_k == 0):
         return "key/value heads that differ from the query's (without a valid enable_gqa)"
     if is_causal and seqlen_q != seqlen_k and not 0 < seqlen_q - seqlen_k < seqlen_k:

@@ -162,14 +162,22 @@ _VECTOR_BYTES = 16  # the attention kernels move 16-byte vectors along the head 
 
 
 def _attention_operand(t: torch.Tensor) -> torch.Tensor:
-    """q, k or v as the kernels read it: head dim contiguous, 16-byte aligned, every other
-    stride a multiple of 8 elements. Views that qualify (SDPA's (batch, heads, seq, dim)
-    seen as (batch, seq, heads, dim), a slice of packed qkv) cost no copy."""
+    """An attention tensor as the kernels read it, with a contiguous head dim.
+
+    The kernels move rows as 16-byte vectors when the head dim, the pointer and every
+    stride are multiples of 8 elements, else element by element (several times slower).
+    With a head dim that is a multiple of 8, a view whose pointer or strides break the
+    vectors is copied to a contiguous tensor, which is cheaper than the element path;
+    views that qualify (SDPA's (batch, heads, seq, dim) seen as (batch, seq, heads, dim),
+    a slice of packed qkv) cost no copy. Any other head dim cannot have 16-byte rows, so
+    its tensors are read in place (copied only when the head dim is not contiguous)."""
+    if t.stride(-1) != 1:
+        return t.contiguous()
     vector = _VECTOR_BYTES // t.element_size()
-    ok = (
-        t.stride(-1) == 1
-        and t.data_ptr() % _VECTOR_BYTES == 0
-        and all(s % vector == 0 for size, s in zip(t.shape[:-1], t.stride()[:-1]) if size > 1)
+    if t.shape[-1] % vector != 0:
+        return t
+    ok = t.data_ptr() % _VECTOR_BYTES == 0 and all(
+        s % vector == 0 for size, s in zip(t.shape[:-1], t.stride()[:-1]) if size > 1
     )
     return t if ok else t.contiguous()
 

@@ -283,8 +283,12 @@ def flash_attn_func(
         q: (batch, seqlen_q, nheads, headdim).
         k, v: (batch, seqlen_k, nheads_k, headdim); nheads must be a multiple of nheads_k
             (GQA / MQA: query head h reads key/value head h // (nheads // nheads_k)).
-            All three: torch.float16 or torch.bfloat16, one CUDA device, headdim a
-            multiple of 8 up to 256. Any view with a contiguous head dim is read in place.
+            All three: torch.float16 or torch.bfloat16, one CUDA device, headdim 1 to
+            256 (run in the next of 32, 64, 96, 128, 192, 256, inside the kernel). The
+            kernels move rows as 16-byte vectors when headdim and the strides are
+            multiples of 8, else element by element (slower). Views are read in place,
+            except a non-contiguous head dim, or a headdim that is a multiple of 8 with
+            strides that are not (copied, so that the vectors apply).
         dropout_p: must be 0.0 (dropout is not implemented yet: NotImplementedError).
         softmax_scale: defaults to headdim ** -0.5.
         causal: query i sees key j iff j <= i + seqlen_k - seqlen_q (aligned to the
@@ -533,9 +537,9 @@ def scaled_dot_product_attention(
 
     Args:
         query: (batch, heads, seqlen_q, headdim); key, value: (batch, heads_k, seqlen_k,
-            headdim), torch.float16 or torch.bfloat16 on one CUDA device, headdim a
-            multiple of 8 up to 256. Read in place through their strides (no copies) when
-            the head dim is contiguous.
+            headdim), torch.float16 or torch.bfloat16 on one CUDA device, headdim 1 to
+            256. Read in place through their strides (no copies) when the head dim is
+            contiguous.
         attn_mask: None. A mask (boolean or additive) runs torch's own implementation,
             with a warning the first time.
         dropout_p: must be 0.0 (NotImplementedError otherwise).

@@ -112,10 +112,10 @@ BAD_FIXED = {
         ValueError,
         "head dim must be in 1..256, got 264",
     ),
-    "head dim not a multiple of 8": (
-        dict(q=meta(2, 17, 4, 36), k=meta(2, 33, 2, 36), v=meta(2, 33, 2, 36)),
+    "head dim 0": (
+        dict(q=meta(2, 17, 4, 0), k=meta(2, 33, 2, 0), v=meta(2, 33, 2, 0)),
         ValueError,
-        "head dim 36 (q.shape[-1]) is not a multiple of 8",
+        "head dim must be in 1..256, got 0",
     ),
     "GQA not divisible": (
         dict(k=meta(2, 33, 3, 64), v=meta(2, 33, 3, 64)),
@@ -372,9 +372,8 @@ BAD_C = {
     "negative device": (dict(device=-1), "device must be"),
     "negative batch": (dict(batch=-1), "sizes must be >= 0, got batch=-1"),
     "negative seqlen_k": (dict(seqlen_k=-3), "seqlen_k=-3"),
-    "head dim 0": (dict(headdim=0), "headdim must be a multiple of 8 in 8..256"),
-    "head dim 264": (dict(headdim=264), "got 264"),
-    "head dim 36": (dict(headdim=36), "got 36"),
+    "head dim 0": (dict(headdim=0), "headdim must be in 1..256, got 0"),
+    "head dim 264": (dict(headdim=264), "headdim must be in 1..256, got 264"),
     "GQA not divisible": (dict(nheads_k=3), "nheads (4) must be a multiple of nheads_k (3"),
     "no kv heads": (dict(nheads_k=0), "nheads_k (0 >= 1)"),
     "batch too large": (dict(batch=70000), "must be <= 65535"),
@@ -394,11 +393,10 @@ BAD_C = {
     "null k": (dict(k=None), "k is NULL"),
     "null v": (dict(v=None), "v is NULL"),
     "null o": (dict(o=None), "o is NULL"),
-    "q misaligned": (dict(q=FAKE + 8), "q must be 16-byte aligned"),
-    "o misaligned": (dict(o=FAKE + 2), "o must be 16-byte aligned"),
-    "k seq stride not a multiple of 8": (dict(k_seq_stride=100), "k strides (batch, seq, head)"),
-    "v head stride odd": (dict(v_head_stride=65), "multiples of 8 elements"),
+    "q misaligned": (dict(q=FAKE + 1), "q must be aligned to its 2-byte elements"),
+    "o misaligned": (dict(o=FAKE + 3), "o must be aligned to its 2-byte elements"),
     "negative q stride": (dict(q_batch_stride=-8), "q strides (batch, seq, head) (-8,"),
+    "negative v head stride": (dict(v_head_stride=-1), "v strides (batch, seq, head)"),
     "o overlaps": (dict(o_seq_stride=0), "make elements of o overlap"),
     "o batch overlaps": (dict(o_batch_stride=0), "make elements of o overlap"),
     "lse misaligned": (dict(lse=FAKE + 2), "lse must be 4-byte aligned"),
@@ -451,8 +449,10 @@ def _has_gpu() -> bool:
         dict(lse=None),
         VARLEN,
         dict(family=80, dtype=_lib.BF16, causal=1, window_left=3, softcap=30.0),
+        dict(headdim=37),  # any head dim: element-by-element rows
+        dict(q=FAKE + 2, k_seq_stride=129, v_head_stride=63),  # rows off 16 bytes
     ],
-    ids=["plain", "no keys", "no lse", "varlen", "bf16 forced"],
+    ids=["plain", "no keys", "no lse", "varlen", "bf16 forced", "head dim 37", "odd strides"],
 )
 def test_c_abi_valid_arguments_reach_the_device(changes):
     status, used, message = call_forward(attention_args(**changes))
@@ -495,9 +495,9 @@ def workspace_size(args) -> tuple[int, int, str]:
 BAD_C_BACKWARD = {
     # The forward's rules apply...
     "float32": (dict(dtype=_lib.F32), "dtype must be SAMATTN_F16 or SAMATTN_BF16"),
-    "head dim 36": (dict(headdim=36), "got 36"),
+    "head dim 257": (dict(headdim=257), "got 257"),
     "GQA not divisible": (dict(nheads_k=3), "must be a multiple of nheads_k (3"),
-    "q misaligned": (dict(q=FAKE + 8), "q must be 16-byte aligned"),
+    "q misaligned": (dict(q=FAKE + 1), "q must be aligned to its 2-byte elements"),
     "cu_seqlens misaligned": ({**VARLEN, "cu_seqlens_q": FAKE + 2}, "4-byte aligned"),
     # ... and the backward's own.
     "deterministic 2": (dict(deterministic=2), "deterministic must be 0 or 1, got 2"),
@@ -507,11 +507,10 @@ BAD_C_BACKWARD = {
     "null dk": (dict(dk=None), "dk is NULL"),
     "null dv": (dict(dv=None), "dv is NULL"),
     "null lse": (dict(lse=None), "lse is NULL; the backward needs the forward's log-sum-exp"),
-    "dout misaligned": (dict(dout=FAKE2 + 4), "dout must be 16-byte aligned"),
-    "dv misaligned": (dict(dv=FAKE5 + 2), "dv must be 16-byte aligned"),
-    "dout seq stride": (dict(dout_seq_stride=260), "dout strides (batch, seq, head)"),
+    "dout misaligned": (dict(dout=FAKE2 + 1), "dout must be aligned to its 2-byte elements"),
+    "dv misaligned": (dict(dv=FAKE5 + 3), "dv must be aligned to its 2-byte elements"),
+    "dout negative stride": (dict(dout_seq_stride=-260), "dout strides (batch, seq, head)"),
     "dq negative stride": (dict(dq_head_stride=-64), "dq strides (batch, seq, head)"),
-    "dk head stride odd": (dict(dk_head_stride=63), "multiples of 8 elements"),
     "dq overlaps": (dict(dq_seq_stride=0), "make elements of dq overlap"),
     "dk overlaps": (dict(dk_head_stride=0), "make elements of dk overlap"),
     "dv batch overlaps": (dict(dv_batch_stride=0), "make elements of dv overlap"),
@@ -603,9 +602,9 @@ def test_backward_workspace_size(changes, deterministic):
 
 
 def test_backward_workspace_size_validates_sizes():
-    status, size, message = workspace_size(backward_args(headdim=12))
+    status, size, message = workspace_size(backward_args(headdim=300))
     assert status == _lib.INVALID_ARGUMENT and size == 0
-    assert message.startswith("samattn attention_backward_workspace_size") and "got 12" in message
+    assert message.startswith("samattn attention_backward_workspace_size") and "got 300" in message
     status, _, message = workspace_size(backward_args(deterministic=3))
     assert status == _lib.INVALID_ARGUMENT and "deterministic must be 0 or 1" in message
 
@@ -619,8 +618,18 @@ def test_backward_workspace_size_validates_sizes():
         dict(seqlen_q=0, q=None, o=None, dout=None, dq=None, lse=None),  # no queries: dk = dv = 0
         VARLEN,
         dict(family=80, dtype=_lib.BF16, causal=1, window_left=3, softcap=30.0, deterministic=1),
+        dict(headdim=5),
+        dict(dq=FAKE3 + 2, dv_seq_stride=65),
     ],
-    ids=["plain", "no keys", "no queries", "varlen", "bf16 forced deterministic"],
+    ids=[
+        "plain",
+        "no keys",
+        "no queries",
+        "varlen",
+        "bf16 forced deterministic",
+        "head dim 5",
+        "odd strides",
+    ],
 )
 def test_c_abi_backward_valid_arguments_reach_the_device(changes):
     status, used, message = call_backward(backward_args(**changes))
@@ -873,7 +882,8 @@ SDPA_CASES = {
     ),
     "float32": (sdpa_inputs(dtype=torch.float32), None, False, False, "dtypes"),
     "cpu": (sdpa_inputs(device="cpu"), None, False, False, "not on a CUDA device"),
-    "head dim 36": (sdpa_inputs(d=36), None, False, False, "head dim 36"),
+    "head dim 36": (sdpa_inputs(d=36), None, False, False, None),
+    "head dim 1": (sdpa_inputs(d=1), None, False, False, None),
     "head dim 512": (sdpa_inputs(d=512), None, False, False, "head dim 512"),
     "GQA without enable_gqa": (sdpa_inputs(hk=2), None, False, False, "key/value heads"),
     "GQA not divisible": (sdpa_inputs(hk=3), None, False, True, "key/value heads"),
@@ -937,3 +947,20 @@ def test_sdpa_fallback_runs_torch_and_warns_once(monkeypatch):
 def test_sdpa_not_implemented_features():
     with pytest.raises(NotImplementedError, match=r"dropout_p=0\.5"):
         samattn.scaled_dot_product_attention(*sdpa_inputs(), dropout_p=0.5)
+
+
+# ------------------------------------------- how operands reach the kernels ----
+def test_attention_operand_copies_only_what_the_vectors_need():
+    from samattn import _cuda
+
+    packed = torch.zeros(2, 9, 3, 4, 64, dtype=F16)  # (batch, seq, 3, heads, dim)
+    q = packed[:, :, 0]
+    assert _cuda._attention_operand(q) is q  # strides multiples of 8: read in place
+    odd_seq = torch.zeros(2, 9, 4, 65, dtype=F16)[..., :64]  # row stride 260: copied
+    copied = _cuda._attention_operand(odd_seq)
+    assert copied is not odd_seq and copied.is_contiguous()
+    for d in (1, 36, 100, 255):  # no head dim of these has 16-byte rows: in place
+        t = torch.zeros(2, 9, 4, d + 3, dtype=F16)[..., 1 : d + 1]
+        assert _cuda._attention_operand(t) is t
+    transposed = torch.zeros(2, 9, 36, 4, dtype=F16).transpose(2, 3)  # dim not contiguous
+    assert _cuda._attention_operand(transposed).stride(-1) == 1

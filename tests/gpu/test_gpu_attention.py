@@ -17,6 +17,7 @@ refuse with samattn.UnsupportedError.
 from __future__ import annotations
 
 import ctypes
+import itertools
 import math
 
 import pytest
@@ -146,6 +147,9 @@ def check_fixed(family, b, sq, sk, h, hk, d, dtype, causal=False, window=(-1, -1
 
 # -------------------------------------------------------------- fixed ----
 HEAD_DIMS = [8, 32, 40, 64, 80, 96, 128, 136, 192, 200, 256]
+# Not multiples of 8: rows are not 16-byte aligned, so the kernels move them element by
+# element, rounded up inside the kernel to the next instantiated head dim.
+ODD_HEAD_DIMS = [1, 3, 17, 33, 100, 129, 255]
 
 
 @pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
@@ -155,6 +159,15 @@ HEAD_DIMS = [8, 32, 40, 64, 80, 96, 128, 136, 192, 200, 256]
 def test_head_dims(attn_family, dtype, d, sq, sk, causal):
     need_dtype(attn_family, dtype)
     check_fixed(attn_family, 2, sq, sk, 4, 2, d, dtype, causal=causal)
+
+
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+@pytest.mark.parametrize("d", ODD_HEAD_DIMS)
+@pytest.mark.parametrize("sq, sk", [(17, 17), (113, 203)], ids=str)
+@pytest.mark.parametrize("heads", [(4, 2), (3, 3)], ids=["GQA", "MHA"])
+def test_odd_head_dims(attn_family, dtype, d, sq, sk, heads):
+    need_dtype(attn_family, dtype)
+    check_fixed(attn_family, 2, sq, sk, *heads, d, dtype, causal=sq == sk)
 
 
 LENGTHS = [(1, 1), (17, 17), (113, 113), (1000, 1000), (4099, 4099), (113, 203), (203, 113)]
@@ -447,7 +460,7 @@ class Guarded:
 
 
 @pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
-@pytest.mark.parametrize("d", [40, 64, 128])
+@pytest.mark.parametrize("d", [37, 40, 64, 128])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_c_abi_writes_every_output_and_nothing_else(attn_family, dtype, d, causal):
     need_dtype(attn_family, dtype)
@@ -548,6 +561,52 @@ def check_fixed_grads(family, b, sq, sk, h, hk, d, dtype, causal=False, window=(
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_grad_head_dims(attn_family, dtype, d, causal):
     check_fixed_grads(attn_family, 2, 113, 203, 4, 2, d, dtype, causal=causal)
+
+
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+@pytest.mark.parametrize("d", ODD_HEAD_DIMS)
+@pytest.mark.parametrize("heads", [(4, 2), (3, 3)], ids=["GQA", "MHA"])
+def test_grad_odd_head_dims(attn_family, dtype, d, heads):
+    # MHA writes dk, dv from the main kernel, GQA through the fp32 accumulators: both
+    # with rows that are not 4-byte aligned at odd head dims.
+    check_fixed_grads(attn_family, 2, 113, 203, *heads, d, dtype, causal=True)
+
+
+@pytest.mark.parametrize("d", [36, 100])
+def test_odd_head_dim_varlen_and_sdpa(attn_family, d):
+    """Varlen (packed rows of an odd head dim) and SDPA's (batch, heads, seq, dim) views,
+    forward and backward, against the fixed-length path of the same family."""
+    dtype = last_dtype(attn_family)
+    lens = [5, 0, 130, 1]
+    cu = torch.tensor([0, *itertools.accumulate(lens)], dtype=torch.int32, device=DEVICE)
+    total, h = sum(lens), 4
+    q, k, v = (randn(total, h, d, dtype=dtype) for _ in range(3))
+    dout = randn(total, h, d, dtype=dtype)
+
+    def forward(q, k, v):
+        return samattn.flash_attn_varlen_func(q, k, v, cu, cu, max(lens), max(lens), causal=True)
+
+    dq, dk, dv = run_grads(attn_family, forward, q, k, v, dout)
+    for i, n in enumerate(lens):
+        rows = slice(int(cu[i]), int(cu[i + 1]))
+        if n == 0:
+            continue
+        mask = allowed_keys(n, n, True, (-1, -1))
+        check_grads(
+            (dq[rows][None], dk[rows][None], dv[rows][None]), q[rows][None], k[rows][None],
+            v[rows][None], dout[rows][None], scale=d**-0.5, softcap=0.0, mask=mask,
+            what=f"varlen d{d} sequence {i}",
+        )  # fmt: skip
+    query, key, value = (randn(2, 4, 77, d, dtype=dtype) for _ in range(3))
+    dout = randn(2, 4, 77, d, dtype=dtype)
+
+    def sdpa(q, k, v):
+        return samattn.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    grads = run_grads(attn_family, sdpa, query, key, value, dout)
+    mask = torch.ones(77, 77, dtype=torch.bool, device=DEVICE).tril()
+    t = [x.transpose(1, 2) for x in (query, key, value, dout, *grads)]
+    check_grads(t[4:], *t[:4], scale=d**-0.5, softcap=0.0, mask=mask, what=f"sdpa d{d}")
 
 
 @pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
@@ -799,7 +858,7 @@ def _set_seq_head(args, name, t):
 
 
 @pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
-@pytest.mark.parametrize("d", [40, 64, 128])
+@pytest.mark.parametrize("d", [37, 40, 64, 128])
 @pytest.mark.parametrize("hk", [4, 2], ids=["MHA", "GQA"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_c_abi_backward_writes_every_gradient_and_nothing_else(attn_family, dtype, d, hk,

@@ -95,8 +95,10 @@ typedef struct samattn_softmax_args {
  * Layout: element (b, s, h, d) of Q lives at
  *   q + b*q_batch_stride + s*q_seq_stride + h*q_head_stride + d
  * (the head-dim stride is 1; strides are in elements), likewise K, V, O and,
- * for the backward, dO, dQ, dK, dV. Pointers must be 16-byte aligned and the
- * strides multiples of 8 elements (16-byte vectors).
+ * for the backward, dO, dQ, dK, dV. Pointers must be aligned to the 2-byte
+ * elements and strides >= 0. The kernels move rows as 16-byte vectors when the
+ * head dim and every pointer and stride are multiples of 8 elements (16
+ * bytes), and element by element, several times slower, otherwise.
  *
  * Fixed length: cu_seqlens_q/k are NULL; Q is (batch, seqlen_q, nheads,
  * headdim), K and V (batch, seqlen_k, nheads_k, headdim); max_seqlen_* are
@@ -131,7 +133,7 @@ typedef struct samattn_attention_args {
   int32_t causal; /* 0 or 1 */
   int64_t batch, nheads, nheads_k;
   int64_t seqlen_q, seqlen_k;  /* varlen: rows of the packed tensors */
-  int64_t headdim;             /* 1..256; a multiple of 8 in this version */
+  int64_t headdim;             /* 1..256 */
   const int32_t* cu_seqlens_q; /* varlen, else NULL (both or neither) */
   const int32_t* cu_seqlens_k;
   int64_t max_seqlen_q, max_seqlen_k; /* varlen only */

@@ -531,8 +531,9 @@ bool aligned(const void* ptr, uintptr_t bytes) {
   return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
 }
 
-// The kernels read and write 16-byte vectors of 8 elements along the head dim.
-constexpr int64_t kAttentionVector = 8;
+// Any head dim up to 256 runs in the next instantiated one (32, 64, 96, 128,
+// 192, 256). Rows move as 16-byte vectors where the head dim and every
+// pointer and stride allow it, else element by element (vector_aligned).
 constexpr int64_t kMaxAttentionHeadDim = 256;
 constexpr int64_t kMaxGridYZ = 65535;
 
@@ -557,12 +558,9 @@ int check_attention_sizes(const std::string& op, const samattn_attention_args& a
                     " nheads=" + to_text(a.nheads) + " nheads_k=" + to_text(a.nheads_k) +
                     " seqlen_q=" + to_text(a.seqlen_q) + " seqlen_k=" + to_text(a.seqlen_k));
   }
-  if (a.headdim < 1 || a.headdim > kMaxAttentionHeadDim || a.headdim % kAttentionVector != 0) {
+  if (a.headdim < 1 || a.headdim > kMaxAttentionHeadDim) {
     return fail(SAMATTN_INVALID_ARGUMENT,
-                s +
-                    ": headdim must be a multiple of 8 in 8..256 (the kernels move 16-byte "
-                    "vectors), got " +
-                    to_text(a.headdim));
+                s + ": headdim must be in 1..256, got " + to_text(a.headdim));
   }
   if (a.nheads_k < 1 || a.nheads % a.nheads_k != 0) {
     return fail(SAMATTN_INVALID_ARGUMENT, s + ": nheads (" + to_text(a.nheads) +
@@ -632,17 +630,14 @@ int check_attention_operand(const std::string& s, AttentionOperand x, bool varle
   const int64_t batch_extent = varlen ? 1 : a.batch;
   if (varlen) x.batch_stride = 0;
   if (x.ptr == nullptr) return fail(SAMATTN_INVALID_ARGUMENT, s + ": " + x.name + " is NULL");
-  if (!aligned(x.ptr, 16)) {
-    return fail(SAMATTN_INVALID_ARGUMENT,
-                s + ": " + x.name + " must be 16-byte aligned (the kernels move 16-byte vectors)");
+  if (!aligned(x.ptr, static_cast<uintptr_t>(dtype_size(a.dtype)))) {
+    return fail(SAMATTN_INVALID_ARGUMENT, s + ": " + x.name + " must be aligned to its " +
+                                              to_text(dtype_size(a.dtype)) + "-byte elements");
   }
-  if (any_negative(x.batch_stride, x.seq_stride, x.head_stride) ||
-      x.batch_stride % kAttentionVector != 0 || x.seq_stride % kAttentionVector != 0 ||
-      x.head_stride % kAttentionVector != 0) {
+  if (any_negative(x.batch_stride, x.seq_stride, x.head_stride)) {
     return fail(SAMATTN_INVALID_ARGUMENT,
                 s + ": " + x.name + " strides (batch, seq, head) " +
-                    strides_text(x.batch_stride, x.seq_stride, x.head_stride) +
-                    " must be >= 0 and multiples of 8 elements (16-byte vectors)");
+                    strides_text(x.batch_stride, x.seq_stride, x.head_stride) + " must be >= 0");
   }
   if (!attention_extent_fits(batch_extent, x, a.headdim, dtype_size(a.dtype))) {
     return fail(SAMATTN_INVALID_ARGUMENT,

@@ -25,7 +25,7 @@ struct AttentionForwardProblem {
   int batch;
   int nheads, nheads_k;    // nheads % nheads_k == 0 (GQA / MQA)
   int seqlen_q, seqlen_k;  // varlen: the maxima over the batch
-  int headdim;             // <= 256, multiple of 8 (16-byte vectors)
+  int headdim;             // 1..256
   SeqHeadView q, k, v;
   void* o;
   int64_t o_batch_stride, o_seq_stride, o_head_stride;
@@ -58,13 +58,13 @@ struct SeqHeadOut {
 
 // One attention backward call: the gradients dq, dk, dv of the forward
 // described by the same fields, given its output o, the LSE it returned and
-// dout. Every pointer, and every stride, is 16-byte aligned (8 elements).
+// dout. Every pointer is element-aligned (2 bytes).
 struct AttentionBackwardProblem {
   DType dtype;  // f16 or bf16, every tensor
   int batch;
   int nheads, nheads_k;
   int seqlen_q, seqlen_k;  // varlen: the maxima over the batch
-  int headdim;             // <= 256, multiple of 8
+  int headdim;             // 1..256
   SeqHeadView q, k, v, o, dout;
   SeqHeadOut dq, dk, dv;  // dk, dv: nheads_k heads (GQA: summed over each group)
 
@@ -96,6 +96,36 @@ struct AttentionBackwardProblem {
   int sm_count;
   int max_smem_per_block;
 };
+
+// Whether the kernels may move rows as 16-byte vectors (8 elements): the head
+// dim and every pointer and stride a multiple of 8 elements (the batch stride
+// is unused with varlen). Otherwise they move single elements, which serves
+// any head dim and any view at a fraction of the speed.
+inline bool vector_aligned(const void* ptr, int64_t batch_stride, int64_t seq_stride,
+                           int64_t head_stride, bool varlen) {
+  return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && (varlen || batch_stride % 8 == 0) &&
+         seq_stride % 8 == 0 && head_stride % 8 == 0;
+}
+inline bool forward_vectors(const AttentionForwardProblem& p) {
+  const bool varlen_q = p.cu_seqlens_q != nullptr, varlen_k = p.cu_seqlens_k != nullptr;
+  auto view = [](const SeqHeadView& t, bool varlen) {
+    return vector_aligned(t.ptr, t.batch_stride, t.seq_stride, t.head_stride, varlen);
+  };
+  return p.headdim % 8 == 0 && view(p.q, varlen_q) && view(p.k, varlen_k) && view(p.v, varlen_k) &&
+         vector_aligned(p.o, p.o_batch_stride, p.o_seq_stride, p.o_head_stride, varlen_q);
+}
+inline bool backward_vectors(const AttentionBackwardProblem& p) {
+  const bool varlen_q = p.cu_seqlens_q != nullptr, varlen_k = p.cu_seqlens_k != nullptr;
+  auto view = [](const SeqHeadView& t, bool varlen) {
+    return vector_aligned(t.ptr, t.batch_stride, t.seq_stride, t.head_stride, varlen);
+  };
+  auto out = [](const SeqHeadOut& t, bool varlen) {
+    return vector_aligned(t.ptr, t.batch_stride, t.seq_stride, t.head_stride, varlen);
+  };
+  return p.headdim % 8 == 0 && view(p.q, varlen_q) && view(p.o, varlen_q) &&
+         view(p.dout, varlen_q) && out(p.dq, varlen_q) && view(p.k, varlen_k) &&
+         view(p.v, varlen_k) && out(p.dk, varlen_k) && out(p.dv, varlen_k);
+}
 
 // Workspace layout of the backward, in 256-byte aligned pieces:
 //   dq accumulator   fp32 (nheads, rows_q + batch x 128, padded head dim):

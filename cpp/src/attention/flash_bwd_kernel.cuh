@@ -58,6 +58,7 @@ struct FlashBwdParams {
   const int32_t* cu_seqlens_k;
   int seqlen_q, seqlen_k;  // fixed length: the lengths; varlen: the maxima
   int headdim;
+  bool vectors;  // GmemAccess::vectors: 16-byte rows, dk / dv stored in pairs
   int nheads, kv_group;
   int64_t rows_q, rows_k;  // accumulator rows per head
   int sem_per_head;
@@ -112,10 +113,11 @@ struct DotDoOParams {
   int64_t o_batch, o_seq, o_head;
   const int32_t* cu_seqlens_q;
   int seqlen_q, headdim;
+  bool vectors;  // 16-byte rows, else element by element
   int64_t rows_q;
 };
 
-// One warp per (query row, head); lanes read 16-byte vectors.
+// One warp per (query row, head); lanes read 16-byte vectors (or elements).
 // Templated on the family too: each family's translation units then define
 // their own kernel, which the runtime finds in that family's cubins (one
 // shared symbol would launch from whichever family's registration won).
@@ -133,13 +135,19 @@ __global__ void __launch_bounds__(256) flash_bwd_dot_do_o_kernel(DotDoOParams co
                      (varlen ? seq.row0 * p.o_seq : batch * p.o_batch) + head * p.o_head +
                      row * p.o_seq;
   float dot = 0.0f;
-  for (int col = lane * 8; col < p.headdim; col += 32 * 8) {
-    const uint4 a = *reinterpret_cast<const uint4*>(dout + col);
-    const uint4 b = *reinterpret_cast<const uint4*>(o + col);
-    const Element* ea = reinterpret_cast<const Element*>(&a);
-    const Element* eb = reinterpret_cast<const Element*>(&b);
-    CUTE_UNROLL
-    for (int i = 0; i < 8; ++i) dot += static_cast<float>(ea[i]) * static_cast<float>(eb[i]);
+  if (p.vectors) {
+    for (int col = lane * 8; col < p.headdim; col += 32 * 8) {
+      const uint4 a = *reinterpret_cast<const uint4*>(dout + col);
+      const uint4 b = *reinterpret_cast<const uint4*>(o + col);
+      const Element* ea = reinterpret_cast<const Element*>(&a);
+      const Element* eb = reinterpret_cast<const Element*>(&b);
+      CUTE_UNROLL
+      for (int i = 0; i < 8; ++i) dot += static_cast<float>(ea[i]) * static_cast<float>(eb[i]);
+    }
+  } else {
+    for (int col = lane; col < p.headdim; col += 32) {
+      dot += static_cast<float>(dout[col]) * static_cast<float>(o[col]);
+    }
   }
   CUTE_UNROLL
   for (int offset = 16; offset > 0; offset >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
@@ -159,7 +167,8 @@ struct ConvertParams {
 };
 
 // out[row, head, :] = scale * sum_g accum[head * group + g, row, :], kVector
-// elements per thread.
+// elements per thread (8: a 16-byte store; 1 where rows are not 16-byte
+// aligned).
 template <class Element, int kVector, Family F>
 __global__ void __launch_bounds__(256) flash_bwd_convert_kernel(ConvertParams const p) {
   const int vectors = p.headdim / kVector;
@@ -192,6 +201,19 @@ __global__ void __launch_bounds__(256) flash_bwd_convert_kernel(ConvertParams co
   }
 }
 
+// out[0], out[1] = a, b as 16-bit elements: one 32-bit store when `pair`
+// (out 4-byte aligned), else one or, with `second`, two element stores.
+template <class Element>
+__device__ inline void store_pair(Element* out, float a, float b, bool pair, bool second) {
+  if (pair) {
+    Element values[2] = {static_cast<Element>(a), static_cast<Element>(b)};
+    *reinterpret_cast<uint32_t*>(out) = *reinterpret_cast<const uint32_t*>(values);
+  } else {
+    out[0] = static_cast<Element>(a);
+    if (second) out[1] = static_cast<Element>(b);
+  }
+}
+
 // dq = scale x the dQ accumulator of one query tile (fragment order, see
 // dq_tile_accum): a CTA of the main kernel's threads per (query tile, head,
 // batch) reads its fragments back coalesced and stores pairs of columns.
@@ -202,6 +224,7 @@ struct ConvertDqParams {
   int64_t dq_batch, dq_seq, dq_head;
   const int32_t* cu_seqlens_q;
   int seqlen_q, headdim;
+  bool vectors;  // 16-byte rows: column pairs stored as 32 bits
   float scale;
 };
 
@@ -243,10 +266,8 @@ __global__ void __launch_bounds__(Traits::kThreads)
       for (int c = 0; c < size<1>(values); c += 2) {
         const int col = col0 + get<1>(coords(r, c));  // columns c, c + 1 are adjacent
         if (col >= p.headdim) continue;
-        Element pair[2] = {static_cast<Element>(values(r, c) * p.scale),
-                           static_cast<Element>(values(r, c + 1) * p.scale)};
-        *reinterpret_cast<uint32_t*>(dq + int64_t(row) * p.dq_seq + col) =
-            *reinterpret_cast<const uint32_t*>(pair);
+        store_pair(dq + int64_t(row) * p.dq_seq + col, values(r, c) * p.scale,
+                   values(r, c + 1) * p.scale, p.vectors, col + 1 < p.headdim);
       }
     }
   }
@@ -256,7 +277,8 @@ __global__ void __launch_bounds__(Traits::kThreads)
 #ifndef SAMATTN_BWD_MIN_BLOCKS
 #define SAMATTN_BWD_MIN_BLOCKS 1
 #endif
-template <class Traits>
+// kVectors: p.vectors as a template parameter (see flash_fwd_kernel).
+template <class Traits, bool kVectors>
 __global__ void __launch_bounds__(Traits::kThreads, SAMATTN_BWD_MIN_BLOCKS)
     flash_bwd_kernel(FlashBwdParams const p) {
   using namespace cute;
@@ -370,17 +392,12 @@ __global__ void __launch_bounds__(Traits::kThreads, SAMATTN_BWD_MIN_BLOCKS)
     // share the column partition).
     typename Traits::GmemTiledCopyLoad gmem_load;
     auto load_thr = gmem_load.get_slice(tid);
-    Tensor tQgQ = load_thr.partition_S(gQ);  // (CPY, CPY_M, CPY_D, m)
-    Tensor tdOgdO = load_thr.partition_S(gdO);
-    Tensor tKgK = load_thr.partition_S(gK);
-    Tensor tKsK = load_thr.partition_D(sK);
-    Tensor tVgV = load_thr.partition_S(gV);
-    Tensor tVsV = load_thr.partition_D(sV);
     Tensor tQcQ = load_thr.partition_S(make_identity_tensor(tile_q));
     Tensor tKVcKV = load_thr.partition_S(make_identity_tensor(tile_kv));
     Tensor tQcolok = make_tensor<bool>(make_shape(size<2>(tQcQ)));
     CUTE_UNROLL
     for (int j = 0; j < size(tQcolok); ++j) tQcolok(j) = get<1>(tQcQ(0, 0, j)) < p.headdim;
+    const GmemAccess access{kVectors, p.headdim};
 
     // S and dP: A = Q / dO, B = K / V, both K-major (ldmatrix).
     typename Traits::TiledMmaSdP mma_sdp;
@@ -457,10 +474,10 @@ __global__ void __launch_bounds__(Traits::kThreads, SAMATTN_BWD_MIN_BLOCKS)
     float next_lse = INFINITY, next_dsum = 0.0f;
     auto load_query_tile = [&](int m_block, int stage) {
       const int rows_left = seqlen_q - m_block * kBlockM;
-      load_tile<kAsync>(gmem_load, tQgQ(_, _, _, m_block), load_thr.partition_D(stage_q(stage)),
-                        tQcQ, tQcolok, rows_left);
-      load_tile<kAsync>(gmem_load, tdOgdO(_, _, _, m_block), load_thr.partition_D(stage_do(stage)),
-                        tQcQ, tQcolok, rows_left);
+      load_tile<kAsync>(gmem_load, gQ(_, _, m_block), stage_q(stage), tQcQ, tQcolok, rows_left,
+                        access);
+      load_tile<kAsync>(gmem_load, gdO(_, _, m_block), stage_do(stage), tQcQ, tQcolok, rows_left,
+                        access);
       if (tid < kBlockM) {
         const int row = m_block * kBlockM + tid;
         // Rows past the end: P = exp2(-inf) = 0, so they contribute nothing.
@@ -470,8 +487,8 @@ __global__ void __launch_bounds__(Traits::kThreads, SAMATTN_BWD_MIN_BLOCKS)
     };
 
     // Prologue: K, V and the first query tile.
-    load_tile<kAsync>(gmem_load, tKgK, tKsK, tKVcKV, tQcolok, keys_left);
-    load_tile<kAsync>(gmem_load, tVgV, tVsV, tKVcKV, tQcolok, keys_left);
+    load_tile<kAsync>(gmem_load, gK, sK, tKVcKV, tQcolok, keys_left, access);
+    load_tile<kAsync>(gmem_load, gV, sV, tKVcKV, tQcolok, keys_left, access);
     load_query_tile(m_first, 0);
     cp_async_fence();
 
@@ -626,10 +643,6 @@ __global__ void __launch_bounds__(Traits::kThreads, SAMATTN_BWD_MIN_BLOCKS)
                     (varlen_k ? seq_k.row0 * p.dv_seq : batch * p.dv_batch) + head * p.dv_head +
                     int64_t(n0) * p.dv_seq;
   const int64_t accum_offset = (head * p.rows_k + seq_k.row0 + n0) * p.headdim;
-  auto store_pair = [](Element* out, float a, float b) {
-    Element pair[2] = {static_cast<Element>(a), static_cast<Element>(b)};
-    *reinterpret_cast<uint32_t*>(out) = *reinterpret_cast<const uint32_t*>(pair);
-  };
   CUTE_UNROLL
   for (int r = 0; r < size<0>(dk_rc); ++r) {
     const int row = get<0>(coords(r, 0));
@@ -638,14 +651,25 @@ __global__ void __launch_bounds__(Traits::kThreads, SAMATTN_BWD_MIN_BLOCKS)
     for (int c = 0; c < size<1>(dk_rc); c += 2) {
       const int col = get<1>(coords(r, c));  // columns c, c + 1 are adjacent
       if (col >= p.headdim) continue;
+      const bool second = col + 1 < p.headdim;
       if (direct) {
         const float scale = p.softmax_scale;
-        store_pair(dk_out + row * p.dk_seq + col, dk_rc(r, c) * scale, dk_rc(r, c + 1) * scale);
-        store_pair(dv_out + row * p.dv_seq + col, dv_rc(r, c), dv_rc(r, c + 1));
-      } else {
+        store_pair(dk_out + row * p.dk_seq + col, dk_rc(r, c) * scale, dk_rc(r, c + 1) * scale,
+                   kVectors, second);
+        store_pair(dv_out + row * p.dv_seq + col, dv_rc(r, c), dv_rc(r, c + 1), kVectors, second);
+      } else if (kVectors) {
         const int64_t offset = accum_offset + int64_t(row) * p.headdim + col;
         *reinterpret_cast<float2*>(p.dk_accum + offset) = make_float2(dk_rc(r, c), dk_rc(r, c + 1));
         *reinterpret_cast<float2*>(p.dv_accum + offset) = make_float2(dv_rc(r, c), dv_rc(r, c + 1));
+      } else {
+        // Rows of an odd head dim are not 8-byte aligned in the accumulator.
+        const int64_t offset = accum_offset + int64_t(row) * p.headdim + col;
+        p.dk_accum[offset] = dk_rc(r, c);
+        p.dv_accum[offset] = dv_rc(r, c);
+        if (second) {
+          p.dk_accum[offset + 1] = dk_rc(r, c + 1);
+          p.dv_accum[offset + 1] = dv_rc(r, c + 1);
+        }
       }
     }
   }

@@ -16,17 +16,17 @@ namespace samattn::attention {
 
 namespace detail {
 
-inline bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
-inline bool strides8(int64_t b, int64_t s, int64_t h) {
-  return b % 8 == 0 && s % 8 == 0 && h % 8 == 0;
-}
-
 template <class Element, Family F>
-cudaError_t launch_convert(ConvertParams const& p, int sm_count, cudaStream_t stream) {
-  const int64_t work = p.rows * p.heads * (p.headdim / 8);
+cudaError_t launch_convert(ConvertParams const& p, bool vectors, int sm_count,
+                           cudaStream_t stream) {
+  const int64_t work = p.rows * p.heads * (vectors ? p.headdim / 8 : p.headdim);
   if (work == 0) return cudaSuccess;
   const int blocks = int(std::min<int64_t>((work + 255) / 256, int64_t(std::max(sm_count, 1)) * 8));
-  flash_bwd_convert_kernel<Element, 8, F><<<blocks, 256, 0, stream>>>(p);
+  if (vectors) {
+    flash_bwd_convert_kernel<Element, 8, F><<<blocks, 256, 0, stream>>>(p);
+  } else {
+    flash_bwd_convert_kernel<Element, 1, F><<<blocks, 256, 0, stream>>>(p);
+  }
   return cudaGetLastError();
 }
 
@@ -37,9 +37,7 @@ cudaError_t run_flash_bwd(const AttentionBackwardProblem& problem) {
   using Traits = FlashBwdTraits<Config>;
   using Element = typename Traits::Element;
   const AttentionBackwardProblem& P = problem;
-  if (P.headdim <= 0 || P.headdim > Traits::kHeadDim || P.headdim % Traits::kVector != 0) {
-    return cudaErrorInvalidValue;
-  }
+  if (P.headdim <= 0 || P.headdim > Traits::kHeadDim) return cudaErrorInvalidValue;
   if (P.nheads > 65535 || P.batch > 65535 || P.nheads_k <= 0 || P.nheads % P.nheads_k != 0 ||
       P.batch < 0 || P.seqlen_q < 0 || P.seqlen_k < 0) {
     return cudaErrorInvalidConfiguration;
@@ -54,24 +52,7 @@ cudaError_t run_flash_bwd(const AttentionBackwardProblem& problem) {
        (P.workspace == nullptr || reinterpret_cast<uintptr_t>(P.workspace) % 256 != 0))) {
     return cudaErrorInvalidValue;
   }
-  // 16-byte vectors everywhere; a side without rows is neither read nor written.
-  auto vectors_ok = [](const void* ptr, int64_t batch, int64_t seq, int64_t head) {
-    return detail::aligned16(ptr) && detail::strides8(batch, seq, head);
-  };
-  const SeqHeadView query_side[] = {
-      P.q, P.o, P.dout, {P.dq.ptr, P.dq.batch_stride, P.dq.seq_stride, P.dq.head_stride}};
-  const SeqHeadView key_side[] = {P.k,
-                                  P.v,
-                                  {P.dk.ptr, P.dk.batch_stride, P.dk.seq_stride, P.dk.head_stride},
-                                  {P.dv.ptr, P.dv.batch_stride, P.dv.seq_stride, P.dv.head_stride}};
-  for (const SeqHeadView& t : query_side) {
-    if (rows_q > 0 && !vectors_ok(t.ptr, t.batch_stride, t.seq_stride, t.head_stride))
-      return cudaErrorInvalidValue;
-  }
-  for (const SeqHeadView& t : key_side) {
-    if (rows_k > 0 && !vectors_ok(t.ptr, t.batch_stride, t.seq_stride, t.head_stride))
-      return cudaErrorInvalidValue;
-  }
+  const bool vectors = backward_vectors(P);
 
   const FlashBwdWorkspace layout = flash_bwd_workspace_layout(P);
   char* workspace = static_cast<char*>(P.workspace);
@@ -116,6 +97,7 @@ cudaError_t run_flash_bwd(const AttentionBackwardProblem& problem) {
     d.cu_seqlens_q = P.cu_seqlens_q;
     d.seqlen_q = P.seqlen_q;
     d.headdim = P.headdim;
+    d.vectors = vectors;
     d.rows_q = rows_q;
     dim3 grid(unsigned((P.seqlen_q + 7) / 8), unsigned(P.nheads), unsigned(P.batch));
     flash_bwd_dot_do_o_kernel<Element, Traits::kFamily><<<grid, 256, 0, P.stream>>>(d);
@@ -126,7 +108,7 @@ cudaError_t run_flash_bwd(const AttentionBackwardProblem& problem) {
   // 2. The main kernel.
   const int n_blocks = (P.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
   if (n_blocks > 0) {
-    auto kernel = flash_bwd_kernel<Traits>;
+    auto kernel = vectors ? flash_bwd_kernel<Traits, true> : flash_bwd_kernel<Traits, false>;
     constexpr int kSmem = Traits::kSmemBytes;
     if constexpr (kSmem > 48 * 1024) {
       status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
@@ -161,6 +143,7 @@ cudaError_t run_flash_bwd(const AttentionBackwardProblem& problem) {
     p.seqlen_q = P.seqlen_q;
     p.seqlen_k = P.seqlen_k;
     p.headdim = P.headdim;
+    p.vectors = vectors;
     p.nheads = P.nheads;
     p.kv_group = P.nheads / P.nheads_k;
     p.rows_q = rows_q;
@@ -200,6 +183,7 @@ cudaError_t run_flash_bwd(const AttentionBackwardProblem& problem) {
     c.cu_seqlens_q = P.cu_seqlens_q;
     c.seqlen_q = P.seqlen_q;
     c.headdim = P.headdim;
+    c.vectors = vectors;
     c.scale = P.softmax_scale;
     dim3 grid(unsigned(m_blocks), unsigned(P.nheads), unsigned(P.batch));
     flash_bwd_convert_dq_kernel<Traits><<<grid, Traits::kThreads, 0, P.stream>>>(c);
@@ -217,13 +201,13 @@ cudaError_t run_flash_bwd(const AttentionBackwardProblem& problem) {
   c.accum = dk_accum;
   c.out = P.dk.ptr;
   c.out_batch = P.dk.batch_stride, c.out_seq = P.dk.seq_stride, c.out_head = P.dk.head_stride;
-  status = detail::launch_convert<Element, Traits::kFamily>(c, P.sm_count, P.stream);
+  status = detail::launch_convert<Element, Traits::kFamily>(c, vectors, P.sm_count, P.stream);
   if (status != cudaSuccess) return status;
   c.accum = dv_accum;
   c.out = P.dv.ptr;
   c.out_batch = P.dv.batch_stride, c.out_seq = P.dv.seq_stride, c.out_head = P.dv.head_stride;
   c.scale = 1.0f;
-  return detail::launch_convert<Element, Traits::kFamily>(c, P.sm_count, P.stream);
+  return detail::launch_convert<Element, Traits::kFamily>(c, vectors, P.sm_count, P.stream);
 }
 
 }  // namespace samattn::attention

@@ -10,8 +10,9 @@
 // K and V have one shared buffer each and their loads overlap the other
 // GEMM: V(n) streams in during S = Q K(n)^T, K(n-1) during O += P V(n).
 // Every global access is predicated on the sequence ends and the head dim;
-// out-of-range elements are zero-filled, so any seqlen and any head dim (a
-// multiple of 8) up to kHeadDim is exact.
+// out-of-range elements are zero-filled, so any seqlen and any head dim up to
+// kHeadDim is exact. Rows move as 16-byte vectors when every row starts on a
+// 16-byte boundary, else element by element (GmemAccess).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -42,6 +43,7 @@ struct FlashFwdParams {
   const int32_t* cu_seqlens_k;
   int seqlen_q, seqlen_k;  // fixed length: the lengths; varlen: unused
   int headdim;
+  bool vectors;  // GmemAccess::vectors
   int kv_group;  // query heads per KV head
   int window_left, window_right;
   float scale_log2;   // log2(e) * softmax_scale, or log2(e) with softcap
@@ -49,13 +51,39 @@ struct FlashFwdParams {
   float softcap_pre;  // softmax_scale / softcap
 };
 
-// Global -> shared copy of a (rows, head dim) tile, zero-filling rows at or
-// beyond rows_left and head-dim vectors whose predicate is false.
-// src, dst, coords: (CPY, CPY_ROWS, CPY_COLS); col_ok: (CPY_COLS).
-template <bool kAsync, class TiledCopy, class Src, class Dst, class Coords, class ColOk>
-__device__ inline void load_tile(TiledCopy const& tiled_copy, Src const& src, Dst&& dst,
-                                 Coords const& coords, ColOk const& col_ok, int rows_left) {
+// How a tile's rows move between global and shared memory. 16-byte vectors
+// need every row of every tensor on a 16-byte boundary, which a head dim that
+// is not a multiple of 8 (or a view with odd strides) breaks; those move
+// element by element in a rolled loop, columns at or past the head dim
+// zero-filled. The host picks per call (FlashFwdParams::vectors) and
+// launches the kernel compiled for that choice.
+struct GmemAccess {
+  bool vectors;
+  int cols;  // the head dim
+};
+
+// Global -> shared copy of a (rows, head dim) tile g -> s, zero-filling rows
+// at or beyond rows_left and columns past the head dim. With vectors the
+// copy is tiled_copy's; coords and col_ok are its partition of the tile's
+// coordinates (CPY, CPY_ROWS, CPY_COLS) and their head-dim predicates (CPY_COLS).
+template <bool kAsync, class TiledCopy, class GTile, class STile, class Coords, class ColOk>
+__device__ inline void load_tile(TiledCopy const& tiled_copy, GTile const& g, STile&& s,
+                                 Coords const& coords, ColOk const& col_ok, int rows_left,
+                                 GmemAccess access) {
   using namespace cute;
+  if (!access.vectors) {
+    using T = typename std::decay_t<STile>::value_type;
+    constexpr int kCols = decltype(size<1>(g))::value;
+#pragma unroll 1
+    for (int i = threadIdx.x; i < decltype(size(g))::value; i += blockDim.x) {
+      const int r = i / kCols, c = i % kCols;
+      s(r, c) = r < rows_left && c < access.cols ? static_cast<T>(g(r, c)) : T(0);
+    }
+    return;
+  }
+  auto thr = tiled_copy.get_slice(threadIdx.x);
+  Tensor src = thr.partition_S(g);
+  Tensor dst = thr.partition_D(s);
   CUTE_UNROLL
   for (int i = 0; i < size<1>(dst); ++i) {
     const bool row_ok = get<0>(coords(0, i, 0)) < rows_left;
@@ -73,17 +101,61 @@ __device__ inline void load_tile(TiledCopy const& tiled_copy, Src const& src, Ds
   }
 }
 
-// Shared (or register) -> global copy of the in-range part of a tile.
-template <class TiledCopy, class Src, class Dst, class Coords, class ColOk>
-__device__ inline void store_tile(TiledCopy const& tiled_copy, Src const& src, Dst&& dst,
-                                  Coords const& coords, ColOk const& col_ok, int rows_left) {
+// Shared -> global copy of the in-range part of a (rows, head dim) tile s -> g
+// (arguments as load_tile's).
+template <class TiledCopy, class STile, class GTile, class Coords, class ColOk>
+__device__ inline void store_tile(TiledCopy const& tiled_copy, STile const& s, GTile&& g,
+                                  Coords const& coords, ColOk const& col_ok, int rows_left,
+                                  GmemAccess access) {
   using namespace cute;
+  if (!access.vectors) {
+    constexpr int kCols = decltype(size<1>(g))::value;
+#pragma unroll 1
+    for (int i = threadIdx.x; i < decltype(size(g))::value; i += blockDim.x) {
+      const int r = i / kCols, c = i % kCols;
+      if (r < rows_left && c < access.cols) g(r, c) = s(r, c);
+    }
+    return;
+  }
+  auto thr = tiled_copy.get_slice(threadIdx.x);
+  Tensor src = thr.partition_S(s);
+  Tensor dst = thr.partition_D(g);
   CUTE_UNROLL
   for (int i = 0; i < size<1>(src); ++i) {
     if (get<0>(coords(0, i, 0)) < rows_left) {
       CUTE_UNROLL
       for (int j = 0; j < size<2>(src); ++j) {
         if (col_ok(j)) copy(tiled_copy, src(_, i, j), dst(_, i, j));
+      }
+    }
+  }
+}
+
+// Zeros to the in-range part of a (rows, head dim) tile g (arguments as
+// store_tile's).
+template <class TiledCopy, class GTile, class Coords, class ColOk>
+__device__ inline void store_zero_tile(TiledCopy const& tiled_copy, GTile&& g, Coords const& coords,
+                                       ColOk const& col_ok, int rows_left, GmemAccess access) {
+  using namespace cute;
+  using T = typename std::decay_t<GTile>::value_type;
+  if (!access.vectors) {
+    constexpr int kCols = decltype(size<1>(g))::value;
+#pragma unroll 1
+    for (int i = threadIdx.x; i < decltype(size(g))::value; i += blockDim.x) {
+      const int r = i / kCols, c = i % kCols;
+      if (r < rows_left && c < access.cols) g(r, c) = T(0);
+    }
+    return;
+  }
+  Tensor dst = tiled_copy.get_slice(threadIdx.x).partition_D(g);
+  Tensor zeros = make_fragment_like(dst(_, 0, 0));
+  clear(zeros);
+  CUTE_UNROLL
+  for (int i = 0; i < size<1>(dst); ++i) {
+    if (get<0>(coords(0, i, 0)) < rows_left) {
+      CUTE_UNROLL
+      for (int j = 0; j < size<2>(dst); ++j) {
+        if (col_ok(j)) copy(tiled_copy, zeros, dst(_, i, j));
       }
     }
   }
@@ -123,7 +195,10 @@ __device__ inline void gemm_from_smem(TiledMma& tiled_mma, Acc& acc, FragA& frag
   }
 }
 
-template <class Traits>
+// kVectors: the host's GmemAccess choice (p.vectors), a template parameter so
+// that the vector kernel carries no element-by-element code (which costs its
+// register allocation several percent at some tile sizes).
+template <class Traits, bool kVectors>
 __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(FlashFwdParams const p) {
   using namespace cute;
   using Element = typename Traits::Element;
@@ -196,7 +271,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(FlashFwd
   for (int j = 0; j < size(tQcolok); ++j) tQcolok(j) = get<1>(tQcQ(0, 0, j)) < p.headdim;
   CUTE_UNROLL
   for (int j = 0; j < size(tKVcolok); ++j) tKVcolok(j) = get<1>(tKVcKV(0, 0, j)) < p.headdim;
-  Tensor tOgO = store_thr.partition_D(gO);
+  const GmemAccess access{kVectors, p.headdim};
   Tensor tOcO = store_thr.partition_D(cQ);
 
   const bool write_lse = p.lse != nullptr;
@@ -206,9 +281,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(FlashFwd
 
   if (n_begin >= n_end) {
     // No row of this tile attends any key: output 0 and LSE +inf.
-    Tensor zeros = make_fragment_like(tOgO);
-    clear(zeros);
-    store_tile(gmem_store, zeros, tOgO, tOcO, tQcolok, rows_left);
+    store_zero_tile(gmem_store, gO, tOcO, tQcolok, rows_left, access);
     if (write_lse) {
       for (int r = threadIdx.x; r < min(kBlockM, rows_left); r += Traits::kThreads) {
         lse[(m0 + r) * p.lse_seq] = INFINITY;
@@ -228,13 +301,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(FlashFwd
   Tensor sVt = make_tensor(make_smem_ptr(smem_v), typename Traits::SmemLayoutVt{});
   Tensor sVtNoSwizzle =
       make_tensor(make_smem_ptr(smem_v), typename Traits::SmemLayoutVtNoSwizzle{});
-
-  Tensor tQgQ = load_thr.partition_S(gQ);
-  Tensor tQsQ = load_thr.partition_D(sQ);
-  Tensor tKgK = load_thr.partition_S(gK);  // (CPY, CPY_N, CPY_D, n)
-  Tensor tKsK = load_thr.partition_D(sK);
-  Tensor tVgV = load_thr.partition_S(gV);
-  Tensor tVsV = load_thr.partition_D(sV);
 
   // MMA partitions: S = Q K^T is (BM, BN) over D, O = P V is (BM, D) over BN.
   typename Traits::TiledMma tiled_mma;
@@ -266,11 +332,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(FlashFwd
   OnlineSoftmax<kRows> softmax;
 
   // Prologue: Q and the last key tile.
-  load_tile<kAsync>(gmem_load, tQgQ, tQsQ, tQcQ, tQcolok, rows_left);
+  load_tile<kAsync>(gmem_load, gQ, sQ, tQcQ, tQcolok, rows_left, access);
   cp_async_fence();
   int n_block = n_end - 1;
-  load_tile<kAsync>(gmem_load, tKgK(_, _, _, n_block), tKsK, tKVcKV, tKVcolok,
-                    seqlen_k - n_block * kBlockN);
+  load_tile<kAsync>(gmem_load, gK(_, _, n_block), sK, tKVcKV, tKVcolok,
+                    seqlen_k - n_block * kBlockN, access);
   cp_async_fence();
   if constexpr (Traits::kQInRegs) {
     cp_async_wait<1>();
@@ -285,8 +351,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(FlashFwd
     // K(n) has landed and every warp is done with V(n+1): stream V(n) in.
     cp_async_wait<0>();
     __syncthreads();
-    load_tile<kAsync>(gmem_load, tVgV(_, _, _, n_block), tVsV, tKVcKV, tKVcolok,
-                      seqlen_k - n_block * kBlockN);
+    load_tile<kAsync>(gmem_load, gV(_, _, n_block), sV, tKVcKV, tKVcolok,
+                      seqlen_k - n_block * kBlockN, access);
     cp_async_fence();
 
     gemm_from_smem<Traits::kQInRegs>(tiled_mma, acc_s, tSrQ, tSsQ, tSrQ_view, smem_copy_q, tSrK,
@@ -310,8 +376,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(FlashFwd
     cp_async_wait<0>();
     __syncthreads();
     if (n_block > n_begin) {
-      load_tile<kAsync>(gmem_load, tKgK(_, _, _, n_block - 1), tKsK, tKVcKV, tKVcolok,
-                        seqlen_k - (n_block - 1) * kBlockN);
+      load_tile<kAsync>(gmem_load, gK(_, _, n_block - 1), sK, tKVcKV, tKVcolok,
+                        seqlen_k - (n_block - 1) * kBlockN, access);
     }
     cp_async_fence();
 
@@ -332,7 +398,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(FlashFwd
   auto smem_thr_o = smem_copy_o.get_slice(threadIdx.x);
   copy(smem_copy_o, smem_thr_o.retile_S(out), smem_thr_o.partition_D(sO));
   __syncthreads();
-  store_tile(gmem_store, store_thr.partition_S(sO), tOgO, tOcO, tQcolok, rows_left);
+  store_tile(gmem_store, sO, gO, tOcO, tQcolok, rows_left, access);
 
   if (write_lse && threadIdx.x % 4 == 0) {
     Tensor tOcO_rc = rowcol_view(thr_mma.partition_C(cQ));

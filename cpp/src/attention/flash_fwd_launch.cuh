@@ -15,9 +15,7 @@ namespace samattn::attention {
 template <class Config>
 cudaError_t run_flash_fwd(const AttentionForwardProblem& problem) {
   using Traits = FlashFwdTraits<Config>;
-  if (problem.headdim > Traits::kHeadDim || problem.headdim % Traits::kVector != 0) {
-    return cudaErrorInvalidValue;
-  }
+  if (problem.headdim <= 0 || problem.headdim > Traits::kHeadDim) return cudaErrorInvalidValue;
   // Grid (m tiles, heads, batch): the y and z extents are limited to 65535.
   if (problem.nheads > 65535 || problem.batch > 65535 || problem.nheads_k <= 0 ||
       problem.nheads % problem.nheads_k != 0) {
@@ -25,14 +23,6 @@ cudaError_t run_flash_fwd(const AttentionForwardProblem& problem) {
   }
   const int m_blocks = (problem.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
   if (m_blocks == 0 || problem.batch == 0 || problem.nheads == 0) return cudaSuccess;
-
-  auto kernel = flash_fwd_kernel<Traits>;
-  constexpr int kSmem = Traits::kSmemBytes;
-  if constexpr (kSmem > 48 * 1024) {
-    const cudaError_t status =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-    if (status != cudaSuccess) return status;
-  }
 
   FlashFwdParams p{};
   p.q = problem.q.ptr;
@@ -60,6 +50,7 @@ cudaError_t run_flash_fwd(const AttentionForwardProblem& problem) {
   p.seqlen_q = problem.seqlen_q;
   p.seqlen_k = problem.seqlen_k;
   p.headdim = problem.headdim;
+  p.vectors = forward_vectors(problem);
   p.kv_group = problem.nheads / problem.nheads_k;
 
   // flash-attn's window normalization: a bound reaching past seqlen_k (the
@@ -81,6 +72,13 @@ cudaError_t run_flash_fwd(const AttentionForwardProblem& problem) {
     p.scale_log2 = problem.softmax_scale * kLog2e;
   }
 
+  auto kernel = p.vectors ? flash_fwd_kernel<Traits, true> : flash_fwd_kernel<Traits, false>;
+  constexpr int kSmem = Traits::kSmemBytes;
+  if constexpr (kSmem > 48 * 1024) {
+    const cudaError_t status =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+    if (status != cudaSuccess) return status;
+  }
   dim3 grid(static_cast<unsigned>(m_blocks), static_cast<unsigned>(problem.nheads),
             static_cast<unsigned>(problem.batch));
   kernel<<<grid, Traits::kThreads, kSmem, problem.stream>>>(p);

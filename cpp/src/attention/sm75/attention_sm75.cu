@@ -7,7 +7,7 @@
 namespace samattn {
 
 cudaError_t attention_forward_sm75(const AttentionForwardProblem& problem) {
-  if (problem.headdim <= 0 || problem.headdim % 8 != 0) return cudaErrorNotSupported;
+  if (problem.headdim <= 0) return cudaErrorNotSupported;
   if (problem.dtype != DType::f16) return cudaErrorNotSupported;
   return attention::run_flash_fwd_sm75_dtype<DType::f16>(problem);
 }

@@ -7,7 +7,7 @@
 namespace samattn {
 
 cudaError_t attention_backward_sm75(const AttentionBackwardProblem& problem) {
-  if (problem.headdim <= 0 || problem.headdim % 8 != 0) return cudaErrorNotSupported;
+  if (problem.headdim <= 0) return cudaErrorNotSupported;
   if (problem.dtype != DType::f16) return cudaErrorNotSupported;
   return attention::run_flash_bwd_sm75_dtype<DType::f16>(problem);
 }

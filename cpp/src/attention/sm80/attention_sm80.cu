@@ -6,7 +6,7 @@
 namespace samattn {
 
 cudaError_t attention_forward_sm80(const AttentionForwardProblem& problem) {
-  if (problem.headdim <= 0 || problem.headdim % 8 != 0) return cudaErrorNotSupported;
+  if (problem.headdim <= 0) return cudaErrorNotSupported;
   switch (problem.dtype) {
     case DType::f16:
       return attention::run_flash_fwd_sm80_dtype<DType::f16>(problem);

@@ -6,7 +6,7 @@
 namespace samattn {
 
 cudaError_t attention_backward_sm80(const AttentionBackwardProblem& problem) {
-  if (problem.headdim <= 0 || problem.headdim % 8 != 0) return cudaErrorNotSupported;
+  if (problem.headdim <= 0) return cudaErrorNotSupported;
   switch (problem.dtype) {
     case DType::f16:
       return attention::run_flash_bwd_sm80_dtype<DType::f16>(problem);
