@@ -181,7 +181,8 @@ set(SAMATTN_ATTENTION_BWD_SM80_CONFIGS
     "192,32,64,8,1"
     "192,64,64,8,2"
     "256,32,32,4,1"
-    "256,64,64,8,1")
+    "256,64,64,8,1"
+    "256,64,64,8,2")
 samattn_instantiate_attention(bwd sm80 "f16;bf16" "${SAMATTN_ATTENTION_BWD_SM80_CONFIGS}")
 samattn_family_sources(attention sm80 cpp/src/attention/sm80/flash_bwd_sm80.cu)
 

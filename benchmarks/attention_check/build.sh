@@ -54,6 +54,7 @@ bwd_configs=(
   "192 64 64 8 2"
   "256 32 32 4 1"
   "256 64 64 8 1"
+  "256 64 64 8 2"
 )
 # Backward alternatives timed by attn_bwd_check (bf16; kAltConfigs there lists
 # these and some of the table's own).
