@@ -1,0 +1,155 @@
+// The timing program of time_variants.sh: run_flash_fwd / run_flash_bwd of the bf16 sm80
+// configurations FWD64 ... BWD256 (macros from the generated configs.h) on the issue's
+// grid (batch x seqlen = 16k tokens, heads x d = 2048), median of 15 runs with events;
+// one JSON line per case. Inputs are hashed values in [-1, 1).
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+#include "attention/attention_problem.h"
+#include "attention/flash_bwd_config.h"
+#include "attention/flash_fwd_config.h"
+using namespace samattn;
+using namespace samattn::attention;
+#define CK(x)                                                          \
+  do {                                                                 \
+    cudaError_t e = (x);                                               \
+    if (e != cudaSuccess) {                                            \
+      printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e)); \
+      return 1;                                                        \
+    }                                                                  \
+  } while (0)
+template <int D, int BM, int BN, int W, bool R>
+using F = FlashFwdConfig<DType::bf16, D, BM, BN, W, R, Family::sm80>;
+template <int D, int BM, int BN, int W, int S>
+using B = FlashBwdConfig<DType::bf16, D, BM, BN, W, S, Family::sm80>;
+__global__ void fill(__nv_bfloat16* p, size_t n, unsigned seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
+    unsigned x = unsigned(i) * 2654435761u ^ seed;
+    x ^= x >> 13;
+    x *= 0x5bd1e995u;
+    x ^= x >> 15;
+    p[i] = __float2bfloat16((x & 0xFFFF) / 32768.0f - 1.0f);
+  }
+}
+template <class Fn>
+float median_ms(Fn fn) {
+  fn();
+  cudaDeviceSynchronize();
+  std::vector<float> t;
+  for (int i = 0; i < 15; ++i) {
+    cudaEvent_t a, b;
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    cudaEventRecord(a);
+    fn();
+    cudaEventRecord(b);
+    cudaEventSynchronize(b);
+    float ms;
+    cudaEventElapsedTime(&ms, a, b);
+    t.push_back(ms);
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+int main(int argc, char** argv) {
+  const char* variant = argc > 1 ? argv[1] : "?";
+  int dev = 0, sms, smem;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+  const size_t n = size_t(16384) * 2048;
+  __nv_bfloat16 *q, *k, *v, *o, *dout, *dq, *dk, *dv;
+  float* lse;
+  for (auto** p : {&q, &k, &v, &o, &dout, &dq, &dk, &dv}) CK(cudaMalloc(p, n * 2));
+  CK(cudaMalloc(&lse, size_t(16384) * 32 * 4));
+  unsigned seed = 1;
+  for (auto* p : {q, k, v, dout}) fill<<<1024, 256>>>(p, n, seed++);
+  void* ws = nullptr;
+  size_t ws_bytes = 0;
+  struct Case {
+    int d;
+    int seqlen;
+    bool causal;
+  };
+  for (int d : {64, 128, 256})
+    for (int s : {1024, 4096, 16384})
+      for (bool causal : {false, true}) {
+        const int batch = 16384 / s, heads = 2048 / d;
+        AttentionForwardProblem f{};
+        f.dtype = DType::bf16;
+        f.batch = batch;
+        f.nheads = f.nheads_k = heads;
+        f.seqlen_q = f.seqlen_k = s;
+        f.headdim = d;
+        const int64_t sb = int64_t(s) * heads * d, ss = int64_t(heads) * d, sh = d;
+        f.q = {q, sb, ss, sh};
+        f.k = {k, sb, ss, sh};
+        f.v = {v, sb, ss, sh};
+        f.o = o;
+        f.o_batch_stride = sb;
+        f.o_seq_stride = ss;
+        f.o_head_stride = sh;
+        f.softmax_scale = 1.0f / sqrtf(float(d));
+        f.causal = causal;
+        f.window_left = f.window_right = -1;
+        f.lse = lse;
+        f.lse_batch_stride = int64_t(heads) * s;
+        f.lse_head_stride = s;
+        f.lse_seq_stride = 1;
+        f.sm_count = sms;
+        f.max_smem_per_block = smem;
+        cudaError_t (*fwd)(const AttentionForwardProblem&) = d == 64    ? run_flash_fwd<F<FWD64>>
+                                                             : d == 128 ? run_flash_fwd<F<FWD128>>
+                                                                        : run_flash_fwd<F<FWD256>>;
+        cudaError_t (*bwd)(const AttentionBackwardProblem&) = d == 64    ? run_flash_bwd<B<BWD64>>
+                                                              : d == 128 ? run_flash_bwd<B<BWD128>>
+                                                                         : run_flash_bwd<B<BWD256>>;
+        CK(fwd(f));
+        AttentionBackwardProblem b{};
+        b.dtype = DType::bf16;
+        b.batch = batch;
+        b.nheads = b.nheads_k = heads;
+        b.seqlen_q = b.seqlen_k = s;
+        b.headdim = d;
+        b.q = f.q;
+        b.k = f.k;
+        b.v = f.v;
+        b.o = {o, sb, ss, sh};
+        b.dout = {dout, sb, ss, sh};
+        b.dq = {dq, sb, ss, sh};
+        b.dk = {dk, sb, ss, sh};
+        b.dv = {dv, sb, ss, sh};
+        b.softmax_scale = f.softmax_scale;
+        b.causal = causal;
+        b.window_left = b.window_right = -1;
+        b.lse = lse;
+        b.lse_batch_stride = f.lse_batch_stride;
+        b.lse_head_stride = s;
+        b.lse_seq_stride = 1;
+        b.sm_count = sms;
+        b.max_smem_per_block = smem;
+        const size_t need = flash_bwd_workspace_bytes(b);
+        if (need > ws_bytes) {
+          if (ws) cudaFree(ws);
+          CK(cudaMalloc(&ws, need));
+          ws_bytes = need;
+        }
+        b.workspace = ws;
+        b.workspace_bytes = need;
+        const float fms = median_ms([&] { fwd(f); });
+        const float bms = median_ms([&] { bwd(b); });
+        CK(cudaGetLastError());
+        const double flop = 4.0 * batch * heads * double(s) * s * d / (causal ? 2 : 1);
+        printf(
+            "{\"variant\":\"%s\",\"d\":%d,\"seqlen\":%d,\"causal\":%d,\"fwd_ms\":%.4f,\"bwd_ms\":%."
+            "4f,\"fwd_tflops\":%.1f,\"bwd_tflops\":%.1f}\n",
+            variant, d, s, int(causal), fms, bms, flop / fms / 1e9, 2.5 * flop / bms / 1e9);
+        fflush(stdout);
+      }
+  return 0;
+}
