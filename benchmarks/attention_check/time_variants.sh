@@ -10,7 +10,8 @@
 # "BWD256=256,64,64,8,2" (names FWD64 FWD128 FWD256 BWD64 BWD128 BWD256). Every variant's
 # translation units compile in parallel; results go to $OUT/variants.jsonl (one JSON line
 # per case) and the register / spill report to $OUT/ptxas.txt. CUTLASS_INC defaults to
-# the nvidia-cutlass wheel's headers.
+# the nvidia-cutlass wheel's headers. TIME_ARGS=--odd times head dims d - 1 instead (rows
+# moved element by element).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 ROOT=${ROOT:?set ROOT to the folder of variant trees}
@@ -46,5 +47,6 @@ for variant in $VARIANTS; do
   build=/tmp/time_variants/$variant
   nvcc $GENCODE "$build"/*.o -o "$build/time_variants" || continue
   grep -h "spill\|Used" "$build"/*.log | paste - - | sed "s/^/$variant: /" >>"$OUT/ptxas.txt"
-  "$build/time_variants" "$variant" | tee -a "$OUT/variants.jsonl"
+  # shellcheck disable=SC2086
+  "$build/time_variants" "$variant" ${TIME_ARGS:-} | tee -a "$OUT/variants.jsonl"
 done

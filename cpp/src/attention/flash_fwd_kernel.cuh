@@ -54,8 +54,8 @@ struct FlashFwdParams {
 // How a tile's rows move between global and shared memory. 16-byte vectors
 // need every row of every tensor on a 16-byte boundary, which a head dim that
 // is not a multiple of 8 (or a view with odd strides) breaks; those move
-// element by element in a rolled loop, columns at or past the head dim
-// zero-filled. The host picks per call (FlashFwdParams::vectors) and
+// element by element (8 loads in flight per thread), columns at or past the
+// head dim zero-filled. The host picks per call (FlashFwdParams::vectors) and
 // launches the kernel compiled for that choice.
 struct GmemAccess {
   bool vectors;
@@ -74,9 +74,11 @@ __device__ inline void load_tile(TiledCopy const& tiled_copy, GTile const& g, ST
   if (!access.vectors) {
     using T = typename std::decay_t<STile>::value_type;
     constexpr int kCols = decltype(size<1>(g))::value;
-#pragma unroll 1
-    for (int i = threadIdx.x; i < decltype(size(g))::value; i += blockDim.x) {
-      const int r = i / kCols, c = i % kCols;
+    constexpr int kThreads = TiledCopy::TiledNumThr::value;
+    static_assert(decltype(size(g))::value % kThreads == 0, "whole passes over the tile");
+#pragma unroll 8
+    for (int k = 0; k < decltype(size(g))::value / kThreads; ++k) {
+      const int i = k * kThreads + int(threadIdx.x), r = i / kCols, c = i % kCols;
       s(r, c) = r < rows_left && c < access.cols ? static_cast<T>(g(r, c)) : T(0);
     }
     return;
@@ -110,9 +112,11 @@ __device__ inline void store_tile(TiledCopy const& tiled_copy, STile const& s, G
   using namespace cute;
   if (!access.vectors) {
     constexpr int kCols = decltype(size<1>(g))::value;
-#pragma unroll 1
-    for (int i = threadIdx.x; i < decltype(size(g))::value; i += blockDim.x) {
-      const int r = i / kCols, c = i % kCols;
+    constexpr int kThreads = TiledCopy::TiledNumThr::value;
+    static_assert(decltype(size(g))::value % kThreads == 0, "whole passes over the tile");
+#pragma unroll 8
+    for (int k = 0; k < decltype(size(g))::value / kThreads; ++k) {
+      const int i = k * kThreads + int(threadIdx.x), r = i / kCols, c = i % kCols;
       if (r < rows_left && c < access.cols) g(r, c) = s(r, c);
     }
     return;
