@@ -58,7 +58,6 @@ struct FlashBwdParams {
   const int32_t* cu_seqlens_k;
   int seqlen_q, seqlen_k;  // fixed length: the lengths; varlen: the maxima
   int headdim;
-  bool vectors;  // GmemAccess::vectors: 16-byte rows, dk / dv stored in pairs
   int nheads, kv_group;
   int64_t rows_q, rows_k;  // accumulator rows per head
   int sem_per_head;
@@ -277,7 +276,8 @@ __global__ void __launch_bounds__(Traits::kThreads)
 #ifndef SAMATTN_BWD_MIN_BLOCKS
 #define SAMATTN_BWD_MIN_BLOCKS 1
 #endif
-// kVectors: p.vectors as a template parameter (see flash_fwd_kernel).
+// kVectors: the host's GmemAccess choice (backward_vectors), as in
+// flash_fwd_kernel; it also picks 32-bit pair stores of dK and dV.
 template <class Traits, bool kVectors>
 __global__ void __launch_bounds__(Traits::kThreads, SAMATTN_BWD_MIN_BLOCKS)
     flash_bwd_kernel(FlashBwdParams const p) {

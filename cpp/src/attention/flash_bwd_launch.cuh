@@ -143,7 +143,6 @@ cudaError_t run_flash_bwd(const AttentionBackwardProblem& problem) {
     p.seqlen_q = P.seqlen_q;
     p.seqlen_k = P.seqlen_k;
     p.headdim = P.headdim;
-    p.vectors = vectors;
     p.nheads = P.nheads;
     p.kv_group = P.nheads / P.nheads_k;
     p.rows_q = rows_q;

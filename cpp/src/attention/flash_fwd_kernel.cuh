@@ -43,7 +43,6 @@ struct FlashFwdParams {
   const int32_t* cu_seqlens_k;
   int seqlen_q, seqlen_k;  // fixed length: the lengths; varlen: unused
   int headdim;
-  bool vectors;  // GmemAccess::vectors
   int kv_group;  // query heads per KV head
   int window_left, window_right;
   float scale_log2;   // log2(e) * softmax_scale, or log2(e) with softcap
@@ -55,8 +54,8 @@ struct FlashFwdParams {
 // need every row of every tensor on a 16-byte boundary, which a head dim that
 // is not a multiple of 8 (or a view with odd strides) breaks; those move
 // element by element (8 loads in flight per thread), columns at or past the
-// head dim zero-filled. The host picks per call (FlashFwdParams::vectors) and
-// launches the kernel compiled for that choice.
+// head dim zero-filled. The host picks per call (forward_vectors,
+// backward_vectors) and launches the kernel compiled for that choice.
 struct GmemAccess {
   bool vectors;
   int cols;  // the head dim
@@ -199,7 +198,7 @@ __device__ inline void gemm_from_smem(TiledMma& tiled_mma, Acc& acc, FragA& frag
   }
 }
 
-// kVectors: the host's GmemAccess choice (p.vectors), a template parameter so
+// kVectors: the host's GmemAccess choice, a template parameter so
 // that the vector kernel carries no element-by-element code (which costs its
 // register allocation several percent at some tile sizes).
 template <class Traits, bool kVectors>

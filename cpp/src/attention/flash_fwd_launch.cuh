@@ -50,7 +50,6 @@ cudaError_t run_flash_fwd(const AttentionForwardProblem& problem) {
   p.seqlen_q = problem.seqlen_q;
   p.seqlen_k = problem.seqlen_k;
   p.headdim = problem.headdim;
-  p.vectors = forward_vectors(problem);
   p.kv_group = problem.nheads / problem.nheads_k;
 
   // flash-attn's window normalization: a bound reaching past seqlen_k (the
@@ -72,7 +71,8 @@ cudaError_t run_flash_fwd(const AttentionForwardProblem& problem) {
     p.scale_log2 = problem.softmax_scale * kLog2e;
   }
 
-  auto kernel = p.vectors ? flash_fwd_kernel<Traits, true> : flash_fwd_kernel<Traits, false>;
+  const bool vectors = forward_vectors(problem);
+  auto kernel = vectors ? flash_fwd_kernel<Traits, true> : flash_fwd_kernel<Traits, false>;
   constexpr int kSmem = Traits::kSmemBytes;
   if constexpr (kSmem > 48 * 1024) {
     const cudaError_t status =
