@@ -1,7 +1,7 @@
 // The timing program of time_variants.sh: run_flash_fwd / run_flash_bwd of the bf16 sm80
 // configurations FWD64 ... BWD256 (macros from the generated configs.h) on the issue's
 // grid (batch x seqlen = 16k tokens, heads x d = 2048), median of 15 runs with events;
-// one JSON line per case. Inputs are hashed values in [-1, 1).
+// one JSON line per case with sum |x| of dq, dk, dv. Inputs are hashed values in [-1, 1).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <algorithm>
@@ -34,6 +34,16 @@ __global__ void fill(__nv_bfloat16* p, size_t n, unsigned seed) {
     x ^= x >> 15;
     p[i] = __float2bfloat16((x & 0xFFFF) / 32768.0f - 1.0f);
   }
+}
+// sum |x| of a bf16 tensor, to compare variants' gradients (atomics add in any order, so
+// equal to a few digits rather than bit for bit).
+__global__ void abs_sum(const __nv_bfloat16* p, size_t n, double* out) {
+  double acc = 0;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
+    acc += fabs(double(__bfloat162float(p[i])));
+  }
+  atomicAdd(out, acc);
 }
 template <class Fn>
 float median_ms(Fn fn) {
@@ -147,11 +157,23 @@ int main(int argc, char** argv) {
         const float fms = median_ms([&] { fwd(f); });
         const float bms = median_ms([&] { bwd(b); });
         CK(cudaGetLastError());
+        double* sums;
+        CK(cudaMalloc(&sums, 3 * sizeof(double)));
+        CK(cudaMemset(sums, 0, 3 * sizeof(double)));
+        CK(cudaMemset(dq, 0xff, n * 2));  // NaN: a gradient left unwritten shows
+        CK(bwd(b));
+        abs_sum<<<1024, 256>>>(dq, n, sums);
+        abs_sum<<<1024, 256>>>(dk, n, sums + 1);
+        abs_sum<<<1024, 256>>>(dv, n, sums + 2);
+        double host_sums[3];
+        CK(cudaMemcpy(host_sums, sums, sizeof(host_sums), cudaMemcpyDeviceToHost));
+        cudaFree(sums);
         const double flop = 4.0 * batch * heads * double(s) * s * (d - odd) / (causal ? 2 : 1);
         printf(
             "{\"variant\":\"%s\",\"d\":%d,\"seqlen\":%d,\"causal\":%d,\"fwd_ms\":%.4f,\"bwd_ms\":%."
-            "4f,\"fwd_tflops\":%.1f,\"bwd_tflops\":%.1f}\n",
-            variant, d - odd, s, int(causal), fms, bms, flop / fms / 1e9, 2.5 * flop / bms / 1e9);
+            "4f,\"fwd_tflops\":%.1f,\"bwd_tflops\":%.1f,\"abs_sums\":[%.6e,%.6e,%.6e]}\n",
+            variant, d - odd, s, int(causal), fms, bms, flop / fms / 1e9, 2.5 * flop / bms / 1e9,
+            host_sums[0], host_sums[1], host_sums[2]);
         fflush(stdout);
       }
   return 0;

@@ -64,19 +64,15 @@ cudaError_t run_flash_bwd(const AttentionBackwardProblem& problem) {
       P.deterministic ? reinterpret_cast<int*>(workspace + layout.semaphores) : nullptr;
   const int sem_per_head = (P.seqlen_q + 15) / 16;
 
-  // The workspace is zeroed here, on the stream, where the kernels expect
-  // zeros, so that callers cannot get it wrong: the dQ accumulator (atomics),
-  // the semaphores, and with varlen GQA the dK / dV accumulators (rows outside
+  // The workspace is zeroed on the stream where the kernels expect zeros, so
+  // that callers cannot get it wrong: the dQ accumulator by step 1, here the
+  // semaphores and with varlen GQA the dK / dV accumulators (rows outside
   // every sequence are converted too but no CTA writes them).
   const int group = P.nheads / P.nheads_k;
   cudaError_t status;
   // The fragment-order dQ tiles (dq_tile_accum) must fit the layout's bound.
   static_assert(Traits::kBlockM <= kFlashBwdMaxBlockM);
   if (Traits::kHeadDim > padded_headdim(P.headdim)) return cudaErrorInvalidValue;
-  if (rows_q > 0) {
-    status = cudaMemsetAsync(dq_accum, 0, layout.dk_accum - layout.dq_accum, P.stream);
-    if (status != cudaSuccess) return status;
-  }
   if (varlen_k && group > 1 && rows_k > 0) {
     status = cudaMemsetAsync(dk_accum, 0, layout.dsum - layout.dk_accum, P.stream);
     if (status != cudaSuccess) return status;
@@ -86,21 +82,28 @@ cudaError_t run_flash_bwd(const AttentionBackwardProblem& problem) {
     if (status != cudaSuccess) return status;
   }
 
-  // 1. D = rowsum(dO * O).
+  // 1. D = rowsum(dO * O), and zeros for the dQ accumulator.
   if (P.seqlen_q > 0) {
     DotDoOParams d{};
     d.dout = P.dout.ptr;
     d.o = P.o.ptr;
     d.dsum = dsum;
+    d.dq_accum = dq_accum;
+    d.dq_head_stride = int64_t(layout.dq_head_stride);
     d.do_batch = P.dout.batch_stride, d.do_seq = P.dout.seq_stride, d.do_head = P.dout.head_stride;
     d.o_batch = P.o.batch_stride, d.o_seq = P.o.seq_stride, d.o_head = P.o.head_stride;
     d.cu_seqlens_q = P.cu_seqlens_q;
     d.seqlen_q = P.seqlen_q;
     d.headdim = P.headdim;
     d.vectors = vectors;
+    d.lanes_per_row = dot_do_o_lanes_per_row(P.headdim, vectors);
     d.rows_q = rows_q;
-    dim3 grid(unsigned((P.seqlen_q + 7) / 8), unsigned(P.nheads), unsigned(P.batch));
-    flash_bwd_dot_do_o_kernel<Element, Traits::kFamily><<<grid, 256, 0, P.stream>>>(d);
+    const int rows_per_cta = 256 / d.lanes_per_row;
+    const int64_t padded =
+        (int64_t(P.seqlen_q) + Traits::kBlockM - 1) / Traits::kBlockM * Traits::kBlockM;
+    dim3 grid(unsigned((padded + rows_per_cta - 1) / rows_per_cta), unsigned(P.nheads),
+              unsigned(P.batch));
+    flash_bwd_dot_do_o_kernel<Traits><<<grid, 256, 0, P.stream>>>(d);
     status = cudaGetLastError();
     if (status != cudaSuccess) return status;
   }
