@@ -134,9 +134,10 @@ struct DotDoOParams {
 // d=64 row does not leave three quarters of a warp idle), 32 for rows moved
 // element by element.
 inline int dot_do_o_lanes_per_row(int headdim, bool vectors) {
+  if (!vectors) return 32;
   int lanes = 1;
-  while (vectors && lanes < 32 && lanes * 8 < headdim) lanes *= 2;
-  return vectors ? lanes : 32;
+  while (lanes < 32 && lanes * 8 < headdim) lanes *= 2;
+  return lanes;
 }
 
 // D = rowsum(dO * O) for 256 / lanes_per_row query rows of one (head, batch)
