@@ -119,7 +119,9 @@ endforeach()
 # samattn_instantiate_attention(<fwd|bwd> <family> <dtypes> <configs>): one
 # translation unit per (dtype, configuration) of a tile table. An entry is
 # "head_dim,block_m,block_n,warps,last" (last: q_in_regs forward, q_stages
-# backward); head dims outside SAMATTN_ATTENTION_HEAD_DIMS are skipped.
+# backward), forward optionally ",kv_stages" (FlashFwdConfig's trailing
+# argument, 1 if absent); head dims outside SAMATTN_ATTENTION_HEAD_DIMS are
+# skipped.
 function(samattn_instantiate_attention direction family dtypes configs)
   if(direction STREQUAL "fwd")
     set(config_type FlashFwdConfig)
@@ -141,9 +143,17 @@ function(samattn_instantiate_attention direction family dtypes configs)
       list(GET fields 2 block_n)
       list(GET fields 3 warps)
       list(GET fields 4 last)
-      set(cfg "samattn::attention::${config_type}<${_dtypes_cpp_${dtype}}, ${head_dim}, ${block_m}, ${block_n}, ${warps}, ${last}, samattn::attention::Family::${family}>")
+      set(stages_arg "")
+      set(stages_tag "")
+      list(LENGTH fields field_count)
+      if(field_count GREATER 5)
+        list(GET fields 5 stages)
+        set(stages_arg ", ${stages}")
+        set(stages_tag "_kv${stages}")
+      endif()
+      set(cfg "samattn::attention::${config_type}<${_dtypes_cpp_${dtype}}, ${head_dim}, ${block_m}, ${block_n}, ${warps}, ${last}, samattn::attention::Family::${family}${stages_arg}>")
       samattn_instantiate(attention ${family}
-                          "attention_${direction}_${family}_${dtype}_d${head_dim}_${block_m}x${block_n}_w${warps}_${tag}${last}"
+                          "attention_${direction}_${family}_${dtype}_d${head_dim}_${block_m}x${block_n}_w${warps}_${tag}${last}${stages_tag}"
                           "attention/flash_${direction}_launch.cuh"
                           "template cudaError_t samattn::attention::run_flash_${direction}<${cfg}>(const samattn::${problem}&);")
     endforeach()
@@ -151,13 +161,15 @@ function(samattn_instantiate_attention direction family dtypes configs)
 endfunction()
 
 # FlashAttention-2 forward, sm80 family: one translation unit per (dtype,
-# FlashFwdConfig). Keep this list equal to the configurations Sm80FwdTiles
-# names in cpp/src/attention/flash_fwd_config.h: a missing one fails the link
-# (-z defs), an extra one is dead code; tests/cpu/test_attention_build.py
-# compares the two. One entry: "head_dim,block_m,block_n,warps,q_in_regs".
+# FlashFwdConfig). Keep this list equal to the configurations Sm80FwdTiles and
+# Sm80FwdShortKeyTiles name in cpp/src/attention/flash_fwd_config.h: a missing
+# one fails the link (-z defs), an extra one is dead code;
+# tests/cpu/test_attention_build.py compares the two. One entry:
+# "head_dim,block_m,block_n,warps,q_in_regs[,kv_stages]".
 set(SAMATTN_ATTENTION_FWD_SM80_CONFIGS
     "32,128,64,4,true"
     "64,128,64,4,true"
+    "64,128,64,4,true,2"
     "96,128,64,4,false"
     "128,128,64,4,false"
     "192,64,64,4,false"

@@ -2,10 +2,12 @@
 // configurations FWD64 ... BWD256 (macros from the generated configs.h) on the issue's
 // grid (batch x seqlen = 16k tokens, heads x d = 2048), median of 15 runs with events;
 // one JSON line per case with sum |x| of dq, dk, dv. Inputs are hashed values in [-1, 1).
+// TV_HEADDIMS / TV_SEQLENS (comma lists, e.g. "64" and "512,1024,2048") narrow the grid.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 #include "attention/attention_problem.h"
@@ -21,8 +23,8 @@ using namespace samattn::attention;
       return 1;                                                        \
     }                                                                  \
   } while (0)
-template <int D, int BM, int BN, int W, bool R>
-using F = FlashFwdConfig<DType::bf16, D, BM, BN, W, R, Family::sm80>;
+template <int D, int BM, int BN, int W, bool R, int S = 1>
+using F = FlashFwdConfig<DType::bf16, D, BM, BN, W, R, Family::sm80, S>;
 template <int D, int BM, int BN, int W, int S>
 using B = FlashBwdConfig<DType::bf16, D, BM, BN, W, S, Family::sm80>;
 __global__ void fill(__nv_bfloat16* p, size_t n, unsigned seed) {
@@ -67,6 +69,14 @@ float median_ms(Fn fn) {
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
 }
+// The comma-separated integers of environment variable `name`, or `fallback` if unset.
+std::vector<int> env_list(const char* name, std::vector<int> fallback) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == 0) return fallback;
+  std::vector<int> values;
+  for (char* end; *text; text = *end ? end + 1 : end) values.push_back(std::strtol(text, &end, 10));
+  return values;
+}
 int main(int argc, char** argv) {
   const char* variant = argc > 1 ? argv[1] : "?";
   // --odd: head dim d - 1 in the same kernels, which moves rows element by element.
@@ -89,8 +99,8 @@ int main(int argc, char** argv) {
     int seqlen;
     bool causal;
   };
-  for (int d : {64, 128, 256})
-    for (int s : {1024, 4096, 16384})
+  for (int d : env_list("TV_HEADDIMS", {64, 128, 256}))
+    for (int s : env_list("TV_SEQLENS", {1024, 4096, 16384}))
       for (bool causal : {false, true}) {
         const int batch = 16384 / s, heads = 2048 / d;
         AttentionForwardProblem f{};

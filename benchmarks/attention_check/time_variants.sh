@@ -7,7 +7,8 @@
 #
 # ROOT/<variant>/cpp/src is a source tree (a copy of this repo's cpp/src with a change);
 # an optional ROOT/<variant>/configs overrides tile configurations, e.g.
-# "BWD256=256,64,64,8,2" (names FWD64 FWD128 FWD256 BWD64 BWD128 BWD256). Every variant's
+# "BWD256=256,64,64,8,2" (names FWD64 FWD128 FWD256 BWD64 BWD128 BWD256; a forward entry
+# may end in the K/V stages, "FWD64=64,128,64,4,true,2"). Every variant's
 # translation units compile in parallel; results go to $OUT/variants.jsonl (one JSON line
 # per case) and the register / spill report to $OUT/ptxas.txt. CUTLASS_INC defaults to
 # the nvidia-cutlass wheel's headers. TIME_ARGS=--odd times head dims d - 1 instead (rows
@@ -31,10 +32,12 @@ for variant in ${VARIANTS:?list the variants}; do
   done
   for name in FWD64 FWD128 FWD256 BWD64 BWD128 BWD256; do
     echo "#define $name ${config[$name]}" >>"$build/configs.h"
+    args=${config[$name]} stages=""
     if [[ $name == FWD* ]]; then direction=fwd problem=AttentionForwardProblem tag=FlashFwdConfig
     else direction=bwd problem=AttentionBackwardProblem tag=FlashBwdConfig; fi
-    printf '#include "attention/flash_%s_launch.cuh"\ntemplate cudaError_t samattn::attention::run_flash_%s<samattn::attention::%s<samattn::DType::bf16, %s, samattn::attention::Family::sm80>>(const samattn::%s&);\n' \
-      "$direction" "$direction" "$tag" "${config[$name]}" "$problem" >"$build/$name.cu"
+    if [[ $name == FWD* && $args == *,*,*,*,*,* ]]; then stages=", ${args##*,}" args=${args%,*}; fi
+    printf '#include "attention/flash_%s_launch.cuh"\ntemplate cudaError_t samattn::attention::run_flash_%s<samattn::attention::%s<samattn::DType::bf16, %s, samattn::attention::Family::sm80%s>>(const samattn::%s&);\n' \
+      "$direction" "$direction" "$tag" "$args" "$stages" "$problem" >"$build/$name.cu"
     (nvcc "${flags[@]}" -I"$ROOT/$variant/cpp/src" -Xptxas -v -c "$build/$name.cu" -o "$build/$name.o" \
       >"$build/$name.log" 2>&1 || cat "$build/$name.log") &
   done

@@ -19,7 +19,11 @@ ROOT = Path(__file__).resolve().parents[2]
 ATTENTION = ROOT / "cpp" / "src" / "attention"
 INSTANTIATIONS = ROOT / "cpp" / "instantiations.cmake"
 
-_FWD = r"FlashFwdConfig<T,\s*(\d+),\s*(\d+),\s*(\d+),\s*(\d+),\s*(true|false),\s*Family::{}>"
+# The forward's trailing K/V stages are optional (FlashFwdConfig's default, 1).
+_FWD = (
+    r"FlashFwdConfig<T,\s*(\d+),\s*(\d+),\s*(\d+),\s*(\d+),\s*(true|false),\s*Family::{}"
+    r"(?:,\s*(\d+))?>"
+)
 _BWD = r"FlashBwdConfig<T,\s*(\d+),\s*(\d+),\s*(\d+),\s*(\d+),\s*(\d+),\s*Family::{}>"
 
 # (table header, the declaration the table follows, config pattern, CMake list)
@@ -54,7 +58,8 @@ TABLES = {
 def _table_configs(header: Path, declaration: str, pattern: str) -> set[tuple[str, ...]]:
     text = header.read_text()
     start = text.index(declaration)  # the table follows its declaration
-    return set(re.findall(pattern, text[start:]))
+    # an optional group that did not match is "": drop it
+    return {tuple(field for field in match if field) for match in re.findall(pattern, text[start:])}
 
 
 def _cmake_configs(variable: str) -> set[tuple[str, ...]]:

@@ -172,6 +172,9 @@ def test_odd_head_dims(attn_family, dtype, d, sq, sk, heads):
 
 LENGTHS = [(1, 1), (17, 17), (113, 113), (1000, 1000), (4099, 4099), (113, 203), (203, 113)]
 LENGTHS += [(1, 4099), (4099, 17), (17, 1000), (1000, 1)]
+# Either side of the sm80 forward's short-key-loop tiles (two K/V stages up to 1536 keys
+# without a mask, flash_fwd_dispatch.h).
+LENGTHS += [(300, 1536), (300, 1537)]
 
 
 @pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())

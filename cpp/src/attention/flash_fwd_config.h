@@ -16,12 +16,16 @@ using gemm::Family;
 // queries x kBlockN keys, warps (each owns 16-row slices of the query tile),
 // whether the Q tile stays in registers for the whole key loop (else it is
 // re-read from shared memory per key tile, which frees registers for large
-// head dims) and the family (sm80: mma.sync m16n8k16 + cp.async; sm75 would
-// be the same kernel with an m16n8k8 atom and synchronous loads).
-template <DType T, int kHeadDim, int kBlockM, int kBlockN, int kWarps, bool kQInRegs, Family F>
+// head dims), the family (sm80: mma.sync m16n8k16 + cp.async; sm75 would
+// be the same kernel with an m16n8k8 atom and synchronous loads) and the
+// shared-memory stages of K and V (2: tiles load a whole key tile ahead;
+// cp.async only).
+template <DType T, int kHeadDim, int kBlockM, int kBlockN, int kWarps, bool kQInRegs, Family F,
+          int kKVStages = 1>
 struct FlashFwdConfig {
-  // Q (reused to stage O), one K and one V tile of 16-bit elements.
-  static constexpr int kSmemBytes = (kBlockM + 2 * kBlockN) * kHeadDim * 2;
+  static_assert(kKVStages == 1 || (kKVStages == 2 && F == Family::sm80), "1 or 2 (sm80) stages");
+  // Q (reused to stage O), kKVStages K and V tiles of 16-bit elements.
+  static constexpr int kSmemBytes = (kBlockM + 2 * kKVStages * kBlockN) * kHeadDim * 2;
 };
 
 // Defined in flash_fwd_launch.cuh, instantiated once per tag.
@@ -69,6 +73,21 @@ struct Sm80FwdTiles<T, 192, L> {
 template <DType T, bool L>
 struct Sm80FwdTiles<T, 256, L> {
   using type = FlashFwdConfig<T, 256, 64, 64, 4, false, Family::sm80>;
+};
+
+// Problems with few key tiles and no mask (short_key_loop in
+// flash_fwd_dispatch.h): with one K/V stage a CTA's loads have only the other
+// GEMM to land in, which a short loop cannot hide. Two stages, measured on the
+// H100 at d=64 (bf16, non-causal; time_variants.sh): +22% at 256 keys, +15% at
+// 512, +6% at 1k, +0.5% at 2k, -4% at 8k; causal lost 2-5% at every length.
+// 48 KB shared. void: the head dim keeps its one tile.
+template <DType T, int kHeadDim>
+struct Sm80FwdShortKeyTiles {
+  using type = void;
+};
+template <DType T>
+struct Sm80FwdShortKeyTiles<T, 64> {
+  using type = FlashFwdConfig<T, 64, 128, 64, 4, true, Family::sm80, 2>;
 };
 
 }  // namespace samattn::attention

@@ -7,8 +7,10 @@
 //     online softmax (running max/sum, O rescaled), P = S as 16-bit,
 //     O += P V;
 //   O /= row sums, LSE, O staged through shared memory to 16-byte stores.
-// K and V have one shared buffer each and their loads overlap the other
-// GEMM: V(n) streams in during S = Q K(n)^T, K(n-1) during O += P V(n).
+// K and V have kKVStages shared buffers each. With one, their loads overlap
+// the other GEMM: V(n) streams in during S = Q K(n)^T, K(n-1) during
+// O += P V(n). With two, each load has a whole key tile to land in (for
+// short key loops, where little else hides the latency).
 // Every global access is predicated on the sequence ends and the head dim;
 // out-of-range elements are zero-filled, so any seqlen and any head dim up to
 // kHeadDim is exact. Rows move as 16-byte vectors when every row starts on a
@@ -293,13 +295,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(FlashFwd
     return;
   }
 
-  // Shared memory: Q (later O), K, V.
+  // Shared memory: Q (later O), K and V stages.
   extern __shared__ __align__(128) char shared_memory[];
   Element* smem_q = reinterpret_cast<Element*>(shared_memory);
   Element* smem_k = smem_q + cosize_v<typename Traits::SmemLayoutQ>;
   Element* smem_v = smem_k + cosize_v<typename Traits::SmemLayoutKV>;
   Tensor sQ = make_tensor(make_smem_ptr(smem_q), typename Traits::SmemLayoutQ{});
-  Tensor sK = make_tensor(make_smem_ptr(smem_k), typename Traits::SmemLayoutKV{});
+  Tensor sK =
+      make_tensor(make_smem_ptr(smem_k), typename Traits::SmemLayoutKV{});  // (BN, D, stage)
   Tensor sV = make_tensor(make_smem_ptr(smem_v), typename Traits::SmemLayoutKV{});
   Tensor sVt = make_tensor(make_smem_ptr(smem_v), typename Traits::SmemLayoutVt{});
   Tensor sVtNoSwizzle =
@@ -308,10 +311,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(FlashFwd
   // MMA partitions: S = Q K^T is (BM, BN) over D, O = P V is (BM, D) over BN.
   typename Traits::TiledMma tiled_mma;
   auto thr_mma = tiled_mma.get_slice(threadIdx.x);
-  Tensor tSrQ = thr_mma.partition_fragment_A(sQ);             // (MMA, MMA_M, D/16)
-  Tensor tSrK = thr_mma.partition_fragment_B(sK);             // (MMA, MMA_N, D/16)
-  Tensor tOrVt = thr_mma.partition_fragment_B(sVtNoSwizzle);  // (MMA, MMA_D, BN/16)
-  Tensor acc_o = partition_fragment_C(tiled_mma, tile_q);     // (MMA, MMA_M, MMA_D)
+  Tensor tSrQ = thr_mma.partition_fragment_A(sQ);                      // (MMA, MMA_M, D/16)
+  Tensor tSrK = thr_mma.partition_fragment_B(sK(_, _, 0));             // (MMA, MMA_N, D/16)
+  Tensor tOrVt = thr_mma.partition_fragment_B(sVtNoSwizzle(_, _, 0));  // (MMA, MMA_D, BN/16)
+  Tensor acc_o = partition_fragment_C(tiled_mma, tile_q);              // (MMA, MMA_M, MMA_D)
   clear(acc_o);
 
   auto smem_copy_q = make_tiled_copy_A(typename Traits::SmemCopyAtom{}, tiled_mma);
@@ -320,7 +323,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(FlashFwd
   Tensor tSrQ_view = smem_thr_q.retile_D(tSrQ);
   auto smem_copy_k = make_tiled_copy_B(typename Traits::SmemCopyAtom{}, tiled_mma);
   auto smem_thr_k = smem_copy_k.get_slice(threadIdx.x);
-  Tensor tSsK = smem_thr_k.partition_S(sK);
+  Tensor tSsK = smem_thr_k.partition_S(sK);  // (CPY, CPY_N, CPY_K, stage)
   Tensor tSrK_view = smem_thr_k.retile_D(tSrK);
   auto smem_copy_v = make_tiled_copy_B(typename Traits::SmemCopyAtomTransposed{}, tiled_mma);
   auto smem_thr_v = smem_copy_v.get_slice(threadIdx.x);
@@ -334,32 +337,56 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(FlashFwd
   constexpr int kRows = decltype(size<0>(acc_o_rc))::value;
   OnlineSoftmax<kRows> softmax;
 
-  // Prologue: Q and the last key tile.
+  // Pipeline. Key tiles run last to first; tile n uses stage s, the next one
+  // (n - 1) stage s + 1 (mod kStages). Commit groups go out in the order Q,
+  // K(n0), then per tile V(n - kStages + 1) and K(n - kStages), each at the
+  // first barrier after its stage is free. A group for a tile before n_begin
+  // is empty, which keeps the wait counts fixed: 2 (kStages - 1) groups may
+  // stay in flight.
+  constexpr int kStages = Traits::kKVStages;
+  auto load_k = [&](int n, int stage) {
+    if (n >= n_begin) {
+      load_tile<kAsync>(gmem_load, gK(_, _, n), sK(_, _, stage), tKVcKV, tKVcolok,
+                        seqlen_k - n * kBlockN, access);
+    }
+    cp_async_fence();
+  };
+  auto load_v = [&](int n, int stage) {
+    if (n >= n_begin) {
+      load_tile<kAsync>(gmem_load, gV(_, _, n), sV(_, _, stage), tKVcKV, tKVcolok,
+                        seqlen_k - n * kBlockN, access);
+    }
+    cp_async_fence();
+  };
+  int n_block = n_end - 1;
   load_tile<kAsync>(gmem_load, gQ, sQ, tQcQ, tQcolok, rows_left, access);
   cp_async_fence();
-  int n_block = n_end - 1;
-  load_tile<kAsync>(gmem_load, gK(_, _, n_block), sK, tKVcKV, tKVcolok,
-                    seqlen_k - n_block * kBlockN, access);
-  cp_async_fence();
+  load_k(n_block, 0);
+  CUTE_UNROLL
+  for (int j = 1; j < kStages; ++j) {
+    load_v(n_block - j + 1, j - 1);
+    load_k(n_block - j, j);
+  }
   if constexpr (Traits::kQInRegs) {
-    cp_async_wait<1>();
+    cp_async_wait<2 * kStages - 1>();
     __syncthreads();
     copy(smem_copy_q, tSsQ, tSrQ_view);
   }
 
-  auto key_tile = [&](int n_block, auto first_tile) {
+  auto key_tile = [&](int n_block, auto stage_c, auto first_tile) {
     constexpr bool kFirstTile = decltype(first_tile)::value;
+    constexpr int stage = decltype(stage_c)::value;
     Tensor acc_s = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});
     clear(acc_s);
-    // K(n) has landed and every warp is done with V(n+1): stream V(n) in.
-    cp_async_wait<0>();
+    // K(n) has landed, and every warp is done with V(n + 1), whose stage
+    // V(n - kStages + 1) takes: stream it in.
+    cp_async_wait<2 * (kStages - 1)>();
     __syncthreads();
-    load_tile<kAsync>(gmem_load, gV(_, _, n_block), sV, tKVcKV, tKVcolok,
-                      seqlen_k - n_block * kBlockN, access);
-    cp_async_fence();
+    constexpr int v_stage = stage == 0 ? kStages - 1 : stage - 1;
+    load_v(n_block - kStages + 1, v_stage);
 
     gemm_from_smem<Traits::kQInRegs>(tiled_mma, acc_s, tSrQ, tSsQ, tSrQ_view, smem_copy_q, tSrK,
-                                     tSsK, tSrK_view, smem_copy_k);
+                                     tSsK(_, _, _, stage), tSrK_view, smem_copy_k);
 
     if (p.softcap > 0.0f) {
       CUTE_UNROLL
@@ -375,21 +402,26 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(FlashFwd
     Tensor tOrP =
         make_tensor(probs.data(), c_to_a_layout<typename Traits::MmaAtom>(probs.layout()));
 
-    // V(n) has landed and every warp is done with K(n): stream K(n-1) in.
-    cp_async_wait<0>();
+    // V(n) has landed and every warp is done with K(n): K(n - kStages) takes
+    // its stage.
+    cp_async_wait<2 * (kStages - 1)>();
     __syncthreads();
-    if (n_block > n_begin) {
-      load_tile<kAsync>(gmem_load, gK(_, _, n_block - 1), sK, tKVcKV, tKVcolok,
-                        seqlen_k - (n_block - 1) * kBlockN, access);
-    }
-    cp_async_fence();
+    load_k(n_block - kStages, stage);
 
-    gemm_from_smem<true>(tiled_mma, acc_o, tOrP, tOrP, tOrP, smem_copy_q, tOrVt, tOsVt, tOrVt_view,
-                         smem_copy_v);
+    gemm_from_smem<true>(tiled_mma, acc_o, tOrP, tOrP, tOrP, smem_copy_q, tOrVt,
+                         tOsVt(_, _, _, stage), tOrVt_view, smem_copy_v);
   };
 
-  key_tile(n_block, std::true_type{});
-  for (--n_block; n_block >= n_begin; --n_block) key_tile(n_block, std::false_type{});
+  // Stages are compile-time constants (immediate shared-memory offsets): with
+  // two stages the loop body holds two tiles.
+  key_tile(n_block, Int<0>{}, std::true_type{});
+  for (--n_block; n_block >= n_begin; --n_block) {
+    key_tile(n_block, Int<1 % kStages>{}, std::false_type{});
+    if constexpr (kStages == 2) {
+      if (--n_block < n_begin) break;
+      key_tile(n_block, Int<0>{}, std::false_type{});
+    }
+  }
 
   // Epilogue: normalize, stage O through shared memory (Q's buffer, which no
   // warp reads any more: the last tile's barriers follow its last Q read).

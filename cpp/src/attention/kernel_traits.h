@@ -23,9 +23,12 @@ using tensor_core::MmaAtomOf;
 template <class Config>
 struct FlashFwdTraits;
 
-template <DType T, int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, bool kQInRegs_, Family F>
-struct FlashFwdTraits<FlashFwdConfig<T, kHeadDim_, kBlockM_, kBlockN_, kWarps_, kQInRegs_, F>> {
-  using Config = FlashFwdConfig<T, kHeadDim_, kBlockM_, kBlockN_, kWarps_, kQInRegs_, F>;
+template <DType T, int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, bool kQInRegs_, Family F,
+          int kKVStages_>
+struct FlashFwdTraits<
+    FlashFwdConfig<T, kHeadDim_, kBlockM_, kBlockN_, kWarps_, kQInRegs_, F, kKVStages_>> {
+  using Config =
+      FlashFwdConfig<T, kHeadDim_, kBlockM_, kBlockN_, kWarps_, kQInRegs_, F, kKVStages_>;
   using Element = typename ElementOf<T>::type;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kBlockM_;
@@ -34,6 +37,7 @@ struct FlashFwdTraits<FlashFwdConfig<T, kHeadDim_, kBlockM_, kBlockN_, kWarps_, 
   static constexpr int kThreads = 32 * kWarps;
   static constexpr bool kQInRegs = kQInRegs_;
   static constexpr bool kAsyncCopy = F == Family::sm80;
+  static constexpr int kKVStages = kKVStages_;
 
   static_assert(kBlockM % (16 * kWarps) == 0, "each warp owns whole 16-row slices");
   static_assert(kBlockN % 16 == 0 && kHeadDim % 32 == 0, "MMA k-steps of 16, swizzle atoms of 32");
@@ -57,12 +61,15 @@ struct FlashFwdTraits<FlashFwdConfig<T, kHeadDim_, kBlockM_, kBlockN_, kWarps_, 
                                               cute::Stride<cute::Int<kAtomCols>, cute::_1>>{}));
   using SmemLayoutQ = decltype(cute::tile_to_shape(
       SmemAtom{}, cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>>{}));
+  // K and V: kKVStages tiles each, (key, head dim, stage).
   using SmemLayoutKV = decltype(cute::tile_to_shape(
-      SmemAtom{}, cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDim>>{}));
-  // V as the (head dim, key) B operand of P V: the same bytes, transposed view.
+      SmemAtom{}, cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDim>, cute::Int<kKVStages>>{}));
+  // V as the (head dim, key, stage) B operand of P V: the same bytes, transposed view.
   using SmemLayoutVt = decltype(cute::composition(
-      SmemLayoutKV{}, cute::make_layout(cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockN>>{},
-                                        cute::GenRowMajor{})));
+      SmemLayoutKV{},
+      cute::make_layout(
+          cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockN>, cute::Int<kKVStages>>{},
+          cute::Stride<cute::Int<kBlockN>, cute::_1, cute::Int<kBlockN * kHeadDim>>{})));
   using SmemLayoutVtNoSwizzle = decltype(cute::get_nonswizzle_portion(SmemLayoutVt{}));
 
   static constexpr int kSmemElements =
