@@ -10,7 +10,8 @@
 # "BWD256=256,64,64,8,2" (names FWD64 FWD128 FWD256 BWD64 BWD128 BWD256; a forward entry
 # may end in the K/V stages, "FWD64=64,128,64,4,true,2"). Every variant's
 # translation units compile in parallel; results go to $OUT/variants.jsonl (one JSON line
-# per case) and the register / spill report to $OUT/ptxas.txt. CUTLASS_INC defaults to
+# per case, ROUNDS lines per case and variant when set: the variants take turns) and the
+# register / spill report to $OUT/ptxas.txt. CUTLASS_INC defaults to
 # the nvidia-cutlass wheel's headers. TIME_ARGS=--odd times head dims d - 1 instead (rows
 # moved element by element).
 set -u
@@ -50,6 +51,12 @@ for variant in $VARIANTS; do
   build=/tmp/time_variants/$variant
   nvcc $GENCODE "$build"/*.o -o "$build/time_variants" || continue
   grep -h "spill\|Used" "$build"/*.log | paste - - | sed "s/^/$variant: /" >>"$OUT/ptxas.txt"
-  # shellcheck disable=SC2086
-  "$build/time_variants" "$variant" ${TIME_ARGS:-} | tee -a "$OUT/variants.jsonl"
+done
+# Variants take turns, ROUNDS times, so that a drift of the clocks touches them all.
+for _ in $(seq "${ROUNDS:-1}"); do
+  for variant in $VARIANTS; do
+    binary=/tmp/time_variants/$variant/time_variants
+    # shellcheck disable=SC2086
+    [[ -x $binary ]] && "$binary" "$variant" ${TIME_ARGS:-} | tee -a "$OUT/variants.jsonl"
+  done
 done
