@@ -24,10 +24,12 @@ fi
 flags=(-O3 -std=c++17 --expt-relaxed-constexpr -I"$CUTLASS_INC" -I"$repo/cpp/src" $GENCODE)
 if [[ "${PTXAS_VERBOSE:-0}" == 1 ]]; then flags+=(-Xptxas -v); fi
 
-# dtype head_dim block_m block_n warps q_in_regs
+# head_dim block_m block_n warps q_in_regs [kv_stages] (Sm80FwdTiles and
+# Sm80FwdShortKeyTiles)
 configs=(
   "32 128 64 4 true"
   "64 128 64 4 true"
+  "64 128 64 4 true 2"
   "96 128 64 4 false"
   "128 128 64 4 false"
   "192 64 64 4 false"
@@ -73,14 +75,15 @@ for cfg in "${bwd_alt_configs[@]}"; do jobs_list+=("bwd bf16 $cfg"); done
 fwd_sources=()
 bwd_sources=()
 for job in "${jobs_list[@]}"; do
-  read -r kind dtype d bm bn w qr <<<"$job"  # qr: q_in_regs, or the backward's q_stages
+  # qr: q_in_regs, or the backward's q_stages; kv: the forward's K/V stages, if given
+  read -r kind dtype d bm bn w qr kv <<<"$job"
   if [[ "$kind" == fwd ]]; then
-    src="$build/fwd_${dtype}_d${d}_${bm}x${bn}_w${w}_q${qr}.cu"
+    src="$build/fwd_${dtype}_d${d}_${bm}x${bn}_w${w}_q${qr}${kv:+_kv$kv}.cu"
     cat >"$src.tmp" <<CU
 #include "attention/flash_fwd_launch.cuh"
 template cudaError_t samattn::attention::run_flash_fwd<
     samattn::attention::FlashFwdConfig<samattn::DType::${dtype}, ${d}, ${bm}, ${bn}, ${w}, ${qr},
-                                       samattn::attention::Family::sm80>>(
+                                       samattn::attention::Family::sm80${kv:+, $kv}>>(
     const samattn::AttentionForwardProblem&);
 CU
     fwd_sources+=("$src")
