@@ -4,6 +4,7 @@
 
 GEMM and softmax: one row per case, in the file's order. Attention: one row per
 head dim x seqlen x causal x dtype, with the forward and backward side by side.
+Eager overhead (ops overhead_*): one row per call, host microseconds per call.
 Rows show the automatically chosen family; --family sm75 (or sm80, ...) shows the
 runs with that family forced instead. OP_PREFIX (e.g. softmax, attention) keeps only
 the ops whose name starts with it.
@@ -103,10 +104,36 @@ def attention_table(records: list[dict], skipped: Sequence[dict] = ()) -> list[s
     return lines
 
 
+def _us(value: float | None) -> str:
+    return DASH if value is None else f"{value:.1f}"
+
+
+def overhead_table(records: list[dict]) -> list[str]:
+    """Host time per eager call against torch's op, and the GPU time per call queued back to
+    back and in a CUDA graph."""
+    lines = [
+        "| call | host µs samattn | host µs torch | torch / samattn | queued GPU µs samattn "
+        "| queued GPU µs torch | graph GPU µs samattn | graph GPU µs torch | family |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in records:
+        cells = [
+            _us(r.get(f"{who}_{how}_us"))
+            for how in ("queued", "graph")
+            for who in ("samattn", "baseline")
+        ]
+        lines.append(
+            f"| {r['what']} | {r['samattn']:.1f} | {r['baseline']:.1f} | {r['ratio']:.2f} "
+            f"| {' | '.join(cells)} | {r['family']} |"
+        )
+    return lines
+
+
 def tables(data: dict, prefix: str = "", family: str | None = None) -> list[str]:
     """The markdown lines for every op of `data` whose name starts with `prefix`."""
     records = [r for r in data["records"] if r["op"].startswith(prefix) and selected(r, family)]
-    others = [r for r in records if r["op"] not in ATTENTION_OPS]
+    overhead = [r for r in records if r["op"].startswith("overhead_")]
+    others = [r for r in records if r["op"] not in ATTENTION_OPS and r not in overhead]
     attention = [r for r in records if r["op"] in ATTENTION_OPS]
     skipped = [
         s
@@ -119,6 +146,9 @@ def tables(data: dict, prefix: str = "", family: str | None = None) -> list[str]
     if attention or skipped:
         lines += [""] if lines else []
         lines += attention_table(attention, skipped)
+    if overhead:
+        lines += [""] if lines else []
+        lines += overhead_table(overhead)
     return lines
 
 

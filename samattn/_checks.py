@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import operator
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -65,8 +65,7 @@ def _check_finite(value: float, what: str) -> None:
         raise ValueError(f"samattn.gemm: {what} must be finite, got {value}")
 
 
-@dataclass(frozen=True)
-class GemmShape:
+class GemmShape(NamedTuple):
     """Sizes of D = alpha * A @ B + beta * C. `batch` is 1 for a 2-D output."""
 
     out_shape: tuple[int, ...]
@@ -124,6 +123,27 @@ def gemm(
     return GemmShape(out_shape=out_shape, batch=batch, m=m, n=n, k=k)
 
 
+def gemm_quick(
+    a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None, alpha: float, beta: float
+) -> GemmShape | None:
+    """The sizes of a plainly valid 2-D GEMM on CUDA tensors without c, else None: then
+    gemm() decides (and raises). The eager path's cheap first check; it accepts only
+    what gemm() accepts."""
+    if c is not None or beta != 0.0 or not (a.is_cuda and b.is_cuda):
+        return None
+    dtype = a.dtype
+    if dtype not in DTYPE_CODES or b.dtype is not dtype or a.get_device() != b.get_device():
+        return None
+    shape_a, shape_b = a.shape, b.shape
+    if len(shape_a) != 2 or len(shape_b) != 2 or not math.isfinite(alpha):
+        return None
+    m, k = shape_a
+    k_b, n = shape_b
+    if k != k_b:
+        return None
+    return GemmShape((m, n), 1, m, n, k)
+
+
 def _broadcast(shape: tuple[int, ...], target: tuple[int, ...]) -> tuple[int, ...] | None:
     try:
         return tuple(torch.broadcast_shapes(shape, target))
@@ -131,8 +151,7 @@ def _broadcast(shape: tuple[int, ...], target: tuple[int, ...]) -> tuple[int, ..
         return None
 
 
-@dataclass(frozen=True)
-class SoftmaxShape:
+class SoftmaxShape(NamedTuple):
     """The contiguous (outer, dim, inner) view softmax runs on."""
 
     outer: int
@@ -164,6 +183,19 @@ def _softmax_view(x: torch.Tensor, dim: int) -> SoftmaxShape:
     )
 
 
+def softmax_quick(x: torch.Tensor, dim: int) -> SoftmaxShape | None:
+    """The view of a plainly valid softmax of a CUDA tensor of rank >= 1, else None (then
+    softmax() decides and raises)."""
+    shape = x.shape
+    rank = len(shape)
+    if type(dim) is not int or not -rank <= dim < rank:
+        return None
+    if not x.is_cuda or x.dtype not in DTYPE_CODES:
+        return None
+    dim %= rank
+    return SoftmaxShape(math.prod(shape[:dim]), shape[dim], math.prod(shape[dim + 1 :]))
+
+
 def softmax(x: torch.Tensor, dim: int) -> SoftmaxShape:
     """Validate softmax arguments (see samattn.softmax); return the (outer, dim, inner) view."""
     op = "samattn.softmax"
@@ -193,8 +225,7 @@ _ATTENTION_DTYPES = (torch.float16, torch.bfloat16)
 MAX_ATTENTION_HEAD_DIM = 256
 
 
-@dataclass(frozen=True)
-class AttentionShape:
+class AttentionShape(NamedTuple):
     """Sizes of one attention call. Varlen: batch = len(cu_seqlens) - 1 and seqlen_q/k are
     the packed row counts (total_q, total_k)."""
 
@@ -239,6 +270,32 @@ def _is_int(value: object) -> bool:
     return True
 
 
+_INT32_MAX = 2**31 - 1
+
+
+def window_bounds(op: str, window_size: object) -> tuple[int, int]:
+    """(left, right) of flash-attn's window_size: any pair of int-likes (Python or numpy
+    integers, 0-dim integer tensors), a negative bound meaning unbounded (-1 here).
+
+    Bounds beyond int32 are capped: the C ABI's int32 cannot carry them, and a bound that
+    large already reaches every key of any sequence, so the cap changes nothing.
+    """
+    if type(window_size) is tuple and window_size == (-1, -1):
+        return -1, -1
+    try:
+        left, right = window_size
+    except (TypeError, ValueError):
+        left = right = None
+    if not (_is_int(left) and _is_int(right)):
+        raise ValueError(
+            f"{op}: window_size must be a pair of ints (left, right), -1 meaning unbounded; "
+            f"got {window_size!r}"
+        )
+    bounds = (w if isinstance(w, torch.SymInt) else operator.index(w) for w in (left, right))
+    left, right = (-1 if w < 0 else min(w, _INT32_MAX) for w in bounds)
+    return left, right
+
+
 def attention_scalars(
     op: str,
     softmax_scale: float | None,
@@ -249,28 +306,18 @@ def attention_scalars(
     """(softmax_scale, window_left, window_right) with flash-attn's defaults applied."""
     if softmax_scale is None:
         softmax_scale = headdim**-0.5
-    if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)):
+    elif isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)):
         raise TypeError(
             f"{op}: softmax_scale must be a float or None, got {type(softmax_scale).__name__}"
         )
-    if not math.isfinite(softmax_scale):
+    elif not math.isfinite(softmax_scale):
         raise ValueError(f"{op}: softmax_scale must be finite, got {softmax_scale}")
-    if (
-        not isinstance(window_size, (tuple, list))
-        or len(window_size) != 2
-        or not all(_is_int(w) for w in window_size)
-    ):
-        raise ValueError(
-            f"{op}: window_size must be a pair of ints (left, right), -1 meaning unbounded; "
-            f"got {window_size!r}"
-        )
-    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)):
-        raise TypeError(f"{op}: softcap must be a float, got {type(softcap).__name__}")
-    if not math.isfinite(softcap) or softcap < 0:
-        raise ValueError(f"{op}: softcap must be finite and >= 0 (0 = off), got {softcap}")
-    left, right = (int(w) for w in window_size)
-    # flash-attn: any negative bound is unbounded; the int32 of the C ABI caps the rest.
-    left, right = (-1 if w < 0 else min(w, 2**31 - 1) for w in (left, right))
+    left, right = window_bounds(op, window_size)
+    if softcap != 0.0 or type(softcap) is not float:
+        if isinstance(softcap, bool) or not isinstance(softcap, (int, float)):
+            raise TypeError(f"{op}: softcap must be a float, got {type(softcap).__name__}")
+        if not math.isfinite(softcap) or softcap < 0:
+            raise ValueError(f"{op}: softcap must be finite and >= 0 (0 = off), got {softcap}")
     return float(softmax_scale), left, right
 
 
@@ -360,6 +407,28 @@ def flash_attn(
     nheads, nheads_k, headdim = _check_heads_and_dims(op, q, k, v, _FIXED_LAYOUT)
     _check_devices(op, {"q": q, "k": k, "v": v})
     return AttentionShape(batch, nheads, nheads_k, seqlen_q, seqlen_k, headdim, varlen=False)
+
+
+def flash_attn_quick(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> AttentionShape | None:
+    """The sizes of plainly valid fixed-length q, k, v on one CUDA device, else None (then
+    flash_attn() decides and raises); accepts only what flash_attn() accepts."""
+    shape_q, shape_k = q.shape, k.shape
+    if len(shape_q) != 4 or len(shape_k) != 4 or v.shape != shape_k:
+        return None
+    batch, seqlen_q, nheads, headdim = shape_q
+    batch_k, seqlen_k, nheads_k, headdim_k = shape_k
+    if batch_k != batch or headdim_k != headdim or not 1 <= headdim <= MAX_ATTENTION_HEAD_DIM:
+        return None
+    if nheads_k < 1 or nheads % nheads_k != 0:
+        return None
+    dtype = q.dtype
+    if dtype not in _ATTENTION_DTYPES or k.dtype is not dtype or v.dtype is not dtype:
+        return None
+    if not (q.is_cuda and k.is_cuda and v.is_cuda):
+        return None
+    if not q.get_device() == k.get_device() == v.get_device():
+        return None
+    return AttentionShape(batch, nheads, nheads_k, seqlen_q, seqlen_k, headdim, False)
 
 
 def _has_values(t: torch.Tensor) -> bool:
@@ -515,8 +584,9 @@ def sdpa_fallback_reason(
         return f"head dim {headdim} (samattn runs 1 to {MAX_ATTENTION_HEAD_DIM})"
     if heads_k != heads and not (enable_gqa and heads_k > 0 and heads % heads_k == 0):
         return "key/value heads that differ from the query's (without a valid enable_gqa)"
-    if is_causal and seqlen_q != seqlen_k and not 0 < seqlen_q - seqlen_k < seqlen_k:
-        # torch aligns a non-square causal mask top-left; samattn's kernels express it as a
-        # window only while seqlen_q - seqlen_k < seqlen_k (flash-attn's window rules).
-        return "is_causal with seqlen_q < seqlen_k or seqlen_q >= 2 * seqlen_k (top-left causal)"
+    if is_causal and seqlen_q < seqlen_k:
+        # torch aligns a non-square causal mask top-left. With more queries than keys that
+        # is a window reaching seqlen_q - seqlen_k right of samattn's bottom-right diagonal;
+        # with fewer, the bound would be negative, which flash-attn's API reads as none.
+        return "is_causal with seqlen_q < seqlen_k (torch's top-left causal mask)"
     return None

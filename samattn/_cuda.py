@@ -29,8 +29,14 @@ def _matrix_strides(t: torch.Tensor, batch: int) -> tuple[int, int, int]:
     return batch_stride, t.stride(-2), t.stride(-1)
 
 
-def _stream(device: torch.device) -> int:
-    return torch.cuda.current_stream(device).cuda_stream
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def _stream(t: torch.Tensor) -> int:
+    """torch's current stream on t's device, as a cudaStream_t value."""
+    if _raw_stream is not None:
+        return _raw_stream(t.get_device())
+    return torch.cuda.current_stream(t.device).cuda_stream
 
 
 def _gemm_args(
@@ -43,26 +49,26 @@ def _gemm_args(
     out_ptr: int,
 ) -> _lib.GemmArgs:
     """The C arguments of D = alpha * a @ b + beta * c, D contiguous at out_ptr."""
-    args = _lib.GemmArgs()
-    args.dtype = _checks.DTYPE_CODES[a.dtype]
-    args.family = _family.requested_family()
-    args.device = a.device.index if a.device.index is not None else 0
-    args.allow_tf32 = int(torch.get_float32_matmul_precision() != "highest")
-    args.batch, args.m, args.n, args.k = sizes.batch, sizes.m, sizes.n, sizes.k
-    args.a = a.data_ptr()
-    args.a_batch_stride, args.a_row_stride, args.a_col_stride = _matrix_strides(a, sizes.batch)
-    args.b = b.data_ptr()
-    args.b_batch_stride, args.b_row_stride, args.b_col_stride = _matrix_strides(b, sizes.batch)
+    dtype = _checks.DTYPE_CODES[a.dtype]
+    allow_tf32 = dtype == _lib.F32 and torch.get_float32_matmul_precision() != "highest"
+    batch, m, n = sizes.batch, sizes.m, sizes.n
+    c_ptr, c_strides = 0, (0, 0, 0)
     if c is not None and beta != 0.0:
         expanded = c.expand(sizes.out_shape)
-        args.c = expanded.data_ptr()
-        strides = expanded.stride()
-        args.c_batch_stride = strides[0] if len(strides) == 3 else 0
-        args.c_row_stride, args.c_col_stride = strides[-2], strides[-1]
-    args.d = out_ptr
-    args.d_batch_stride = sizes.m * sizes.n
-    args.d_row_stride, args.d_col_stride = sizes.n, 1
-    args.alpha, args.beta = alpha, beta
+        c_ptr, strides = expanded.data_ptr(), expanded.stride()
+        c_strides = (strides[0] if len(strides) == 3 else 0, strides[-2], strides[-1])
+    args = _lib.GemmArgs()
+    _lib.GEMM_PACKER.pack_into(
+        args, 0,
+        ctypes.sizeof(args), dtype, _family.requested_family(), max(a.get_device(), 0),
+        int(allow_tf32), batch, m, n, sizes.k,
+        a.data_ptr(), *_matrix_strides(a, batch),
+        b.data_ptr(), *_matrix_strides(b, batch),
+        c_ptr, *c_strides,
+        out_ptr, m * n, n, 1,
+        alpha, beta,
+        0, 0, 0,  # stream, workspace: set by the caller
+    )  # fmt: skip
     return args
 
 
@@ -70,25 +76,28 @@ def gemm(
     a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None, alpha: float, beta: float
 ) -> torch.Tensor:
     """D = alpha * a @ b + beta * c on the GPU; see samattn.gemm."""
-    sizes = _checks.gemm(a, b, c, alpha, beta)
+    sizes = _checks.gemm_quick(a, b, c, alpha, beta) or _checks.gemm(a, b, c, alpha, beta)
     out = torch.empty(sizes.out_shape, dtype=a.dtype, device=a.device)
     if out.numel() == 0:
         return out
     a = _operand(a)
     b = _operand(b)
     args = _gemm_args(a, b, c, alpha, beta, sizes, out.data_ptr())
-    args.stream = _stream(a.device)
+    args.stream = _stream(a)
     library = _lib.lib()
-    needed = ctypes.c_int64(0)
-    _lib.check(library.samattn_gemm_workspace_size(ctypes.byref(args), ctypes.byref(needed)))
-    workspace = None
-    if needed.value > 0:
+    args_ref = ctypes.byref(args)
+    family = ctypes.c_int32(_lib.FAMILY_AUTO)
+    # Most GEMMs need no workspace: ask for its size only when the library says so.
+    status = library.samattn_gemm(args_ref, ctypes.byref(family))
+    if status == _lib.NEEDS_WORKSPACE:
+        needed = ctypes.c_int64(0)
+        _lib.check(library.samattn_gemm_workspace_size(args_ref, ctypes.byref(needed)))
         # From torch's caching allocator, so it is cheap, stream-ordered and
         # capturable in CUDA graphs; freed when the kernel is done with it.
         workspace = torch.empty(needed.value, dtype=torch.uint8, device=a.device)
         args.workspace, args.workspace_bytes = workspace.data_ptr(), needed.value
-    family = ctypes.c_int32(_lib.FAMILY_AUTO)
-    _lib.check(library.samattn_gemm(ctypes.byref(args), ctypes.byref(family)))
+        status = library.samattn_gemm(args_ref, ctypes.byref(family))
+    _lib.check(status)
     _lib.set_last_family(family.value)
     return out
 
@@ -122,14 +131,14 @@ def _run_softmax(
     out: torch.Tensor,
 ) -> None:
     args = _lib.SoftmaxArgs()
-    args.dtype = _checks.DTYPE_CODES[x.dtype]
-    args.family = _family.requested_family()
-    args.device = x.device.index
-    args.outer, args.dim, args.inner = view.outer, view.dim, view.inner
-    args.x = x.data_ptr()
-    args.dy = dy.data_ptr() if dy is not None else None
-    args.out = out.data_ptr()
-    args.stream = _stream(x.device)
+    _lib.SOFTMAX_PACKER.pack_into(
+        args, 0,
+        ctypes.sizeof(args), _checks.DTYPE_CODES[x.dtype], _family.requested_family(),
+        x.get_device(), 0,
+        view.outer, view.dim, view.inner,
+        x.data_ptr(), 0 if dy is None else dy.data_ptr(), out.data_ptr(),
+        _stream(x),
+    )  # fmt: skip
     family = ctypes.c_int32(_lib.FAMILY_AUTO)
     function = getattr(_lib.lib(), function_name)
     _lib.check(function(ctypes.byref(args), ctypes.byref(family)))
@@ -138,7 +147,7 @@ def _run_softmax(
 
 def softmax(x: torch.Tensor, dim: int) -> torch.Tensor:
     """Softmax of x along dim on the GPU; see samattn.softmax."""
-    view = _checks.softmax(x, dim)
+    view = _checks.softmax_quick(x, dim) or _checks.softmax(x, dim)
     x = x.contiguous()
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     if y.numel() > 0:
@@ -171,28 +180,41 @@ def _attention_operand(t: torch.Tensor) -> torch.Tensor:
     views that qualify (SDPA's (batch, heads, seq, dim) seen as (batch, seq, heads, dim),
     a slice of packed qkv) cost no copy. Any other head dim cannot have 16-byte rows, so
     its tensors are read in place (copied only when the head dim is not contiguous)."""
-    if t.stride(-1) != 1:
-        return t.contiguous()
-    vector = _VECTOR_BYTES // t.element_size()
-    if t.shape[-1] % vector != 0:
+    if t.is_contiguous():  # a copy would be the same tensor
         return t
-    ok = t.data_ptr() % _VECTOR_BYTES == 0 and all(
-        s % vector == 0 for size, s in zip(t.shape[:-1], t.stride()[:-1]) if size > 1
-    )
-    return t if ok else t.contiguous()
+    strides = t.stride()
+    if strides[-1] != 1:
+        return t.contiguous()
+    shape = t.shape
+    vector = _VECTOR_BYTES // t.element_size()
+    if shape[-1] % vector != 0:
+        return t
+    if t.data_ptr() % _VECTOR_BYTES != 0:
+        return t.contiguous()
+    # A stride of a mode of size 1 is never stepped over: it may be anything.
+    if all(s % vector == 0 or n == 1 for n, s in zip(shape[:-1], strides[:-1])):
+        return t
+    return t.contiguous()
 
 
 def _seq_head_strides(t: torch.Tensor) -> tuple[int, int, int]:
     """(batch, seq, head) element strides of a 4-D (batch, seq, head, dim) or 3-D packed
     (total, head, dim) tensor; 0 for a mode of size 1 (never stepped over), and batch 0
     for a packed tensor."""
-    sizes, strides = t.shape[:-1], t.stride()[:-1]
-    if t.dim() == 3:
-        sizes, strides = (1, *sizes), (0, *strides)
-    return tuple(s if n > 1 else 0 for n, s in zip(sizes, strides))
+    shape, strides = t.shape, t.stride()
+    if len(shape) == 3:
+        seq, head, _ = shape
+        seq_stride, head_stride, _ = strides
+        batch_stride = 0
+    else:
+        batch, seq, head, _ = shape
+        batch_stride, seq_stride, head_stride, _ = strides
+        batch_stride = batch_stride if batch > 1 else 0
+    return batch_stride, seq_stride if seq > 1 else 0, head_stride if head > 1 else 0
 
 
 def _check_cu_seqlens_on_device(
+    op: str | None,
     cu_seqlens_q: torch.Tensor,
     cu_seqlens_k: torch.Tensor,
     sizes: _checks.AttentionShape,
@@ -204,7 +226,7 @@ def _check_cu_seqlens_on_device(
     a CUDA graph is being captured, where a copy is not allowed."""
     if torch.cuda.is_current_stream_capturing():
         return
-    op = "samattn.flash_attn_varlen_func"
+    op = op or "samattn.flash_attn_varlen_func"
     both = torch.cat([cu_seqlens_q, cu_seqlens_k]).tolist()
     values_q, values_k = both[: sizes.batch + 1], both[sizes.batch + 1 :]
     _checks.cu_seqlens_values(
@@ -215,7 +237,7 @@ def _check_cu_seqlens_on_device(
     )
 
 
-def _attention_sizes(
+def attention_sizes(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
@@ -223,15 +245,26 @@ def _attention_sizes(
     cu_seqlens_k: torch.Tensor | None,
     max_seqlen_q: int,
     max_seqlen_k: int,
+    op: str | None,
 ) -> _checks.AttentionShape:
-    if cu_seqlens_q is None or cu_seqlens_k is None:
-        return _checks.flash_attn(q, k, v)
+    """The validated sizes of an attention call (fixed length when cu_seqlens_q is None);
+    `op` names the public function in messages (None: flash_attn_func or its varlen)."""
+    if cu_seqlens_q is None:
+        sizes = _checks.flash_attn_quick(q, k, v)
+        return sizes or _checks.flash_attn(q, k, v, op or "samattn.flash_attn_func")
     return _checks.flash_attn_varlen(
-        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k
-    )
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+        op or "samattn.flash_attn_varlen_func",
+    )  # fmt: skip
+
+
+# The forward leaves the backward's tensors (dout, dq, dk, dv and their strides) NULL / 0.
+# Pointers are packed as integers, NULL as 0.
+_NO_GRADIENTS = (0, 0, 0, 0) * 4
 
 
 def _attention_args(
+    op: str | None,
     sizes: _checks.AttentionShape,
     q: torch.Tensor,
     k: torch.Tensor,
@@ -247,42 +280,50 @@ def _attention_args(
     window_left: int,
     window_right: int,
     softcap: float,
+    gradients: tuple[torch.Tensor, ...] = (),
+    deterministic: bool = False,
 ) -> tuple[_lib.AttentionArgs, tuple[torch.Tensor, ...]]:
-    """The C arguments shared by the forward and the backward, and the tensors they point
-    to (q, k, v as the kernels read them, the contiguous offsets), to keep alive."""
-    q, k, v = (_attention_operand(t) for t in (q, k, v))
-    args = _lib.AttentionArgs()
-    args.dtype = _checks.DTYPE_CODES[q.dtype]
-    args.family = _family.requested_family()
-    args.device = q.device.index if q.device.index is not None else 0
-    args.causal = int(causal)
-    args.batch, args.nheads, args.nheads_k = sizes.batch, sizes.nheads, sizes.nheads_k
-    args.seqlen_q, args.seqlen_k, args.headdim = sizes.seqlen_q, sizes.seqlen_k, sizes.headdim
+    """The C arguments of the forward, or of the backward when `gradients` holds
+    (dout, dq, dk, dv); and the tensors they point to (q, k, v as the kernels read them,
+    the contiguous offsets), to keep alive until the launch."""
+    q, k, v = _attention_operand(q), _attention_operand(k), _attention_operand(v)
     keep: tuple[torch.Tensor, ...] = (q, k, v)
+    cu_q = cu_k = 0
     if sizes.varlen:
         cu_seqlens_q = cu_seqlens_q.contiguous()
         cu_seqlens_k = cu_seqlens_k.contiguous()
-        _check_cu_seqlens_on_device(cu_seqlens_q, cu_seqlens_k, sizes, max_seqlen_q, max_seqlen_k)
-        args.cu_seqlens_q, args.cu_seqlens_k = cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr()
-        args.max_seqlen_q, args.max_seqlen_k = max_seqlen_q, max_seqlen_k
+        _check_cu_seqlens_on_device(
+            op, cu_seqlens_q, cu_seqlens_k, sizes, max_seqlen_q, max_seqlen_k
+        )
+        cu_q, cu_k = cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr()
         keep += (cu_seqlens_q, cu_seqlens_k)
-    args.q = q.data_ptr()
-    args.q_batch_stride, args.q_seq_stride, args.q_head_stride = _seq_head_strides(q)
-    args.k = k.data_ptr()
-    args.k_batch_stride, args.k_seq_stride, args.k_head_stride = _seq_head_strides(k)
-    args.v = v.data_ptr()
-    args.v_batch_stride, args.v_seq_stride, args.v_head_stride = _seq_head_strides(v)
-    args.o = out.data_ptr()
-    args.o_batch_stride, args.o_seq_stride, args.o_head_stride = _seq_head_strides(out)
-    args.lse = lse.data_ptr()
+    else:
+        max_seqlen_q = max_seqlen_k = 0
     if sizes.varlen:  # (nheads, total_q)
-        args.lse_batch_stride, args.lse_head_stride, args.lse_seq_stride = 0, *lse.stride()
+        lse_strides = (0, *lse.stride())
     else:  # (batch, nheads, seqlen_q)
-        args.lse_batch_stride, args.lse_head_stride, args.lse_seq_stride = lse.stride()
-    args.softmax_scale = softmax_scale
-    args.softcap = softcap
-    args.window_left, args.window_right = window_left, window_right
-    args.stream = _stream(q.device)
+        lse_strides = lse.stride()
+    backward = _NO_GRADIENTS
+    if gradients:
+        backward = ()
+        for t in gradients:
+            backward += (t.data_ptr(), *_seq_head_strides(t))
+    args = _lib.AttentionArgs()
+    _lib.ATTENTION_PACKER.pack_into(
+        args, 0,
+        ctypes.sizeof(args), _checks.DTYPE_CODES[q.dtype], _family.requested_family(),
+        q.get_device(), int(causal),
+        sizes.batch, sizes.nheads, sizes.nheads_k, sizes.seqlen_q, sizes.seqlen_k, sizes.headdim,
+        cu_q, cu_k, max_seqlen_q, max_seqlen_k,
+        q.data_ptr(), *_seq_head_strides(q),
+        k.data_ptr(), *_seq_head_strides(k),
+        v.data_ptr(), *_seq_head_strides(v),
+        out.data_ptr(), *_seq_head_strides(out),
+        lse.data_ptr(), *lse_strides,
+        softmax_scale, softcap, window_left, window_right,
+        *backward,
+        int(deterministic), 0, _stream(q), 0, 0,
+    )  # fmt: skip
     return args, keep
 
 
@@ -299,15 +340,18 @@ def flash_attn_forward(
     window_left: int,
     window_right: int,
     softcap: float,
+    op: str | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(out, softmax_lse) of FlashAttention on the GPU; see samattn.flash_attn_func."""
-    sizes = _attention_sizes(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
-    out = torch.empty(sizes.out_shape, dtype=q.dtype, device=q.device)
-    lse = torch.empty(sizes.lse_shape, dtype=torch.float32, device=q.device)
+    """(out, softmax_lse) of FlashAttention on the GPU; see samattn.flash_attn_func.
+    `op` names the public function in error messages."""
+    sizes = attention_sizes(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, op)
+    device = q.device
+    out = torch.empty(sizes.out_shape, dtype=q.dtype, device=device)
+    lse = torch.empty(sizes.lse_shape, dtype=torch.float32, device=device)
     if out.numel() == 0:
         return out, lse
     args, _keep = _attention_args(
-        sizes, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+        op, sizes, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
         softmax_scale, causal, window_left, window_right, softcap,
     )  # fmt: skip
     family = ctypes.c_int32(_lib.FAMILY_AUTO)
@@ -333,41 +377,34 @@ def flash_attn_backward(
     window_right: int,
     softcap: float,
     deterministic: bool,
+    op: str | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv) of FlashAttention on the GPU, contiguous, in q's dtype."""
-    sizes = _attention_sizes(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    sizes = attention_sizes(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, op)
     _checks.flash_attn_backward(dout, out, softmax_lse, q, sizes)
     # Varlen: the library leaves rows of dq, dk, dv outside every sequence alone; their
     # gradient is 0.
-    empty_batch = sizes.batch == 0 or sizes.nheads == 0
-    dq = (torch.zeros if sizes.varlen else torch.empty)(q.shape, dtype=q.dtype, device=q.device)
-    dk = (torch.zeros if sizes.varlen else torch.empty)(k.shape, dtype=k.dtype, device=k.device)
-    dv = (torch.zeros if sizes.varlen else torch.empty)(v.shape, dtype=v.dtype, device=v.device)
-    if empty_batch or (dq.numel() == 0 and dk.numel() == 0):
+    new = torch.zeros if sizes.varlen else torch.empty
+    dq = new(q.shape, dtype=q.dtype, device=q.device)
+    dk = new(k.shape, dtype=k.dtype, device=k.device)
+    dv = new(v.shape, dtype=v.dtype, device=v.device)
+    if sizes.batch == 0 or sizes.nheads == 0 or (dq.numel() == 0 and dk.numel() == 0):
         return dq, dk, dv
     out, dout = _attention_operand(out), _attention_operand(dout)
     args, _keep = _attention_args(
-        sizes, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+        op, sizes, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
         max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap,
+        (dout, dq, dk, dv), deterministic,
     )  # fmt: skip
-    args.dout = dout.data_ptr()
-    args.dout_batch_stride, args.dout_seq_stride, args.dout_head_stride = _seq_head_strides(dout)
-    for name, grad in (("dq", dq), ("dk", dk), ("dv", dv)):
-        setattr(args, name, grad.data_ptr())
-        strides = _seq_head_strides(grad)
-        for mode, stride in zip(("batch", "seq", "head"), strides):
-            setattr(args, f"{name}_{mode}_stride", stride)
-    args.deterministic = int(deterministic)
     library = _lib.lib()
+    args_ref = ctypes.byref(args)
     needed = ctypes.c_int64(0)
-    _lib.check(
-        library.samattn_attention_backward_workspace_size(ctypes.byref(args), ctypes.byref(needed))
-    )
+    _lib.check(library.samattn_attention_backward_workspace_size(args_ref, ctypes.byref(needed)))
     # From torch's caching allocator: stream-ordered, capturable in CUDA graphs, and
     # 512-byte aligned. The library zeroes what it needs on the stream.
     workspace = torch.empty(max(needed.value, 1), dtype=torch.uint8, device=q.device)
     args.workspace, args.workspace_bytes = workspace.data_ptr(), needed.value
     family = ctypes.c_int32(_lib.FAMILY_AUTO)
-    _lib.check(library.samattn_attention_backward(ctypes.byref(args), ctypes.byref(family)))
+    _lib.check(library.samattn_attention_backward(args_ref, ctypes.byref(family)))
     _lib.set_last_family(family.value)
     return dq, dk, dv

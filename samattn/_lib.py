@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import ctypes
 import os
+import struct
 import threading
 from pathlib import Path
 
-ABI_VERSION = 3
+ABI_VERSION = 4
 
 # Status codes.
 OK = 0
 INVALID_ARGUMENT = 1
 UNSUPPORTED = 2
 CUDA_ERROR = 3
+NEEDS_WORKSPACE = 4
 
 # Element types.
 F16 = 0
@@ -51,6 +53,7 @@ class LibraryError(ImportError):
 
 class GemmArgs(ctypes.Structure):
     _fields_ = [
+        ("struct_size", ctypes.c_int64),
         ("dtype", ctypes.c_int32),
         ("family", ctypes.c_int32),
         ("device", ctypes.c_int32),
@@ -85,6 +88,7 @@ class GemmArgs(ctypes.Structure):
 
 class SoftmaxArgs(ctypes.Structure):
     _fields_ = [
+        ("struct_size", ctypes.c_int64),
         ("dtype", ctypes.c_int32),
         ("family", ctypes.c_int32),
         ("device", ctypes.c_int32),
@@ -104,6 +108,7 @@ class AttentionArgs(ctypes.Structure):
     are the backward's."""
 
     _fields_ = [
+        ("struct_size", ctypes.c_int64),
         ("dtype", ctypes.c_int32),
         ("family", ctypes.c_int32),
         ("device", ctypes.c_int32),
@@ -165,6 +170,27 @@ class AttentionArgs(ctypes.Structure):
         ("workspace_bytes", ctypes.c_int64),
     ]
 
+
+_STRUCT_CODES = {
+    ctypes.c_int32: "i",
+    ctypes.c_int64: "q",
+    ctypes.c_void_p: "P",
+    ctypes.c_float: "f",
+}
+
+
+def packer(cls: type[ctypes.Structure]) -> struct.Struct:
+    """A packer that writes every field of `cls` in one call, in field order, with the C
+    layout (native alignment): several times cheaper per call than setting the fields
+    one by one, which matters on the eager path."""
+    layout = struct.Struct("@" + "".join(_STRUCT_CODES[ctype] for _, ctype in cls._fields_))
+    assert layout.size <= ctypes.sizeof(cls), cls
+    return layout
+
+
+GEMM_PACKER = packer(GemmArgs)
+SOFTMAX_PACKER = packer(SoftmaxArgs)
+ATTENTION_PACKER = packer(AttentionArgs)
 
 _i32 = ctypes.c_int32
 _i32_p = ctypes.POINTER(ctypes.c_int32)
@@ -265,7 +291,7 @@ def check(status: int) -> None:
     if status == OK:
         return
     message = last_error() or f"samattn: the library returned status {status}"
-    if status == INVALID_ARGUMENT:
+    if status in (INVALID_ARGUMENT, NEEDS_WORKSPACE):
         raise ValueError(message)
     if status == UNSUPPORTED:
         raise UnsupportedError(message)

@@ -36,7 +36,7 @@ from typing import Optional, Union
 
 import torch
 
-from . import _checks, _cuda, _family
+from . import _checks, _cuda, _eager, _family
 
 __all__ = [
     "flash_attn_func",
@@ -205,14 +205,28 @@ def _forward_grad(ctx, grad_out: Tensor, grad_lse: Optional[Tensor]):
     # softmax_lse is an output for the backward's use; its gradient is ignored
     # (flash-attn's convention, documented in the module docstring).
     q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
+    inputs = (grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, *ctx.scalars)
     with _family._forced_code(ctx.family):
-        dq, dk, dv = torch.ops.samattn.flash_attn_backward(
-            grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, *ctx.scalars
-        )
+        if _eager.route(grad_out, q, k, v, out) == _eager.DIRECT:
+            dq, dk, dv = _cuda.flash_attn_backward(*inputs)
+        else:
+            dq, dk, dv = torch.ops.samattn.flash_attn_backward(*inputs)
     return (dq, dk, dv) + (None,) * 10
 
 
 _flash_attn_forward.register_autograd(_forward_grad, setup_context=_forward_setup_context)
+
+
+class _FlashAttnFunction(torch.autograd.Function):
+    """The eager route with a gradient: flash_attn_forward's own forward, setup and
+    backward, without the dispatcher. Takes the op's 13 inputs."""
+
+    @staticmethod
+    def forward(*inputs):
+        return _cuda.flash_attn_forward(*inputs[:12])
+
+    setup_context = staticmethod(_forward_setup_context)
+    backward = staticmethod(_forward_grad)
 
 
 # ------------------------------------------------------ flash-attn API ----
@@ -234,33 +248,38 @@ def _attention(
     deterministic: bool,
     return_attn_probs: bool,
 ) -> AttentionResult:
-    _checks.not_implemented_attention_features(op, dropout_p, alibi_slopes)
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        _checks.require_tensor(t, f"{op}: {name}")
-    if cu_seqlens_q is None:
-        _checks.flash_attn(q, k, v, op)
-    else:
-        _checks.flash_attn_varlen(
-            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, op
-        )
+    if dropout_p != 0.0 or alibi_slopes is not None or type(dropout_p) is not float:
+        _checks.not_implemented_attention_features(op, dropout_p, alibi_slopes)
+    route = _eager.route(q, k, v, cu_seqlens_q, cu_seqlens_k)
+    if route == _eager.DISPATCH:
+        # Everything the kernels would reject, checked first with this function's name.
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            _checks.require_tensor(t, f"{op}: {name}")
+        if cu_seqlens_q is None:
+            _checks.flash_attn(q, k, v, op)
+        else:
+            _checks.flash_attn_varlen(
+                q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, op
+            )
     scale, left, right = _checks.attention_scalars(
         op, softmax_scale, window_size, softcap, q.shape[-1]
     )
-    out, lse = torch.ops.samattn.flash_attn_forward(
-        q,
-        k,
-        v,
-        cu_seqlens_q,
-        cu_seqlens_k,
-        max_seqlen_q,
-        max_seqlen_k,
-        scale,
-        bool(causal),
-        left,
-        right,
-        float(softcap),
-        bool(deterministic),
-    )
+    causal, softcap = bool(causal), float(softcap)
+    if route == _eager.DIRECT:
+        out, lse = _cuda.flash_attn_forward(
+            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal,
+            left, right, softcap, op,
+        )  # fmt: skip
+    else:
+        apply = (
+            _FlashAttnFunction.apply
+            if route == _eager.AUTOGRAD
+            else torch.ops.samattn.flash_attn_forward
+        )
+        out, lse = apply(
+            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal,
+            left, right, softcap, bool(deterministic),
+        )  # fmt: skip
     return (out, lse, None) if return_attn_probs else out
 
 

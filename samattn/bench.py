@@ -24,6 +24,15 @@ library cannot run (UnsupportedError, NotImplementedError) goes to the JSON's
 `skipped` list with the library's message.
 `ratio` is samattn / torch: above 1 is faster.
 
+Overhead (--ops overhead): what an eager call costs the CPU, as a user meets it. For
+each call (small GEMMs, a small softmax, a prefill-sized and a decode-sized attention,
+and forward + backward through autograd) against torch's own op on the same tensors:
+the host time per call of a tight loop of asynchronous calls (`samattn`, `baseline`
+in microseconds, `ratio` = torch's time / samattn's, so >= 0.8 meets the design's
+"at most 1.25x torch"), the GPU time per call with the calls queued back to back (no
+sleep kernel hides the host time) and inside a captured CUDA graph (`*_queued_us`,
+`*_graph_us`).
+
 Timing: CUDA events around every call, median of 20-200 calls (about 0.2 s
 of GPU time per measurement, less with --quick) after a warm-up. Before the
 timed calls the GPU is kept busy (torch.cuda._sleep) for as long as the CPU
@@ -60,7 +69,7 @@ import samattn
 
 from . import _cuda, _lib
 
-OPS = ("gemm", "softmax", "attention")
+OPS = ("gemm", "softmax", "attention", "overhead")
 FAMILIES = ("auto", *_lib.FAMILY_CODES)  # "auto": the library's own choice for the GPU
 
 # dtype name -> (torch dtype, torch fp32 matmul precision): "f32" is exact fp32
@@ -248,6 +257,137 @@ class Timer:
         return statistics.median(start.elapsed_time(end) for start, end in events)
 
 
+# ------------------------------------------------------------- overhead ----
+
+
+class OverheadCase(NamedTuple):
+    """One eager call and torch's equivalent, as thunks over fixed inputs."""
+
+    name: str  # the record's op is "overhead_" + name
+    what: str
+    samattn: Callable[[], object]
+    torch: Callable[[], object]
+
+
+def overhead_cases() -> list[OverheadCase]:
+    import torch.nn.functional as F
+
+    def attention(batch: int, seqlen_q: int, seqlen_k: int, heads: int, d: int, grad: bool):
+        q = _randn((batch, seqlen_q, heads, d), torch.bfloat16).requires_grad_(grad)
+        k = _randn((batch, seqlen_k, heads, d), torch.bfloat16).requires_grad_(grad)
+        v = _randn((batch, seqlen_k, heads, d), torch.bfloat16).requires_grad_(grad)
+        qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))  # SDPA's (batch, heads, seq, d)
+        if not grad:
+            return (
+                lambda: samattn.flash_attn_func(q, k, v),
+                lambda: F.scaled_dot_product_attention(qt, kt, vt),
+            )
+        dout = _randn((batch, seqlen_q, heads, d), torch.bfloat16)
+        doutt = dout.transpose(1, 2)
+        return (
+            lambda: torch.autograd.grad(samattn.flash_attn_func(q, k, v), (q, k, v), dout),
+            lambda: torch.autograd.grad(
+                F.scaled_dot_product_attention(qt, kt, vt), (q, k, v), doutt
+            ),
+        )
+
+    a, b = _randn((1024, 1024), torch.bfloat16), _randn((1024, 1024), torch.bfloat16)
+    a64, b64 = _randn((64, 64), torch.bfloat16), _randn((64, 64), torch.bfloat16)
+    x = _randn((64, 1024), torch.float32)
+    ag, bg = a64.clone().requires_grad_(), b64.clone().requires_grad_()
+    xg, dy = x.clone().requires_grad_(), _randn((64, 1024), torch.float32)
+    dd = _randn((64, 64), torch.bfloat16)
+    return [
+        OverheadCase("gemm", "gemm bf16 1024^3", lambda: samattn.gemm(a, b), lambda: a @ b),
+        OverheadCase(
+            "gemm_small", "gemm bf16 64^3", lambda: samattn.gemm(a64, b64), lambda: a64 @ b64
+        ),
+        OverheadCase(
+            "softmax", "softmax f32 64x1024", lambda: samattn.softmax(x, -1),
+            lambda: torch.softmax(x, -1),
+        ),
+        OverheadCase(
+            "attention", "flash_attn_func bf16 b1 sq128 sk512 h8 d64",
+            *attention(1, 128, 512, 8, 64, grad=False),
+        ),
+        OverheadCase(
+            "attention_decode", "flash_attn_func bf16 decode sq1 sk512 h32 d128",
+            *attention(1, 1, 512, 32, 128, grad=False),
+        ),
+        OverheadCase(
+            "gemm_backward", "gemm bf16 64^3 forward + backward",
+            lambda: torch.autograd.grad(samattn.gemm(ag, bg), (ag, bg), dd),
+            lambda: torch.autograd.grad(ag @ bg, (ag, bg), dd),
+        ),
+        OverheadCase(
+            "softmax_backward", "softmax f32 64x1024 forward + backward",
+            lambda: torch.autograd.grad(samattn.softmax(xg, -1), (xg,), dy),
+            lambda: torch.autograd.grad(torch.softmax(xg, -1), (xg,), dy),
+        ),
+        OverheadCase(
+            "attention_backward", "flash_attn_func bf16 b1 sq128 sk512 h8 d64 forward + backward",
+            *attention(1, 128, 512, 8, 64, grad=True),
+        ),
+    ]  # fmt: skip
+
+
+def host_us(fn: Callable[[], object], calls: int = 100, rounds: int = 15) -> float:
+    """Median host time per call of `calls` asynchronous calls in a row (the GPU drained
+    between rounds, so its queue never throttles the loop)."""
+    for _ in range(5):
+        fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        samples.append((time.perf_counter() - started) / calls * 1e6)
+        torch.cuda.synchronize()
+    return statistics.median(samples)
+
+
+def queued_gpu_us(fn: Callable[[], object], calls: int = 100, rounds: int = 10) -> float:
+    """GPU time per call of calls issued back to back, as an eager loop meets it: when the
+    host is slower than the kernels, this is the host's time."""
+    samples = []
+    for _ in range(rounds):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        for _ in range(calls):
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+        samples.append(start.elapsed_time(end) * 1e3 / calls)
+    return statistics.median(samples)
+
+
+def graph_gpu_us(fn: Callable[[], object], calls: int = 20, rounds: int = 10) -> float:
+    """GPU time per call replayed from a captured CUDA graph of `calls` calls."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    graph.replay()
+    samples = []
+    for _ in range(rounds):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        samples.append(start.elapsed_time(end) * 1e3 / calls)
+    return statistics.median(samples)
+
+
 # ---------------------------------------------------------------- cases ----
 
 
@@ -381,6 +521,41 @@ class Bench:
             )
 
         self._run_case(f"gemm {dtype_name} {_shape_text(shape)}", body)
+
+    # -- eager overhead
+    def overhead(self, case: OverheadCase) -> None:
+        def body(family: str | None) -> None:
+            with samattn.use_family(family):
+                _lib.set_last_family(_lib.FAMILY_AUTO)
+                case.samattn()
+                ran = _lib.last_family() or "?"
+                ours = host_us(case.samattn)
+                theirs = host_us(case.torch)
+                fields: dict[str, Any] = {}
+                for name, measure in (("queued", queued_gpu_us), ("graph", graph_gpu_us)):
+                    for who, fn in (("samattn", case.samattn), ("baseline", case.torch)):
+                        reason = try_call(measure, fn)  # a graph may refuse a call
+                        key = f"{who}_{name}_us"
+                        fields[key] = measure(fn) if reason is None else None
+                        if reason is not None:
+                            fields[f"{key}_skipped"] = reason
+            record = dict(
+                op="overhead_" + case.name,
+                family=ran,
+                forced=family is not None,
+                dtype="-",
+                shape=[],
+                what=case.what,
+                unit="us",
+                samattn=ours,
+                baseline=theirs,
+                baseline_name="torch eager (same tensors)",
+                **fields,
+            )
+            self.records.append({**record, "ratio": theirs / ours})
+            print(format_record(self.records[-1]), flush=True)
+
+        self._run_case(f"overhead {case.what}", body)
 
     # -- softmax
     def softmax(self, dtype_name: str, shape: Shape) -> None:
@@ -606,6 +781,8 @@ def _number(value: float | None, width: int, digits: int) -> str:
 
 
 def _case_text(r: dict[str, Any]) -> str:
+    if "what" in r:
+        return r["what"]
     return _shape_text(r["shape"]) + (" causal" if r.get("causal") else "")
 
 
@@ -822,6 +999,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         for dtype_name, case in ATTENTION_CASES[size]:
             bench.attention(dtype_name, case)
             torch.cuda.empty_cache()
+    if "overhead" in args.ops:
+        print("\neager overhead: host us per call (samattn, torch), ratio = torch / samattn")
+        for case in overhead_cases():
+            bench.overhead(case)
     print(summarize(bench))
     print(f"\n{len(bench.records)} records in {time.perf_counter() - started:.0f} s")
 

@@ -8,7 +8,8 @@ Ops (namespace ``samattn``)::
 
 The device implementations live in ``samattn/_cuda.py``; the fake implementations here
 give ``torch.compile`` output shapes without running anything. Validation is shared
-(``samattn/_checks.py``), so eager and compiled code raise the same errors.
+(``samattn/_checks.py``), so eager and compiled code raise the same errors. In plain eager
+mode the public functions skip the dispatcher (``samattn/_eager.py``).
 """
 
 # No `from __future__ import annotations`: torch.library reads these annotations at
@@ -17,7 +18,7 @@ from typing import Optional
 
 import torch
 
-from . import _checks, _cuda, _family
+from . import _checks, _cuda, _eager, _family
 
 __all__ = ["gemm", "softmax"]
 
@@ -48,6 +49,18 @@ def _gemm_setup_context(ctx, inputs, output) -> None:
     ctx.family = _family.requested_family()
 
 
+def _gemm_any(
+    a: torch.Tensor, b: torch.Tensor, c: Optional[torch.Tensor], alpha: float, beta: float
+) -> torch.Tensor:
+    """gemm by the cheapest route these tensors allow (samattn/_eager.py)."""
+    route = _eager.route(a, b, c)
+    if route == _eager.DIRECT:
+        return _cuda.gemm(a, b, c, alpha, beta)
+    if route == _eager.AUTOGRAD:
+        return _GemmFunction.apply(a, b, c, alpha, beta)
+    return torch.ops.samattn.gemm(a, b, c, alpha, beta)
+
+
 def _gemm_backward(ctx, grad: torch.Tensor):
     """dA = alpha dD B^T, dB = alpha A^T dD, dC = beta dD, each summed where it broadcast."""
     a, b = ctx.saved_tensors
@@ -55,17 +68,24 @@ def _gemm_backward(ctx, grad: torch.Tensor):
     # The backward runs on autograd's thread: replay the forward's family choice.
     with _family._forced_code(ctx.family):
         if ctx.needs_input_grad[0]:
-            grad_a = torch.ops.samattn.gemm(grad, b.mT, None, ctx.alpha, 0.0)
-            grad_a = grad_a.sum_to_size(a.shape)
+            grad_a = _gemm_any(grad, b.mT, None, ctx.alpha, 0.0).sum_to_size(a.shape)
         if ctx.needs_input_grad[1]:
-            grad_b = torch.ops.samattn.gemm(a.mT, grad, None, ctx.alpha, 0.0)
-            grad_b = grad_b.sum_to_size(b.shape)
+            grad_b = _gemm_any(a.mT, grad, None, ctx.alpha, 0.0).sum_to_size(b.shape)
     if ctx.needs_input_grad[2]:
         grad_c = (grad * ctx.beta).sum_to_size(ctx.c_shape)
     return grad_a, grad_b, grad_c, None, None
 
 
 _gemm.register_autograd(_gemm_backward, setup_context=_gemm_setup_context)
+
+
+class _GemmFunction(torch.autograd.Function):
+    """The eager route with a gradient: the op's own forward, setup and backward,
+    without the dispatcher."""
+
+    forward = staticmethod(_cuda.gemm)
+    setup_context = staticmethod(_gemm_setup_context)
+    backward = staticmethod(_gemm_backward)
 
 
 # --------------------------------------------------------------- softmax ----
@@ -101,10 +121,20 @@ def _softmax_setup_context(ctx, inputs, output) -> None:
 def _softmax_grad(ctx, grad: torch.Tensor):
     (y,) = ctx.saved_tensors
     with _family._forced_code(ctx.family):
+        if _eager.route(y, grad) == _eager.DIRECT:
+            return _cuda.softmax_backward(y, grad, ctx.dim), None
         return torch.ops.samattn.softmax_backward(y, grad, ctx.dim), None
 
 
 _softmax.register_autograd(_softmax_grad, setup_context=_softmax_setup_context)
+
+
+class _SoftmaxFunction(torch.autograd.Function):
+    """The eager route with a gradient (see _GemmFunction)."""
+
+    forward = staticmethod(_cuda.softmax)
+    setup_context = staticmethod(_softmax_setup_context)
+    backward = staticmethod(_softmax_grad)
 
 
 # ------------------------------------------------------- public functions ----
@@ -136,11 +166,17 @@ def gemm(
         ValueError / TypeError for bad arguments, samattn.UnsupportedError when this GPU,
         kernel family or build cannot run them, RuntimeError for CUDA errors.
     """
+    alpha, beta = float(alpha), float(beta)
+    route = _eager.route(a, b, c)
+    if route == _eager.DIRECT:
+        return _cuda.gemm(a, b, c, alpha, beta)
+    if route == _eager.AUTOGRAD:
+        return _GemmFunction.apply(a, b, c, alpha, beta)
     _checks.require_tensor(a, "samattn.gemm: a")
     _checks.require_tensor(b, "samattn.gemm: b")
     if c is not None:
         _checks.require_tensor(c, "samattn.gemm: c")
-    return torch.ops.samattn.gemm(a, b, c, float(alpha), float(beta))
+    return torch.ops.samattn.gemm(a, b, c, alpha, beta)
 
 
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -158,6 +194,11 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
         IndexError if dim is out of range; ValueError / TypeError for other bad arguments,
         samattn.UnsupportedError when this GPU, kernel family or build cannot run it.
     """
+    route = _eager.route(x)
+    if route == _eager.DIRECT:
+        return _cuda.softmax(x, dim)
     _checks.require_tensor(x, "samattn.softmax: x")
     dim = _checks.softmax_dim(x, dim, "samattn.softmax")  # a clear error before the dispatcher's
+    if route == _eager.AUTOGRAD:
+        return _SoftmaxFunction.apply(x, dim)
     return torch.ops.samattn.softmax(x, dim)

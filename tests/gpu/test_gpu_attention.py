@@ -62,11 +62,14 @@ def last_dtype(family: str) -> torch.dtype:
 
 # ------------------------------------------------------------ reference ----
 def allowed_keys(sq, sk, causal, window, norm_seqlen_k=None, rows=None):
-    """(sq, sk) bool: key j visible to query i, by flash-attn's rules (bounds reaching past
-    norm_seqlen_k, the longest key sequence, are unbounded; causal fixes right = 0).
-    rows: only these query indices (a 1-D tensor), giving (len(rows), sk)."""
-    norm = sk if norm_seqlen_k is None else norm_seqlen_k
-    left, right = (-1 if w < 0 or w >= norm else w for w in window)
+    """(sq, sk) bool: key j visible to query i, by flash-attn's documented rule
+    i + sk - sq - left <= j <= i + sk - sq + right, a negative bound unbounded and causal
+    fixing right = 0; taken literally, however far a bound reaches (flash-attn's own code
+    unbounds any bound >= seqlen_k, which differs when sq > sk). norm_seqlen_k is unused:
+    the rule needs no normalisation. rows: only these query indices (a 1-D tensor),
+    giving (len(rows), sk)."""
+    del norm_seqlen_k
+    left, right = (-1 if w < 0 else w for w in window)
     if causal:
         right = 0
     i = (torch.arange(sq, device=DEVICE) if rows is None else rows.to(DEVICE))[:, None]
@@ -224,6 +227,44 @@ def test_rows_with_nothing_to_attend(attn_family):
     assert torch.all(out == 0) and torch.all(lse == math.inf)
 
 
+WINDOW_SEMANTICS = {
+    # (sq, sk, causal, window): bounds that reach past seqlen_k but not past every row.
+    "right >= sk, sq > sk": (100, 40, False, (-1, 50)),
+    "right = sk, sq > 2 sk": (90, 30, False, (-1, 30)),
+    "left >= sk, sq > sk": (70, 30, False, (45, 0)),
+    "both bounded, sq > sk": (64, 16, False, (20, 40)),
+    "causal, sq > sk": (80, 33, True, (-1, -1)),
+    "causal and left >= sk": (80, 33, True, (40, -1)),
+    "right just below sq - 1": (50, 10, False, (-1, 48)),
+    "right = sq - 1": (50, 10, False, (-1, 49)),
+    "huge bounds": (50, 10, False, (2**40, 2**40)),
+}
+
+
+@pytest.mark.parametrize("case", WINDOW_SEMANTICS.values(), ids=WINDOW_SEMANTICS.keys())
+def test_window_semantics_with_more_queries_than_keys(attn_family, case):
+    """The documented window rule holds literally, including rows that then see no key
+    (out 0, lse +inf), forward and backward."""
+    sq, sk, causal, window = case
+    dtype = last_dtype(attn_family)
+    mask = allowed_keys(sq, sk, causal, window)
+    assert not mask.all(), "the case must mask something"
+    check_fixed(attn_family, 2, sq, sk, 4, 2, 64, dtype, causal=causal, window=window)
+    check_fixed_grads(attn_family, 2, sq, sk, 4, 2, 64, dtype, causal=causal, window=window)
+
+
+def test_window_accepts_int_likes(attn_family):
+    """window_size takes any pair of int-likes, as flash-attn does."""
+    import numpy as np
+
+    dtype = last_dtype(attn_family)
+    q, k, v = make_qkv(1, 40, 60, 2, 2, 64, dtype)
+    expected, _ = run_fixed(attn_family, q, k, v, window_size=(7, 3))
+    for window in ([7, 3], (np.int64(7), np.int32(3)), (torch.tensor(7), torch.tensor(3))):
+        out, _ = run_fixed(attn_family, q, k, v, window_size=window)
+        assert torch.equal(out, expected), window
+
+
 def test_long_sequence(attn_family):
     """128k tokens, causal: a sample of query rows against the reference."""
     n, d, dtype = 131072, 64, last_dtype(attn_family)
@@ -373,6 +414,7 @@ SDPA_CASES = [
     (2, 4, 4, 113, 113, True, False),
     (2, 4, 4, 50, 203, False, False),
     (2, 4, 4, 150, 100, True, False),  # top-left causal through a window
+    (2, 4, 4, 210, 70, True, False),  # ... whose right bound reaches past seqlen_k
     (2, 8, 2, 77, 77, True, True),
 ]
 

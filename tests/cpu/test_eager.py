@@ -1,0 +1,118 @@
+"""The eager route (samattn/_eager.py) and the argument packing of samattn/_cuda.py.
+
+Which route a call takes is decided from the tensors and torch's global state; the
+direct routes pack the C argument structs in one struct.pack_into call, whose layout
+must agree field by field with the ctypes structs (test_loader.py checks those against
+the C header).
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from samattn import _checks, _cuda, _eager, _lib
+
+STRUCTS = [_lib.GemmArgs, _lib.SoftmaxArgs, _lib.AttentionArgs]
+
+
+@pytest.mark.parametrize("struct", STRUCTS, ids=lambda s: s.__name__)
+def test_packer_writes_every_field_where_ctypes_reads_it(struct):
+    values = []
+    for number, (_, ctype) in enumerate(struct._fields_, start=1):
+        values.append(float(number) if ctype is ctypes.c_float else number * 1001)
+    args = struct()
+    _lib.packer(struct).pack_into(args, 0, *values)
+    assert [getattr(args, name) for name, _ in struct._fields_] == values
+
+
+def _plain(*shape: int, dtype=torch.bfloat16) -> torch.Tensor:
+    return torch.randn(shape).to(dtype)
+
+
+class _Passthrough(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+def test_route_dispatches_what_the_direct_path_cannot_read():
+    cpu, meta = _plain(4, 4), torch.empty(4, 4, device="meta")
+    assert _eager.route(cpu) == _eager.DISPATCH  # validated publicly, refused by the op
+    assert _eager.route(meta) == _eager.DISPATCH  # fake implementations
+    assert _eager.route("not a tensor") == _eager.DISPATCH
+    assert _eager.route(None, meta) == _eager.DISPATCH
+    with _Passthrough():
+        assert _eager.route(cpu) == _eager.DISPATCH
+
+
+def test_attention_args_fields(monkeypatch):
+    monkeypatch.setattr(_cuda, "_stream", lambda t: 0x5000)
+    q = _plain(2, 37, 8, 64)
+    k = _plain(2, 50, 4, 64)
+    v = _plain(2, 50, 4, 64)
+    sizes = _checks.AttentionShape(2, 8, 4, 37, 50, 64, False)
+    out = torch.empty(sizes.out_shape, dtype=q.dtype)
+    lse = torch.empty(sizes.lse_shape)
+    dout, dq, dk, dv = (torch.empty_like(t) for t in (out, q, k, v))
+    args, keep = _cuda._attention_args(
+        None, sizes, q, k, v, out, lse, None, None, 0, 0, 0.25, True, 9, 0, 3.5,
+        (dout, dq, dk, dv), True,
+    )  # fmt: skip
+    expected = dict(
+        struct_size=ctypes.sizeof(_lib.AttentionArgs), dtype=_lib.BF16,
+        family=_lib.FAMILY_AUTO, device=-1, causal=1, batch=2, nheads=8, nheads_k=4,
+        seqlen_q=37, seqlen_k=50, headdim=64, cu_seqlens_q=None, cu_seqlens_k=None,
+        q=q.data_ptr(), q_batch_stride=37 * 512, q_seq_stride=512, q_head_stride=64,
+        k=k.data_ptr(), k_batch_stride=50 * 256, k_seq_stride=256, k_head_stride=64,
+        o=out.data_ptr(), o_seq_stride=512, lse=lse.data_ptr(),
+        lse_batch_stride=8 * 37, lse_head_stride=37, lse_seq_stride=1,
+        softmax_scale=0.25, softcap=3.5, window_left=9, window_right=0,
+        dout=dout.data_ptr(), dq=dq.data_ptr(), dk=dk.data_ptr(), dk_head_stride=64,
+        dv=dv.data_ptr(), dv_seq_stride=256, deterministic=1, stream=0x5000,
+        workspace=None, workspace_bytes=0,
+    )  # fmt: skip
+    assert {name: getattr(args, name) for name in expected} == expected
+    assert keep[0] is q  # read in place
+
+
+def test_size_one_modes_get_stride_zero(monkeypatch):
+    monkeypatch.setattr(_cuda, "_stream", lambda t: 0)
+    q = _plain(1, 1, 8, 64)  # batch and seq of size 1: never stepped over
+    sizes = _checks.AttentionShape(1, 8, 8, 1, 1, 64, False)
+    out, lse = torch.empty_like(q), torch.empty(sizes.lse_shape)
+    args, _ = _cuda._attention_args(
+        None, sizes, q, q, q, out, lse, None, None, 0, 0, 1.0, False, -1, -1, 0.0
+    )
+    assert (args.q_batch_stride, args.q_seq_stride, args.q_head_stride) == (0, 0, 64)
+    assert args.dout is None and args.dq_seq_stride == 0
+
+
+def test_gemm_args_fields():
+    a, b = _plain(16, 8, dtype=torch.float16), _plain(12, 8, dtype=torch.float16).mT
+    sizes = _checks.GemmShape((16, 12), 1, 16, 12, 8)
+    args = _cuda._gemm_args(a, b, None, 2.0, 0.0, sizes, 0x7000)
+    expected = dict(
+        struct_size=ctypes.sizeof(_lib.GemmArgs), dtype=_lib.F16, allow_tf32=0, batch=1,
+        m=16, n=12, k=8, a=a.data_ptr(), a_row_stride=8, a_col_stride=1, b=b.data_ptr(),
+        b_row_stride=1, b_col_stride=8, c=None, d=0x7000, d_batch_stride=192,
+        d_row_stride=12, d_col_stride=1, alpha=2.0, beta=0.0, workspace=None,
+    )  # fmt: skip
+    assert {name: getattr(args, name) for name in expected} == expected
+
+
+def test_window_bounds_take_int_likes():
+    import numpy as np
+
+    expected = (3, 0)
+    for window in ((3, 0), [3, 0], np.array([3, 0]), (np.int64(3), np.int32(0))):
+        assert _checks.window_bounds("op", window) == expected
+    assert _checks.window_bounds("op", (torch.tensor(3), torch.tensor(0))) == expected
+    assert _checks.window_bounds("op", torch.tensor([3, 0])) == expected
+    # Negative: unbounded (-1); beyond int32: capped, which reaches every key anyway.
+    assert _checks.window_bounds("op", (-7, 2**40)) == (-1, 2**31 - 1)
+    for bad in ((3.0, 0), (3,), None, (True, 0), "ab"):
+        with pytest.raises(ValueError, match="window_size must be a pair of ints"):
+            _checks.window_bounds("op", bad)
