@@ -13,7 +13,6 @@ instantiation must be picked somewhere (else it is dead code and compile time).
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
 import shutil
 import subprocess
@@ -22,6 +21,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from host_toolchain import cuda_home
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = Path(__file__).with_name("attention_dispatch_probe.cpp")
@@ -41,30 +41,17 @@ tiles = _load_tiles()
 TABLES = {table.family: table for table in tiles.tables()}
 
 
-def _cuda_include() -> Path | None:
-    """The CUDA runtime headers (the dispatch headers name cudaError_t), if installed."""
-    candidates = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]
-    nvcc = shutil.which("nvcc")
-    if nvcc:
-        candidates.append(str(Path(nvcc).resolve().parents[1]))
-    candidates.append("/usr/local/cuda")
-    for base in filter(None, candidates):
-        if (Path(base) / "include" / "cuda_runtime_api.h").exists():
-            return Path(base) / "include"
-    return None
-
-
 @pytest.fixture(scope="module")
 def picks(tmp_path_factory) -> dict[tuple[str, str, str], Counter]:
     """(direction, family, dtype) -> how often each row (its fields, comma-joined) was
     picked; "none" counts the problems nothing ran."""
-    compiler, include = shutil.which("g++"), _cuda_include()
-    if compiler is None or include is None:
+    compiler, cuda = shutil.which("g++"), cuda_home()
+    if compiler is None or cuda is None:
         pytest.skip("needs g++ and the CUDA runtime headers")
     exe = tmp_path_factory.mktemp("probe") / "probe"
     subprocess.run(
-        [compiler, "-std=c++17", "-O0", f"-I{ROOT / 'cpp' / 'src'}", f"-I{include}", str(PROBE),
-         "-o", str(exe)],
+        [compiler, "-std=c++17", "-O0", f"-I{ROOT / 'cpp' / 'src'}", f"-I{cuda / 'include'}",
+         str(PROBE), "-o", str(exe)],
         check=True,
     )  # fmt: skip
     out: dict[tuple[str, str, str], Counter] = {}
