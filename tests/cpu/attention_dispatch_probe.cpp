@@ -12,7 +12,9 @@
 
 namespace samattn::attention {
 
-const char* family_name(Family family) { return family == Family::sm75 ? "sm75" : "sm80"; }
+const char* family_name(Family family) {
+  return family == Family::sm75 ? "sm75" : family == Family::sm80 ? "sm80" : "other";
+}
 
 template <class Config>
 struct Fields;
