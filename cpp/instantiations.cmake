@@ -116,109 +116,43 @@ foreach(family sm80 sm75)
 endforeach()
 
 # ----------------------------------------------------------- attention ----
-# samattn_instantiate_attention(<fwd|bwd> <family> <dtypes> <configs>): one
-# translation unit per (dtype, configuration) of a tile table. An entry is
-# "head_dim,block_m,block_n,warps,last" (last: q_in_regs forward, q_stages
-# backward), forward optionally ",kv_stages" (FlashFwdConfig's trailing
-# argument, 1 if absent); head dims outside SAMATTN_ATTENTION_HEAD_DIMS are
-# skipped.
-function(samattn_instantiate_attention direction family dtypes configs)
-  if(direction STREQUAL "fwd")
-    set(config_type FlashFwdConfig)
-    set(problem AttentionForwardProblem)
-    set(tag q)
-  else()
-    set(config_type FlashBwdConfig)
-    set(problem AttentionBackwardProblem)
-    set(tag s)
+# The attention tiles are written once, as constexpr C++ tables in
+# cpp/src/attention/<family>/flash_<family>_tiles.h, which the dispatch selects
+# from. cpp/cmake/attention_tiles.py reads them at configure time and writes
+# one samattn_instantiate_attention() call per (family, direction, dtype, row)
+# (Python rather than a CMake regex: the same parser serves the standalone
+# checkers' build.sh and tests/cpu/test_attention_build.py). Editing a table
+# re-runs the configure.
+find_package(Python COMPONENTS Interpreter REQUIRED)
+
+# samattn_instantiate_attention(<family> <head_dim> <name> <header> <declaration>):
+# head dims outside SAMATTN_ATTENTION_HEAD_DIMS are skipped (the dispatch skips
+# their rows too).
+function(samattn_instantiate_attention family head_dim name header declaration)
+  if(head_dim IN_LIST SAMATTN_ATTENTION_HEAD_DIMS)
+    samattn_instantiate(attention ${family} ${name} "${header}" "${declaration}")
   endif()
-  foreach(dtype IN LISTS dtypes)
-    foreach(config IN LISTS configs)
-      string(REPLACE "," ";" fields "${config}")
-      list(GET fields 0 head_dim)
-      if(NOT head_dim IN_LIST SAMATTN_ATTENTION_HEAD_DIMS)
-        continue()
-      endif()
-      list(GET fields 1 block_m)
-      list(GET fields 2 block_n)
-      list(GET fields 3 warps)
-      list(GET fields 4 last)
-      set(stages_arg "")
-      set(stages_tag "")
-      list(LENGTH fields field_count)
-      if(field_count GREATER 5)
-        list(GET fields 5 stages)
-        set(stages_arg ", ${stages}")
-        set(stages_tag "_kv${stages}")
-      endif()
-      set(cfg "samattn::attention::${config_type}<${_dtypes_cpp_${dtype}}, ${head_dim}, ${block_m}, ${block_n}, ${warps}, ${last}, samattn::attention::Family::${family}${stages_arg}>")
-      samattn_instantiate(attention ${family}
-                          "attention_${direction}_${family}_${dtype}_d${head_dim}_${block_m}x${block_n}_w${warps}_${tag}${last}${stages_tag}"
-                          "attention/flash_${direction}_launch.cuh"
-                          "template cudaError_t samattn::attention::run_flash_${direction}<${cfg}>(const samattn::${problem}&);")
-    endforeach()
-  endforeach()
 endfunction()
 
-# FlashAttention-2 forward, sm80 family: one translation unit per (dtype,
-# FlashFwdConfig). Keep this list equal to the configurations Sm80FwdTiles and
-# Sm80FwdShortKeyTiles name in cpp/src/attention/flash_fwd_config.h: a missing
-# one fails the link (-z defs), an extra one is dead code;
-# tests/cpu/test_attention_build.py compares the two. One entry:
-# "head_dim,block_m,block_n,warps,q_in_regs[,kv_stages]".
-set(SAMATTN_ATTENTION_FWD_SM80_CONFIGS
-    "32,128,64,4,true"
-    "64,128,64,4,true"
-    "64,128,64,4,true,2"
-    "96,128,64,4,false"
-    "128,128,64,4,false"
-    "192,64,64,4,false"
-    "256,64,64,4,false")
-samattn_instantiate_attention(fwd sm80 "f16;bf16" "${SAMATTN_ATTENTION_FWD_SM80_CONFIGS}")
-samattn_family_sources(attention sm80 cpp/src/attention/sm80/attention_sm80.cu)
+set(_attention_tiles_script "${CMAKE_CURRENT_SOURCE_DIR}/cpp/cmake/attention_tiles.py")
+set(_attention_tiles_cmake "${SAMATTN_GENERATED_DIR}/attention_instantiations.cmake")
+file(GLOB _attention_tile_tables CONFIGURE_DEPENDS
+     "${CMAKE_CURRENT_SOURCE_DIR}/cpp/src/attention/sm*/flash_sm*_tiles.h")
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
+             "${_attention_tiles_script}" ${_attention_tile_tables})
+execute_process(COMMAND "${Python_EXECUTABLE}" "${_attention_tiles_script}" cmake
+                        "${_attention_tiles_cmake}"
+                RESULT_VARIABLE _attention_tiles_status ERROR_VARIABLE _attention_tiles_error)
+if(NOT _attention_tiles_status EQUAL 0)
+  message(FATAL_ERROR "cpp/cmake/attention_tiles.py: ${_attention_tiles_error}")
+endif()
+include("${_attention_tiles_cmake}")
 
-# FlashAttention-2 backward, sm80 family: one translation unit per (dtype,
-# FlashBwdConfig). Keep this list equal to the configurations Sm80BwdTiles
-# names in cpp/src/attention/flash_bwd_config.h (tests/cpu/test_attention_build.py
-# compares the two). One entry: "head_dim,block_m,block_n,warps,q_stages".
-set(SAMATTN_ATTENTION_BWD_SM80_CONFIGS
-    "32,64,128,8,2"
-    "32,128,128,8,2"
-    "64,64,128,8,2"
-    "64,128,128,8,2"
-    "96,64,64,8,2"
-    "96,64,128,8,2"
-    "128,64,64,8,1"
-    "128,64,128,8,2"
-    "192,32,64,8,1"
-    "192,64,64,8,2"
-    "256,32,32,4,1"
-    "256,64,64,8,1"
-    "256,64,64,8,2")
-samattn_instantiate_attention(bwd sm80 "f16;bf16" "${SAMATTN_ATTENTION_BWD_SM80_CONFIGS}")
+# FlashAttention-2, sm80 family: fp16 and bf16 on mma.sync m16n8k16.
+samattn_family_sources(attention sm80 cpp/src/attention/sm80/attention_sm80.cu)
 samattn_family_sources(attention sm80 cpp/src/attention/sm80/flash_bwd_sm80.cu)
 
-# ------------------------------------------------------ attention, sm75 ----
-# FlashAttention-2 forward and backward, sm75 family (Turing: fp16 on mma.sync
-# m16n8k8, synchronous loads; bf16 needs sm80). Keep these lists equal to the
-# configurations Sm75FwdTiles / Sm75BwdTiles name in
-# cpp/src/attention/sm75/flash_sm75_tiles.h (tests/cpu/test_attention_build.py
-# compares them). Forward entry: "head_dim,block_m,block_n,warps,q_in_regs";
-# backward entry: "head_dim,block_m,block_n,warps,q_stages".
-set(SAMATTN_ATTENTION_FWD_SM75_CONFIGS
-    "32,128,64,4,true"
-    "64,128,64,4,true"
-    "96,64,32,4,true"
-    "128,64,32,4,true"
-    "192,64,32,4,false"
-    "256,64,32,4,false")
-set(SAMATTN_ATTENTION_BWD_SM75_CONFIGS
-    "32,64,128,8,1"
-    "64,64,64,8,1"
-    "96,32,64,4,1"
-    "128,32,64,8,1"
-    "192,32,32,4,1")
-samattn_instantiate_attention(fwd sm75 f16 "${SAMATTN_ATTENTION_FWD_SM75_CONFIGS}")
-samattn_instantiate_attention(bwd sm75 f16 "${SAMATTN_ATTENTION_BWD_SM75_CONFIGS}")
+# FlashAttention-2, sm75 family (Turing: fp16 on mma.sync m16n8k8,
+# synchronous loads; bf16 needs sm80).
 samattn_family_sources(attention sm75 cpp/src/attention/sm75/attention_sm75.cu
                        cpp/src/attention/sm75/flash_bwd_sm75.cu)

@@ -30,13 +30,12 @@ captured in CUDA graphs.
 # No `from __future__ import annotations`: torch.library reads these annotations at
 # import time, and `Tensor | None` does not evaluate on Python 3.9.
 import math
-import threading
-import warnings
 from typing import Optional, Union
 
 import torch
 
 from . import _checks, _cuda, _eager, _family
+from ._warnings import warn_once as _warn_once
 
 __all__ = [
     "flash_attn_func",
@@ -519,20 +518,6 @@ def flash_attn_varlen_kvpacked_func(
 
 
 # ------------------------------------------------------------------ SDPA ----
-_warned_messages: set = set()
-_warned_lock = threading.Lock()
-
-
-def _warn_once(message: str, stacklevel: int) -> None:
-    """warnings.warn(message) the first time this process sees it (samattn's fallbacks,
-    here and in samattn.integrations); stacklevel counts from the caller."""
-    with _warned_lock:
-        if message in _warned_messages:
-            return
-        _warned_messages.add(message)
-    warnings.warn(message, stacklevel=stacklevel + 1)
-
-
 def _warn_fallback_once(reason: str) -> None:
     _warn_once(
         f"samattn.scaled_dot_product_attention: {reason} is not served by samattn's "

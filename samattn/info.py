@@ -1,27 +1,20 @@
-"""``python -m samattn.info``: print what samattn will run on this machine (see _info.py).
+"""``python -m samattn.info``: print what samattn will run on this machine.
 
-The package does not import this module (``samattn.info`` is the function from _info.py), so
-that ``python -m`` runs it fresh. Importing it explicitly rebinds ``samattn.info`` to this
-module, which is therefore callable too.
+A script, not an API: ``samattn.info`` is the function ``samattn.info()`` (samattn/_info.py).
+``python -m`` runs this file without importing it as ``samattn.info``, so the function stays
+in place; a plain ``import samattn.info`` would replace the package's ``info`` attribute with
+this module, so it is refused.
 """
 
 from __future__ import annotations
 
 import sys
-import types
-from typing import Any, TextIO
 
-from ._info import collect, format_report, info, main
+if __name__ != "__main__":
+    raise ImportError(
+        "samattn.info is a function: call samattn.info(), or run `python -m samattn.info`"
+    )
 
-__all__ = ["collect", "format_report", "info", "main"]
+from samattn._info import main
 
-
-class _CallableModule(types.ModuleType):
-    def __call__(self, file: TextIO | None = None) -> dict[str, Any]:
-        return info(file)
-
-
-sys.modules[__name__].__class__ = _CallableModule
-
-if __name__ == "__main__":
-    sys.exit(main())
+sys.exit(main())

@@ -47,7 +47,7 @@ import torch
 import torch.nn.functional as F
 
 import samattn
-from samattn import attention as _attention
+from samattn._warnings import warn_once as _samattn_warn_once
 
 NAME = "samattn"
 MIN_TRANSFORMERS = (4, 56)
@@ -122,7 +122,7 @@ def attention_mask(
 
 # -------------------------------------------------------------- forward ----
 def _warn_once(message: str) -> None:
-    _attention._warn_once(f"samattn attention for transformers: {message}", stacklevel=3)
+    _samattn_warn_once(f"samattn attention for transformers: {message}", stacklevel=3)
 
 
 class _PackingCache:

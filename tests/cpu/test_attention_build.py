@@ -1,83 +1,160 @@
-"""The attention instantiation lists of cpp/instantiations.cmake against the tile tables
-the family dispatches read: Sm80FwdTiles (cpp/src/attention/flash_fwd_config.h),
-Sm80BwdTiles (flash_bwd_config.h) and Sm75FwdTiles / Sm75BwdTiles
-(cpp/src/attention/sm75/flash_sm75_tiles.h).
+"""The attention tile tables (cpp/src/attention/<family>/flash_<family>_tiles.h) against
+what is built from them and what the dispatch can pick.
 
-A configuration a table names but CMake does not instantiate fails the link (-z defs);
-this test also catches the reverse (an instantiation nothing dispatches to: dead code and
-compile time), and says which line to edit. Source files only: no library needed.
+cpp/cmake/attention_tiles.py is the one reader of the tables: CMake writes a translation
+unit per instantiation it lists, benchmarks/attention_check/build.sh the checkers' units.
+These tests check that reader against the C++ compiler's view of the same tables: a host
+build of the real dispatch headers (g++, tests/cpu/attention_dispatch_probe.cpp) with
+run_flash_fwd / run_flash_bwd replaced by a print, run over head dims, shared-memory sizes
+and key loops. Every configuration it picks must be a listed instantiation, and every
+instantiation must be picked somewhere (else it is dead code and compile time).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import re
+import shutil
+import subprocess
+import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
+from host_toolchain import cuda_home
 
 ROOT = Path(__file__).resolve().parents[2]
-ATTENTION = ROOT / "cpp" / "src" / "attention"
-INSTANTIATIONS = ROOT / "cpp" / "instantiations.cmake"
-
-# The forward's trailing K/V stages are optional (FlashFwdConfig's default, 1).
-_FWD = (
-    r"FlashFwdConfig<T,\s*(\d+),\s*(\d+),\s*(\d+),\s*(\d+),\s*(true|false),\s*Family::{}"
-    r"(?:,\s*(\d+))?>"
-)
-_BWD = r"FlashBwdConfig<T,\s*(\d+),\s*(\d+),\s*(\d+),\s*(\d+),\s*(\d+),\s*Family::{}>"
-
-# (table header, the declaration the table follows, config pattern, CMake list)
-TABLES = {
-    "sm80 forward": (
-        ATTENTION / "flash_fwd_config.h",
-        "struct Sm80FwdTiles;",
-        _FWD.format("sm80"),
-        "SAMATTN_ATTENTION_FWD_SM80_CONFIGS",
-    ),
-    "sm80 backward": (
-        ATTENTION / "flash_bwd_config.h",
-        "struct Sm80BwdTiles",
-        _BWD.format("sm80"),
-        "SAMATTN_ATTENTION_BWD_SM80_CONFIGS",
-    ),
-    "sm75 forward": (
-        ATTENTION / "sm75" / "flash_sm75_tiles.h",
-        "struct Sm75FwdTiles;",
-        _FWD.format("sm75"),
-        "SAMATTN_ATTENTION_FWD_SM75_CONFIGS",
-    ),
-    "sm75 backward": (
-        ATTENTION / "sm75" / "flash_sm75_tiles.h",
-        "struct Sm75BwdTiles;",
-        _BWD.format("sm75"),
-        "SAMATTN_ATTENTION_BWD_SM75_CONFIGS",
-    ),
-}
+PROBE = Path(__file__).with_name("attention_dispatch_probe.cpp")
 
 
-def _table_configs(header: Path, declaration: str, pattern: str) -> set[tuple[str, ...]]:
-    text = header.read_text()
-    start = text.index(declaration)  # the table follows its declaration
-    # an optional group that did not match is "": drop it
-    return {tuple(field for field in match if field) for match in re.findall(pattern, text[start:])}
-
-
-def _cmake_configs(variable: str) -> set[tuple[str, ...]]:
-    text = INSTANTIATIONS.read_text()
-    block = re.search(rf"set\({variable}(.*?)\)", text, re.S)
-    assert block, f"{variable} not found in {INSTANTIATIONS}"
-    return {tuple(entry.split(",")) for entry in re.findall(r'"([^"]+)"', block.group(1))}
-
-
-@pytest.mark.parametrize("table", TABLES)
-def test_every_table_entry_is_instantiated_and_nothing_else(table):
-    header, declaration, pattern, variable = TABLES[table]
-    configs, cmake = _table_configs(header, declaration, pattern), _cmake_configs(variable)
-    assert configs, f"no {table} configuration found after {declaration!r} in {header}"
-    assert configs - cmake == set(), (
-        f"add to {variable} in {INSTANTIATIONS}: {sorted(','.join(c) for c in configs - cmake)}"
+def _load_tiles():
+    spec = importlib.util.spec_from_file_location(
+        "attention_tiles", ROOT / "cpp" / "cmake" / "attention_tiles.py"
     )
-    assert cmake - configs == set(), (
-        f"not in the {table} table of {header.name} (remove from {variable}): "
-        f"{sorted(','.join(c) for c in cmake - configs)}"
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+tiles = _load_tiles()
+TABLES = {table.family: table for table in tiles.tables()}
+
+
+@pytest.fixture(scope="module")
+def picks(tmp_path_factory) -> dict[tuple[str, str, str], Counter]:
+    """(direction, family, dtype) -> how often each row (its fields, comma-joined) was
+    picked; "none" counts the problems nothing ran."""
+    compiler, cuda = shutil.which("g++"), cuda_home()
+    if compiler is None or cuda is None:
+        pytest.skip("needs g++ and the CUDA runtime headers")
+    exe = tmp_path_factory.mktemp("probe") / "probe"
+    subprocess.run(
+        [compiler, "-std=c++17", "-O0", f"-I{ROOT / 'cpp' / 'src'}", f"-I{cuda / 'include'}",
+         str(PROBE), "-o", str(exe)],
+        check=True,
+    )  # fmt: skip
+    out: dict[tuple[str, str, str], Counter] = {}
+    for line in subprocess.run(
+        [exe], check=True, capture_output=True, text=True
+    ).stdout.splitlines():
+        direction, family, dtype, _head_dim, _smem, _keys, *pick = line.split()
+        if pick != ["none"]:
+            assert pick[0] == family, f"the {family} dispatch ran a {pick[0]} kernel: {line}"
+            pick = pick[1:]
+        out.setdefault((direction, family, dtype), Counter())[pick[0]] += 1
+    return out
+
+
+def _row(tile) -> str:
+    return ",".join(tile.fields)
+
+
+def test_every_family_has_a_table():
+    assert set(TABLES) == {"sm75", "sm80"}
+    for table in TABLES.values():
+        assert {t.direction for t in table.tiles} == {"fwd", "bwd"}, table.header
+
+
+@pytest.mark.parametrize("family", sorted(TABLES))
+def test_one_translation_unit_per_dtype_and_row(family):
+    table = TABLES[family]
+    units = tiles.instantiations(table)
+    names = Counter(unit.name for unit in units)
+    assert [n for n, count in names.items() if count > 1] == []
+    assert len(units) == len(table.dtypes) * len(table.tiles)
+    for unit in units:
+        config = "FlashFwdConfig" if unit.direction == "fwd" else "FlashBwdConfig"
+        fields = ", ".join(unit.tile.fields[:5])
+        assert f"{config}<samattn::DType::{unit.dtype}, {fields}, " in unit.declaration
+        assert f"Family::{family}" in unit.declaration
+
+
+@pytest.mark.parametrize("family", sorted(TABLES))
+def test_dispatch_picks_exactly_the_listed_rows(family, picks):
+    table = TABLES[family]
+    for direction in ("fwd", "bwd"):
+        listed = {_row(t) for t in table.tiles if t.direction == direction}
+        for dtype in table.dtypes:
+            picked = set(picks[(direction, family, dtype)]) - {"none"}
+            assert picked - listed == set(), (
+                f"{family} {direction} {dtype}: the dispatch runs configurations that no row "
+                f"of {table.header.name} lists (they would fail the link)"
+            )
+            assert listed - picked == set(), (
+                f"{family} {direction} {dtype}: rows of {table.header.name} that no problem "
+                "picks (shadowed by an earlier row of their head dim?)"
+            )
+
+
+def test_cmake_gets_every_translation_unit(tmp_path):
+    """The file CMake includes at configure time: one call per instantiation, with the
+    padded head dim it filters SAMATTN_ATTENTION_HEAD_DIMS by."""
+    out = tmp_path / "attention_instantiations.cmake"
+    tiles.main(["cmake", str(out)])
+    calls = re.findall(r'^samattn_instantiate_attention\((\w+) (\d+) (\w+) "([^"]+)" "([^"]+)"\)$',
+                       out.read_text(), re.M)  # fmt: skip
+    expected = [
+        (u.family, str(u.tile.head_dim), u.name, u.header, u.declaration)
+        for table in TABLES.values()
+        for u in tiles.instantiations(table)
+    ]
+    assert sorted(calls) == sorted(expected)
+
+
+def test_the_dtypes_a_family_lacks_are_refused_at_compile_time():
+    """The dispatch static_asserts a dtype against k<Family>AttentionDTypes, so a family's
+    registration cannot run a dtype its table does not instantiate."""
+    text = (ROOT / "cpp" / "src" / "attention" / "flash_fwd_dispatch.h").read_text()
+    assert "dtype_listed<T>(kSm80AttentionDTypes)" in text
+    assert "dtype_listed<T>(kSm75AttentionDTypes)" in text
+
+
+def test_no_tile_written_outside_the_tables():
+    """Configurations are named with literal numbers only in the standalone checkers'
+    alternatives (benchmarks/): the library's sources derive every one from a table."""
+    literal = re.compile(r"Flash(Fwd|Bwd)Config<[^<>]*\b\d+\s*,")
+    for path in (ROOT / "cpp").rglob("*"):
+        if path.suffix in {".h", ".cuh", ".cu", ".cpp", ".cmake"}:
+            assert not literal.search(path.read_text()), path
+
+
+BAD_ROWS = [
+    "    {64, 128, 64, 4, true, 1},",  # forward row without its use
+    "    {64, 128, 64, 4, true, 1, TileUse::any}, {32, 128, 64, 4, true, 1, TileUse::any},",
+    "    SAMATTN_ROW(64, 128, 64, 4, true, 1, TileUse::any),",
+    "    {64,",
+]
+
+
+@pytest.mark.parametrize("row", BAD_ROWS)
+def test_a_malformed_table_fails_the_configure(tmp_path, row):
+    header = tmp_path / "flash_sm80_tiles.h"
+    header.write_text(
+        "inline constexpr DType kSm80AttentionDTypes[] = {DType::f16};\n"
+        "inline constexpr FlashFwdTile kSm80FwdTiles[] = {\n"
+        f"{row}\n"
+        "};\n"
     )
+    with pytest.raises(ValueError, match=re.escape("flash_sm80_tiles.h:3")):
+        tiles.parse(header)

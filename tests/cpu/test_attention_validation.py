@@ -18,7 +18,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import samattn
-from samattn import _checks, _lib
+from samattn import _checks, _lib, _warnings
 from samattn import attention as attention_module
 
 F16, BF16 = torch.float16, torch.bfloat16
@@ -930,7 +930,7 @@ def test_sdpa_served_calls_flash_attn_with_torch_semantics(monkeypatch):
 
 
 def test_sdpa_fallback_runs_torch_and_warns_once(monkeypatch):
-    monkeypatch.setattr(attention_module, "_warned_messages", set())
+    monkeypatch.setattr(_warnings, "_warned_messages", set())
     torch.manual_seed(0)
     query, key, value = (torch.randn(1, 2, 5, 8) for _ in range(3))
     mask = torch.rand(5, 5) > 0.3

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import importlib
 import io
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 import samattn
 from samattn import _lib
@@ -59,3 +62,10 @@ def test_info_lists_a_family_per_op_and_dtype_for_each_gpu():
         assert set(gpu["families"]) == {"gemm", "softmax", "attention"}
         for choices in gpu["families"].values():
             assert set(choices) == {"float16", "bfloat16", "float32"}
+
+
+def test_info_is_a_plain_function_and_the_script_cannot_shadow_it():
+    assert callable(samattn.info) and samattn.info.__module__ == "samattn._info"
+    with pytest.raises(ImportError, match=r"call samattn\.info\(\)"):
+        importlib.import_module("samattn.info")
+    assert samattn.info.__module__ == "samattn._info"

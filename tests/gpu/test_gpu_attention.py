@@ -448,9 +448,9 @@ def test_sdpa(attn_family, dtype, case):
 
 
 def test_sdpa_mask_falls_back_to_torch(monkeypatch):
-    from samattn import attention
+    from samattn import _warnings
 
-    monkeypatch.setattr(attention, "_warned_messages", set())
+    monkeypatch.setattr(_warnings, "_warned_messages", set())
     query, key, value = (randn(1, 2, 16, 64, dtype=torch.float16) for _ in range(3))
     mask = torch.rand(16, 16, device=DEVICE) > 0.5
     with pytest.warns(UserWarning, match="attn_mask"):

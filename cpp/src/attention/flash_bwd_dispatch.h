@@ -1,48 +1,58 @@
-// Picks the backward configuration of a problem (family, padded head dim,
-// dtype, the device's shared memory) and calls its instantiation, which lives
-// in its own translation unit.
+// Picks the backward configuration of a problem from its family's tile table
+// (padded head dim, the device's shared memory) and calls its instantiation,
+// which lives in its own translation unit. Only rows of the table can be
+// named here: the kernel is FlashBwdConfig<row's fields>.
 #pragma once
 
-#include <type_traits>
+#include <iterator>
+#include <utility>
 
 #include "attention/flash_bwd_config.h"
 #include "attention/flash_fwd_dispatch.h"
-#include "attention/sm75/flash_sm75_tiles.h"
 
 namespace samattn::attention {
 
-template <DType T, int kHeadDim>
-cudaError_t run_flash_bwd_sm80_hdim(const AttentionBackwardProblem& problem) {
-  using Tier2 = typename Sm80BwdTiles<T, kHeadDim, 2>::type;
-  using Tier1 = typename Sm80BwdTiles<T, kHeadDim, 1>::type;
-  using Tier0 = typename Sm80BwdTiles<T, kHeadDim, 0>::type;
-  const int smem = problem.max_smem_per_block;
-  if (smem >= Tier2::kSmemBytes) return run_flash_bwd<Tier2>(problem);
-  if (smem >= Tier1::kSmemBytes) return run_flash_bwd<Tier1>(problem);
-  if (smem >= Tier0::kSmemBytes) return run_flash_bwd<Tier0>(problem);
-  return cudaErrorNotSupported;
+// Runs row I of kTiles if the problem may use it: sets *result and returns
+// true, else returns false (see run_flash_fwd_row).
+template <DType T, Family F, const auto& kTiles, size_t I>
+bool run_flash_bwd_row(const AttentionBackwardProblem& problem, int head_dim, cudaError_t* result) {
+  constexpr FlashBwdTile row = kTiles[I];
+  if constexpr (!head_dim_built(row.head_dim)) {
+    return false;
+  } else {
+    using Config =
+        FlashBwdConfig<T, row.head_dim, row.block_m, row.block_n, row.warps, row.q_stages, F>;
+    if (row.head_dim != head_dim || problem.max_smem_per_block < Config::kSmemBytes) return false;
+    *result = run_flash_bwd<Config>(problem);
+    return true;
+  }
+}
+
+template <DType T, Family F, const auto& kTiles, size_t... I>
+cudaError_t run_flash_bwd_rows(const AttentionBackwardProblem& problem, std::index_sequence<I...>) {
+  const int head_dim = padded_headdim(problem.headdim);
+  cudaError_t result = cudaErrorNotSupported;
+  // The first row, in table order, that fits.
+  (run_flash_bwd_row<T, F, kTiles, I>(problem, head_dim, &result) || ...);
+  return result;
+}
+
+// cudaErrorNotSupported where no row of the family's table fits the problem.
+template <DType T, Family F, const auto& kTiles>
+cudaError_t run_flash_bwd_table(const AttentionBackwardProblem& problem) {
+  return run_flash_bwd_rows<T, F, kTiles>(problem, std::make_index_sequence<std::size(kTiles)>{});
 }
 
 template <DType T>
 cudaError_t run_flash_bwd_sm80_dtype(const AttentionBackwardProblem& problem) {
-  return with_padded_headdim(problem.headdim, [&](auto headdim) {
-    return run_flash_bwd_sm80_hdim<T, decltype(headdim)::value>(problem);
-  });
+  static_assert(dtype_listed<T>(kSm80AttentionDTypes), "not in kSm80AttentionDTypes");
+  return run_flash_bwd_table<T, Family::sm80, kSm80BwdTiles>(problem);
 }
 
-// sm75: one tile per head dim (none for 256); cudaErrorNotSupported where
-// there is none or it does not fit the device's shared memory.
 template <DType T>
 cudaError_t run_flash_bwd_sm75_dtype(const AttentionBackwardProblem& problem) {
-  return with_padded_headdim(problem.headdim, [&](auto headdim) {
-    using Config = typename Sm75BwdTiles<T, decltype(headdim)::value>::type;
-    if constexpr (std::is_void_v<Config>) {
-      return cudaErrorNotSupported;
-    } else {
-      if (problem.max_smem_per_block < Config::kSmemBytes) return cudaErrorNotSupported;
-      return run_flash_bwd<Config>(problem);
-    }
-  });
+  static_assert(dtype_listed<T>(kSm75AttentionDTypes), "not in kSm75AttentionDTypes");
+  return run_flash_bwd_table<T, Family::sm75, kSm75BwdTiles>(problem);
 }
 
 }  // namespace samattn::attention

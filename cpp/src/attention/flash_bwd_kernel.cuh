@@ -312,14 +312,11 @@ __global__ void __launch_bounds__(Traits::kThreads)
 }
 
 // ---------------------------------------------------------------- step 2
-#ifndef SAMATTN_BWD_MIN_BLOCKS
-#define SAMATTN_BWD_MIN_BLOCKS 1
-#endif
 // kVectors: the host's GmemAccess choice (backward_vectors), as in
-// flash_fwd_kernel; it also picks 32-bit pair stores of dK and dV.
+// flash_fwd_kernel; it also picks 32-bit pair stores of dK and dV. One CTA
+// per SM is what the tiles are sized for (flash_sm80_tiles.h).
 template <class Traits, bool kVectors>
-__global__ void __launch_bounds__(Traits::kThreads, SAMATTN_BWD_MIN_BLOCKS)
-    flash_bwd_kernel(FlashBwdParams const p) {
+__global__ void __launch_bounds__(Traits::kThreads, 1) flash_bwd_kernel(FlashBwdParams const p) {
   using namespace cute;
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM;

@@ -1,85 +1,83 @@
-// Picks the forward configuration of a problem (family, padded head dim,
-// dtype, the device's shared memory) and calls its instantiation, which lives
-// in its own translation unit.
+// Picks the forward configuration of a problem from its family's tile table
+// (padded head dim, the device's shared memory, the key loop) and calls its
+// instantiation, which lives in its own translation unit. Only rows of the
+// table can be named here: the kernel is FlashFwdConfig<row's fields>.
 #pragma once
 
-#include <type_traits>
+#include <iterator>
+#include <utility>
 
 #include "attention/flash_fwd_config.h"
 #include "attention/sm75/flash_sm75_tiles.h"
+#include "attention/sm80/flash_sm80_tiles.h"
 
 namespace samattn::attention {
 
-template <int kHeadDim, class Run>
-cudaError_t run_if_built(Run&& run) {
-  if constexpr (head_dim_built(kHeadDim)) {
-    return run(std::integral_constant<int, kHeadDim>{});
-  } else {
-    return cudaErrorNotSupported;
+template <DType T, size_t N>
+constexpr bool dtype_listed(const DType (&dtypes)[N]) {
+  for (size_t i = 0; i < N; ++i) {
+    if (dtypes[i] == T) return true;
   }
-}
-
-// run(std::integral_constant<int, padded head dim>{}) for the problem's head
-// dim; cudaErrorNotSupported beyond 256 or for a head dim left out of the build.
-template <class Run>
-cudaError_t with_padded_headdim(int headdim, Run&& run) {
-  switch (padded_headdim(headdim)) {
-    case 32:
-      return run_if_built<32>(run);
-    case 64:
-      return run_if_built<64>(run);
-    case 96:
-      return run_if_built<96>(run);
-    case 128:
-      return run_if_built<128>(run);
-    case 192:
-      return run_if_built<192>(run);
-    case 256:
-      return run_if_built<256>(run);
-  }
-  return cudaErrorNotSupported;
+  return false;
 }
 
 // Whether a problem runs a short, unmasked key loop: no causal or window
-// bound and at most 1536 keys (24 tiles of 64), where Sm80FwdShortKeyTiles
-// measured faster (up to 2k keys; slower with a mask and from 4k keys).
+// bound and at most 1536 keys (24 tiles of 64), where the sm80 rows marked
+// TileUse::short_keys measured faster (up to 2k keys; slower with a mask and
+// from 4k keys).
 inline bool short_key_loop(const AttentionForwardProblem& problem) {
   const auto unbounded = [&](int bound) { return bound < 0 || bound >= problem.seqlen_k; };
   return !problem.causal && unbounded(problem.window_left) && unbounded(problem.window_right) &&
          problem.seqlen_k <= 1536;
 }
 
-template <DType T, int kHeadDim>
-cudaError_t run_flash_fwd_sm80_hdim(const AttentionForwardProblem& problem) {
-  using Large = typename Sm80FwdTiles<T, kHeadDim, true>::type;
-  using Small = typename Sm80FwdTiles<T, kHeadDim, false>::type;
-  using ShortKeys = typename Sm80FwdShortKeyTiles<T, kHeadDim>::type;
-  if constexpr (!std::is_void_v<ShortKeys>) {
-    if (short_key_loop(problem) && problem.max_smem_per_block >= ShortKeys::kSmemBytes) {
-      return run_flash_fwd<ShortKeys>(problem);
+// Runs row I of kTiles if the problem may use it: sets *result and returns
+// true, else returns false. Rows of head dims left out of the build
+// (SAMATTN_ATTENTION_HEAD_DIMS) are never instantiated, so never named.
+template <DType T, Family F, const auto& kTiles, size_t I>
+bool run_flash_fwd_row(const AttentionForwardProblem& problem, int head_dim, bool short_keys,
+                       cudaError_t* result) {
+  constexpr FlashFwdTile row = kTiles[I];
+  if constexpr (!head_dim_built(row.head_dim)) {
+    return false;
+  } else {
+    using Config = FlashFwdConfig<T, row.head_dim, row.block_m, row.block_n, row.warps,
+                                  row.q_in_regs, F, row.kv_stages>;
+    if (row.head_dim != head_dim || (row.use == TileUse::short_keys && !short_keys) ||
+        problem.max_smem_per_block < Config::kSmemBytes) {
+      return false;
     }
+    *result = run_flash_fwd<Config>(problem);
+    return true;
   }
-  if (problem.max_smem_per_block >= Large::kSmemBytes) return run_flash_fwd<Large>(problem);
-  if (problem.max_smem_per_block >= Small::kSmemBytes) return run_flash_fwd<Small>(problem);
-  return cudaErrorNotSupported;
+}
+
+template <DType T, Family F, const auto& kTiles, size_t... I>
+cudaError_t run_flash_fwd_rows(const AttentionForwardProblem& problem, std::index_sequence<I...>) {
+  const int head_dim = padded_headdim(problem.headdim);
+  const bool short_keys = short_key_loop(problem);
+  cudaError_t result = cudaErrorNotSupported;
+  // The first row, in table order, that the problem may use.
+  (run_flash_fwd_row<T, F, kTiles, I>(problem, head_dim, short_keys, &result) || ...);
+  return result;
+}
+
+// cudaErrorNotSupported where no row of the family's table fits the problem.
+template <DType T, Family F, const auto& kTiles>
+cudaError_t run_flash_fwd_table(const AttentionForwardProblem& problem) {
+  return run_flash_fwd_rows<T, F, kTiles>(problem, std::make_index_sequence<std::size(kTiles)>{});
 }
 
 template <DType T>
 cudaError_t run_flash_fwd_sm80_dtype(const AttentionForwardProblem& problem) {
-  return with_padded_headdim(problem.headdim, [&](auto headdim) {
-    return run_flash_fwd_sm80_hdim<T, decltype(headdim)::value>(problem);
-  });
+  static_assert(dtype_listed<T>(kSm80AttentionDTypes), "not in kSm80AttentionDTypes");
+  return run_flash_fwd_table<T, Family::sm80, kSm80FwdTiles>(problem);
 }
 
-// sm75: one tile per head dim; cudaErrorNotSupported where it does not fit
-// the device's shared memory.
 template <DType T>
 cudaError_t run_flash_fwd_sm75_dtype(const AttentionForwardProblem& problem) {
-  return with_padded_headdim(problem.headdim, [&](auto headdim) {
-    using Config = typename Sm75FwdTiles<T, decltype(headdim)::value>::type;
-    if (problem.max_smem_per_block < Config::kSmemBytes) return cudaErrorNotSupported;
-    return run_flash_fwd<Config>(problem);
-  });
+  static_assert(dtype_listed<T>(kSm75AttentionDTypes), "not in kSm75AttentionDTypes");
+  return run_flash_fwd_table<T, Family::sm75, kSm75FwdTiles>(problem);
 }
 
 }  // namespace samattn::attention

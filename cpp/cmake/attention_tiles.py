@@ -1,0 +1,239 @@
+"""Reads the attention tile tables (cpp/src/attention/<family>/flash_<family>_tiles.h) and
+derives what the build needs from them, so that a tile is written only there.
+
+CMake runs it at configure time (cpp/instantiations.cmake) to get one explicit
+instantiation per (family, direction, dtype, row); benchmarks/attention_check/build.sh
+runs it to write the standalone checkers' translation units; tests/cpu/test_attention_build.py
+imports it. The tables have a fixed textual form (cpp/src/attention/flash_tiles.h): an
+array opens on a line `inline constexpr FlashFwdTile kSm80FwdTiles[] = {`, holds one
+`{...},` row per line and comment lines, and closes with `};`. Any other line inside an
+array is an error, so a table the compiler reads differently from this parser fails the
+configure instead of building a different set of kernels.
+
+    python attention_tiles.py cmake OUT.cmake     one samattn_instantiate_attention() call per
+                                                  instantiation (written only if it changed)
+    python attention_tiles.py sources FAMILY DIR [--fwd ROW]... [--bwd ROW]...
+                                                  one .cu per instantiation of FAMILY into DIR
+                                                  (plus extra bf16 rows "64,128,128,4,true");
+                                                  prints "fwd|bwd PATH" per file
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ATTENTION = Path(__file__).resolve().parents[1] / "src" / "attention"
+
+_OPEN = re.compile(
+    r"^inline constexpr (FlashFwdTile|FlashBwdTile) k(Sm\d+)(Fwd|Bwd)Tiles\[\] = \{$"
+)
+_DTYPES = re.compile(r"^inline constexpr DType k(Sm\d+)AttentionDTypes\[\] = \{([^}]*)\};$")
+_ROW = re.compile(r"^\{([^{}]*)\},$")
+_INT = r"\s*(\d+)\s*"
+_BOOL = r"\s*(true|false)\s*"
+_FWD_FIELDS = re.compile(
+    rf"^{_INT},{_INT},{_INT},{_INT},{_BOOL},{_INT},\s*TileUse::(any|short_keys)\s*$"
+)
+_BWD_FIELDS = re.compile(rf"^{_INT},{_INT},{_INT},{_INT},{_INT}$")
+_CPP_DTYPE = {"f16": "samattn::DType::f16", "bf16": "samattn::DType::bf16"}
+
+
+@dataclass(frozen=True)
+class Tile:
+    """One row: direction "fwd" or "bwd"; fields as FlashFwdConfig / FlashBwdConfig take them
+    after the dtype (fwd: head_dim, block_m, block_n, warps, q_in_regs, kv_stages; bwd:
+    head_dim, block_m, block_n, warps, q_stages); use: the forward's TileUse."""
+
+    direction: str
+    fields: tuple[str, ...]
+    use: str = "any"
+
+    @property
+    def head_dim(self) -> int:
+        return int(self.fields[0])
+
+
+@dataclass(frozen=True)
+class Instantiation:
+    """One translation unit: `declaration` explicitly instantiates run_flash_<direction>."""
+
+    family: str
+    direction: str
+    dtype: str
+    tile: Tile
+    name: str
+    header: str
+    declaration: str
+
+
+@dataclass
+class FamilyTable:
+    family: str
+    header: Path
+    dtypes: list[str]
+    tiles: list[Tile]
+
+
+def parse(header: Path) -> FamilyTable:
+    """The dtypes and rows of one family's table header; ValueError on a malformed table."""
+    family, dtypes, tiles, current = None, None, [], None
+    for number, raw in enumerate(header.read_text().splitlines(), 1):
+        line = raw.strip()
+        where = f"{header}:{number}"
+        if current is None:
+            if match := _DTYPES.match(line):
+                dtypes = [d.strip().removeprefix("DType::") for d in match[2].split(",")]
+                if not all(d in _CPP_DTYPE for d in dtypes):
+                    raise ValueError(f"{where}: dtypes {match[2]!r}: expected DType::f16 / bf16")
+                family = _family(family, match[1], where)
+            elif match := _OPEN.match(line):
+                kind = "fwd" if match[1] == "FlashFwdTile" else "bwd"
+                if kind != match[3].lower():
+                    raise ValueError(f"{where}: {match[1]} array named {match[3]}")
+                family = _family(family, match[2], where)
+                current = kind
+            elif re.search(r"\bFlash(Fwd|Bwd)Tile\b.*\[\]", line):
+                raise ValueError(f"{where}: a table must open as `{_OPEN.pattern}`")
+            continue
+        if line == "};":
+            current = None
+        elif line == "" or line.startswith("//"):
+            continue
+        elif match := _ROW.match(line):
+            fields = (_FWD_FIELDS if current == "fwd" else _BWD_FIELDS).match(match[1])
+            if not fields:
+                raise ValueError(f"{where}: not a {current} row: {line!r}")
+            if current == "fwd":
+                tiles.append(Tile("fwd", fields.groups()[:6], fields[7]))
+            else:
+                tiles.append(Tile("bwd", fields.groups()))
+        else:
+            raise ValueError(f"{where}: one `{{...}},` row per line inside a table: {line!r}")
+    if current is not None:
+        raise ValueError(f"{header}: a table is not closed by `}};`")
+    if family is None or dtypes is None or not tiles:
+        raise ValueError(f"{header}: no k<Family>AttentionDTypes or no tile table")
+    return FamilyTable(family, header, dtypes, tiles)
+
+
+def _family(known: str | None, name: str, where: str) -> str:
+    family = name.lower()
+    if known is not None and known != family:
+        raise ValueError(f"{where}: {name} in the table header of {known}")
+    return family
+
+
+def tables() -> list[FamilyTable]:
+    """Every family's table, in a stable order."""
+    return [parse(header) for header in sorted(ATTENTION.glob("sm*/flash_sm*_tiles.h"))]
+
+
+def instantiation(family: str, dtype: str, tile: Tile) -> Instantiation:
+    """The translation unit of one (family, dtype, row)."""
+    d, bm, bn, warps, last, *rest = tile.fields
+    if tile.direction == "fwd":
+        config, problem, tag = "FlashFwdConfig", "AttentionForwardProblem", "q"
+        # kv_stages is FlashFwdConfig's defaulted last argument
+        stages = rest[0] if rest and rest[0] != "1" else None
+    else:
+        config, problem, tag, stages = "FlashBwdConfig", "AttentionBackwardProblem", "s", None
+    family_cpp = f"samattn::attention::Family::{family}"
+    args = f"{_CPP_DTYPE[dtype]}, {d}, {bm}, {bn}, {warps}, {last}, {family_cpp}"
+    if stages:
+        args += f", {stages}"
+    name = f"attention_{tile.direction}_{family}_{dtype}_d{d}_{bm}x{bn}_w{warps}_{tag}{last}"
+    name += f"_kv{stages}" if stages else ""
+    declaration = (
+        f"template cudaError_t samattn::attention::run_flash_{tile.direction}<"
+        f"samattn::attention::{config}<{args}>>(const samattn::{problem}&);"
+    )
+    return Instantiation(
+        family,
+        tile.direction,
+        dtype,
+        tile,
+        name,
+        f"attention/flash_{tile.direction}_launch.cuh",
+        declaration,
+    )
+
+
+def instantiations(table: FamilyTable) -> list[Instantiation]:
+    """One per (dtype, row) of a family's table."""
+    return [
+        instantiation(table.family, dtype, tile) for dtype in table.dtypes for tile in table.tiles
+    ]
+
+
+def _write_if_changed(path: Path, text: str) -> None:
+    if not path.exists() or path.read_text() != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def _cmake(out: Path) -> None:
+    lines = [f"# Generated by {Path(__file__).name} from the attention tile tables; do not edit."]
+    for table in tables():
+        lines.append(f"# {table.header.relative_to(ATTENTION.parents[2])}")
+        for inst in instantiations(table):
+            lines.append(
+                f"samattn_instantiate_attention({inst.family} {inst.tile.head_dim} {inst.name} "
+                f'"{inst.header}" "{inst.declaration}")'
+            )
+    _write_if_changed(out, "\n".join(lines) + "\n")
+
+
+def _extra_tile(direction: str, text: str) -> Tile:
+    fields = tuple(text.split(","))
+    if direction == "fwd" and len(fields) == 5:
+        fields += ("1",)
+    if len(fields) != (6 if direction == "fwd" else 5):
+        raise SystemExit(f"--{direction} {text}: expected the fields of a {direction} row")
+    return Tile(direction, fields)
+
+
+def _sources(family: str, out: Path, extra: list[Tile]) -> None:
+    table = next((t for t in tables() if t.family == family), None)
+    if table is None:
+        raise SystemExit(f"no tile table for family {family}")
+    wanted = instantiations(table) + [instantiation(family, "bf16", tile) for tile in extra]
+    out.mkdir(parents=True, exist_ok=True)
+    seen = set()
+    for inst in wanted:
+        if inst.name in seen:
+            continue
+        seen.add(inst.name)
+        path = out / f"{inst.name}.cu"
+        _write_if_changed(path, f'#include "{inst.header}"\n\n{inst.declaration}\n')
+        print(inst.direction, path)
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    cmake = commands.add_parser("cmake")
+    cmake.add_argument("out", type=Path)
+    sources = commands.add_parser("sources")
+    sources.add_argument("family")
+    sources.add_argument("out", type=Path)
+    sources.add_argument("--fwd", action="append", default=[], metavar="ROW")
+    sources.add_argument("--bwd", action="append", default=[], metavar="ROW")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "cmake":
+            _cmake(args.out)
+        else:
+            extra = [_extra_tile("fwd", r) for r in args.fwd] + [
+                _extra_tile("bwd", r) for r in args.bwd
+            ]
+            _sources(args.family, args.out, extra)
+    except ValueError as error:
+        raise SystemExit(f"attention tile table: {error}") from None
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,75 @@
+// The row types of the attention tile tables. Each family writes its tiles
+// once, as constexpr arrays of these rows in
+// cpp/src/attention/<family>/flash_<family>_tiles.h; the dispatch
+// (flash_fwd_dispatch.h, flash_bwd_dispatch.h) selects from those arrays, and
+// the build reads the same arrays through cpp/cmake/attention_tiles.py to
+// write one translation unit per (dtype, row). Plain data, no CUDA.
+//
+// The build parses the arrays as text, so a table keeps a fixed form:
+//   inline constexpr FlashFwdTile k<Family>FwdTiles[] = {
+//       {head_dim, block_m, block_n, warps, q_in_regs, kv_stages, TileUse::...},
+//   };
+//   inline constexpr FlashBwdTile k<Family>BwdTiles[] = {
+//       {head_dim, block_m, block_n, warps, q_stages},
+//   };
+//   inline constexpr DType k<Family>AttentionDTypes[] = {DType::..., ...};
+// one row per line, comments on their own lines; anything else inside an
+// array is an error at configure time.
+#pragma once
+
+#include <cstddef>
+
+namespace samattn::attention {
+
+// When the dispatch may pick a row, besides its head dim and its shared
+// memory fitting the device.
+enum class TileUse {
+  any,
+  // only for a short, unmasked key loop (short_key_loop in flash_fwd_dispatch.h)
+  short_keys,
+};
+
+// One forward kernel (FlashFwdConfig's parameters, flash_fwd_config.h).
+struct FlashFwdTile {
+  int head_dim;  // padded head dim (32, 64, 96, 128, 192, 256)
+  int block_m, block_n, warps;
+  bool q_in_regs;
+  int kv_stages;  // 1, or 2 (cp.async only)
+  TileUse use;
+};
+
+// One backward kernel (FlashBwdConfig's parameters, flash_bwd_config.h).
+struct FlashBwdTile {
+  int head_dim;
+  int block_m, block_n, warps;
+  int q_stages;
+};
+
+constexpr bool tile_head_dim_known(int head_dim) {
+  return head_dim == 32 || head_dim == 64 || head_dim == 96 || head_dim == 128 || head_dim == 192 ||
+         head_dim == 256;
+}
+
+constexpr bool same_tile(const FlashFwdTile& a, const FlashFwdTile& b) {
+  return a.head_dim == b.head_dim && a.block_m == b.block_m && a.block_n == b.block_n &&
+         a.warps == b.warps && a.q_in_regs == b.q_in_regs && a.kv_stages == b.kv_stages;
+}
+constexpr bool same_tile(const FlashBwdTile& a, const FlashBwdTile& b) {
+  return a.head_dim == b.head_dim && a.block_m == b.block_m && a.block_n == b.block_n &&
+         a.warps == b.warps && a.q_stages == b.q_stages;
+}
+
+// Every row names a known head dim and no kernel twice (each row is one
+// explicit instantiation).
+template <class Row, size_t N>
+constexpr bool tiles_valid(const Row (&rows)[N]) {
+  for (size_t i = 0; i < N; ++i) {
+    if (!tile_head_dim_known(rows[i].head_dim)) return false;
+    for (size_t j = 0; j < i; ++j) {
+      if (same_tile(rows[i], rows[j])) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace samattn::attention

@@ -1,0 +1,92 @@
+// Host-only probe of the attention dispatch (test_attention_build.py): the
+// family dispatch headers compiled with g++, run_flash_fwd / run_flash_bwd
+// defined here to print the configuration they are asked to run instead of
+// launching it. One line per (direction, family, dtype, head dim, shared
+// memory, key loop):
+//   <fwd|bwd> <family> <dtype> <head dim> <smem bytes> <short|long> <fields or none>
+#include <cstdio>
+#include <initializer_list>
+
+#include "attention/flash_bwd_dispatch.h"
+#include "attention/flash_fwd_dispatch.h"
+
+namespace samattn::attention {
+
+const char* family_name(Family family) {
+  return family == Family::sm75 ? "sm75" : family == Family::sm80 ? "sm80" : "other";
+}
+
+template <class Config>
+struct Fields;
+template <DType T, int D, int BM, int BN, int W, bool QR, Family F, int S>
+struct Fields<FlashFwdConfig<T, D, BM, BN, W, QR, F, S>> {
+  static void print() {
+    std::printf("%s %d,%d,%d,%d,%s,%d\n", family_name(F), D, BM, BN, W, QR ? "true" : "false", S);
+  }
+};
+template <DType T, int D, int BM, int BN, int W, int S, Family F>
+struct Fields<FlashBwdConfig<T, D, BM, BN, W, S, F>> {
+  static void print() { std::printf("%s %d,%d,%d,%d,%d\n", family_name(F), D, BM, BN, W, S); }
+};
+
+template <class Config>
+cudaError_t run_flash_fwd(const AttentionForwardProblem&) {
+  Fields<Config>::print();
+  return cudaSuccess;
+}
+template <class Config>
+cudaError_t run_flash_bwd(const AttentionBackwardProblem&) {
+  Fields<Config>::print();
+  return cudaSuccess;
+}
+
+}  // namespace samattn::attention
+
+namespace {
+
+using samattn::DType;
+using namespace samattn::attention;
+
+constexpr int kSmem[] = {48 * 1024, 64 * 1024, 99 * 1024, 163 * 1024, 227 * 1024};
+constexpr int kHeadDims[] = {8, 32, 33, 64, 80, 96, 128, 160, 192, 256, 257};
+
+const char* dtype_name(DType dtype) { return dtype == DType::f16 ? "f16" : "bf16"; }
+
+template <class Problem, class Run>
+void probe(const char* direction, const char* family, DType dtype, Run run) {
+  for (int head_dim : kHeadDims) {
+    for (int smem : kSmem) {
+      for (bool short_keys : {true, false}) {
+        Problem p{};
+        p.dtype = dtype;
+        p.headdim = head_dim;
+        p.max_smem_per_block = smem;
+        p.seqlen_q = 512;
+        p.seqlen_k = short_keys ? 512 : 4096;
+        p.window_left = p.window_right = -1;
+        std::printf("%s %s %s %d %d %s ", direction, family, dtype_name(dtype), head_dim, smem,
+                    short_keys ? "short" : "long");
+        std::fflush(stdout);
+        if (run(p) != cudaSuccess) std::printf("none\n");
+      }
+    }
+  }
+}
+
+template <DType T>
+void probe_sm80() {
+  probe<samattn::AttentionForwardProblem>("fwd", "sm80", T, run_flash_fwd_sm80_dtype<T>);
+  probe<samattn::AttentionBackwardProblem>("bwd", "sm80", T, run_flash_bwd_sm80_dtype<T>);
+}
+
+}  // namespace
+
+int main() {
+  probe_sm80<DType::f16>();
+  probe_sm80<DType::bf16>();
+  probe<samattn::AttentionForwardProblem>("fwd", "sm75", DType::f16,
+                                          run_flash_fwd_sm75_dtype<DType::f16>);
+  probe<samattn::AttentionBackwardProblem>("bwd", "sm75", DType::f16,
+                                           run_flash_bwd_sm75_dtype<DType::f16>);
+  return 0;
+}
