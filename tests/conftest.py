@@ -8,15 +8,33 @@ from __future__ import annotations
 
 import pytest
 
+# The optional packages that some tests skip without (ci/requirements-test.txt installs
+# them in CI): {distribution: what needs it}.
+OPTIONAL_PACKAGES = {"transformers": "samattn.integrations.transformers", "pyyaml": "workflows"}
+
+
+def _optional_packages() -> str:
+    from importlib import metadata
+
+    found = []
+    for name, what in OPTIONAL_PACKAGES.items():
+        try:
+            found.append(f"{name} {metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            found.append(f"{name} MISSING (the tests of {what} skip)")
+    return ", ".join(found)
+
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
+    lines = [f"optional test packages: {_optional_packages()}"]
     try:
         from samattn import _lib
 
         path = _lib.library_path()
-        return [f"samattn library: {path} (built families: {', '.join(_lib.built_families())})"]
+        families = ", ".join(_lib.built_families())
+        return [f"samattn library: {path} (built families: {families})", *lines]
     except Exception as error:  # the tests themselves report the failure
-        return [f"samattn library: not loadable ({str(error).splitlines()[0]})"]
+        return [f"samattn library: not loadable ({str(error).splitlines()[0]})", *lines]
 
 
 @pytest.fixture
