@@ -41,3 +41,18 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 def no_family_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tests that assume automatic family selection: ignore the caller's SAMATTN_FAMILY."""
     monkeypatch.delenv("SAMATTN_FAMILY", raising=False)
+
+
+@pytest.hookimpl(trylast=True)  # after -k / -m deselection
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The tests that read test_binary.py's SASS summary run last, and the summary starts
+    now in the background: its disassembly, seconds of every core on a full wheel, then
+    overlaps the other tests."""
+    reading = [item for item in items if "sass" in getattr(item, "fixturenames", ())]
+    if not reading:
+        return
+    others = [item for item in items if "sass" not in getattr(item, "fixturenames", ())]
+    items[:] = others + reading
+    start = getattr(reading[0].module, "start_sass_summary", None)
+    if start is not None:
+        start(config)

@@ -337,17 +337,37 @@ def cached_sass_summary(library: Path, folder: Path) -> SassSummary:
     return summary
 
 
+def _cache_folder(config: pytest.Config) -> Path:
+    """Under pytest's cache folder, or the temp folder when the cache plugin is off (as in
+    ci/gpu_session.sh)."""
+    cache = getattr(config, "cache", None)
+    if cache is not None:
+        return Path(cache.mkdir("samattn-sass"))
+    folder = Path(tempfile.gettempdir()) / "samattn-test-cache" / "sass"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+_started: dict[Path, concurrent.futures.Future] = {}
+
+
+def start_sass_summary(config: pytest.Config) -> None:
+    """Starts making the summary in a background thread. tests/conftest.py calls it once the
+    tests are collected and runs the tests that read it last, so that the disassembly
+    (mostly other processes, on the other cores) overlaps the rest of the session."""
+    if LIBRARY.is_file() and LIBRARY not in _started:
+        pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sass-summary")
+        _started[LIBRARY] = pool.submit(cached_sass_summary, LIBRARY, _cache_folder(config))
+        pool.shutdown(wait=False)
+
+
 @pytest.fixture(scope="module")
 def sass(library: Path, pytestconfig: pytest.Config) -> SassSummary:
-    """The library's SASS summary, cached under pytest's cache folder (or the temp folder
-    when the cache plugin is off, as in ci/gpu_session.sh)."""
-    cache = getattr(pytestconfig, "cache", None)
-    if cache is not None:
-        folder = Path(cache.mkdir("samattn-sass"))
-    else:
-        folder = Path(tempfile.gettempdir()) / "samattn-test-cache" / "sass"
-        folder.mkdir(parents=True, exist_ok=True)
-    return cached_sass_summary(library, folder)
+    """The library's SASS summary (a skip or failure while making it is this fixture's)."""
+    started = _started.get(library)
+    if started is not None:
+        return started.result()
+    return cached_sass_summary(library, _cache_folder(pytestconfig))
 
 
 def _sass_arch_name(arch: int, specific: bool) -> str:
