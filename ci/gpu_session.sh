@@ -17,8 +17,9 @@
 #                       what is left, and the benchmark adds --quick when little is left
 #
 # Files in $OUT: build.log, info.txt, tests.log, junit.xml, bench.log, bench.json,
-# bench.png, summary.txt. A failed stage does not stop the later ones; the exit status is
-# non-zero if any stage failed.
+# bench.png, summary.txt (each stage's verdict; each test tier's counts and failures).
+# A failed stage does not stop the later ones; the exit status is non-zero if any stage
+# failed, or a test tier had a failure or nothing that passed.
 
 # The stage functions run by name (--stage), and ls -t picks the newest wheel.
 # shellcheck disable=SC2329,SC2012
@@ -92,8 +93,10 @@ info() {
 tests() {
   local paths=() path status
   for path in $TEST_PATHS; do paths+=("$REPO/$path"); done
+  rm -f "$OUT/junit.xml" # a stale one would report another run's counts
   cd /tmp || return 1
-  # PYTEST_ARGS is split into words on purpose.
+  # One pytest run for both tiers, as a user runs them (tests of one tier can disturb the
+  # other's); summary.txt splits the counts by tier. PYTEST_ARGS is split into words.
   # shellcheck disable=SC2086
   python3 -m pytest -c "$REPO/pyproject.toml" --rootdir "$REPO" -q -p no:cacheprovider \
     --durations=10 --junitxml="$OUT/junit.xml" "${paths[@]}" $PYTEST_ARGS >"$OUT/tests.log" 2>&1
@@ -181,20 +184,57 @@ run_stage info 60
 run_stage tests 300
 run_stage bench 300
 
+# Counts per tier (a test path's first two parts: tests/cpu, tests/gpu) from junit.xml;
+# a failure, an error, a missing junit.xml or a tier with nothing passed fails the script.
+COUNTS=""
+if [[ $STAGES == *",tests,"* ]]; then
+  # TEST_PATHS is split into words on purpose.
+  # shellcheck disable=SC2086
+  COUNTS=$(python3 - "$OUT/junit.xml" $TEST_PATHS 2>&1 <<'EOF'
+import sys
+import xml.etree.ElementTree as ET
+from collections import Counter
+
+junit, paths = sys.argv[1], sys.argv[2:]
+tiers = list(dict.fromkeys("/".join(path.strip("/").split("/")[:2]) for path in paths))
+try:
+    cases = list(ET.parse(junit).getroot().iter("testcase"))
+except (OSError, ET.ParseError) as error:
+    sys.exit(f"tests: no counts, pytest did not finish ({error}); see tests.log")
+counts = {tier: Counter() for tier in [*tiers, "other"]}
+failed = []
+for case in cases:
+    where = case.get("classname") or case.get("name", "")  # collection errors: no class
+    tier = next((t for t in tiers if f"{where}.".startswith(t.replace("/", ".") + ".")), "other")
+    outcome = next((k for k in ("failure", "error", "skipped") if case.find(k) is not None), "passed")
+    counts[tier][outcome] += 1
+    if outcome in ("failure", "error"):
+        test = "::".join(filter(None, (case.get("classname"), case.get("name"))))
+        failed.append(f"  {outcome}: {test}")
+bad = bool(failed)
+for tier, count in counts.items():
+    if tier == "other" and not count:
+        continue
+    print(
+        f"{tier}: {count['passed']} passed, {count['failure']} failed, {count['error']} errors, "
+        f"{count['skipped']} skipped"
+    )
+    if not count["passed"] and tier != "other":
+        print(f"  {tier}: nothing passed")
+        bad = True
+if len(failed) > 20:
+    failed[20:] = [f"  ... and {len(failed) - 20} more"]
+if failed:
+    print("\n".join(failed))
+sys.exit(1 if bad else 0)
+EOF
+  ) || FAILED=1
+fi
+
 {
   printf '\n=== summary (%ds, archs %s) ===\n' $(($(date +%s) - SESSION_START)) "$SAMATTN_CUDA_ARCHS"
   printf '%s\n' "${SUMMARY[@]}"
-  if [[ -f $OUT/junit.xml ]]; then
-    python3 - "$OUT/junit.xml" <<'EOF'
-import sys
-import xml.etree.ElementTree as ET
-
-root = ET.parse(sys.argv[1]).getroot()
-suites = [root] if root.tag == "testsuite" else list(root)
-count = {k: sum(int(s.get(k, 0)) for s in suites) for k in ("tests", "failures", "errors", "skipped")}
-print("tests: {tests} run, {failures} failed, {errors} errors, {skipped} skipped".format(**count))
-EOF
-  fi
+  [[ -n $COUNTS ]] && printf '%s\n' "$COUNTS"
   [[ -f $OUT/bench.log ]] && sed -n '/^summary:/,$p' "$OUT/bench.log"
   echo "files in \$OUT: $(cd "$OUT" && ls | tr '\n' ' ')"
 } | tee "$OUT/summary.txt"

@@ -8,18 +8,51 @@ from __future__ import annotations
 
 import pytest
 
+# The optional packages that some tests skip without (ci/requirements-test.txt installs
+# them in CI): {distribution: what needs it}.
+OPTIONAL_PACKAGES = {"transformers": "samattn.integrations.transformers", "pyyaml": "workflows"}
+
+
+def _optional_packages() -> str:
+    from importlib import metadata
+
+    found = []
+    for name, what in OPTIONAL_PACKAGES.items():
+        try:
+            found.append(f"{name} {metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            found.append(f"{name} MISSING (the tests of {what} skip)")
+    return ", ".join(found)
+
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
+    lines = [f"optional test packages: {_optional_packages()}"]
     try:
         from samattn import _lib
 
         path = _lib.library_path()
-        return [f"samattn library: {path} (built families: {', '.join(_lib.built_families())})"]
+        families = ", ".join(_lib.built_families())
+        return [f"samattn library: {path} (built families: {families})", *lines]
     except Exception as error:  # the tests themselves report the failure
-        return [f"samattn library: not loadable ({str(error).splitlines()[0]})"]
+        return [f"samattn library: not loadable ({str(error).splitlines()[0]})", *lines]
 
 
 @pytest.fixture
 def no_family_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tests that assume automatic family selection: ignore the caller's SAMATTN_FAMILY."""
     monkeypatch.delenv("SAMATTN_FAMILY", raising=False)
+
+
+@pytest.hookimpl(trylast=True)  # after -k / -m deselection
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The tests that read test_binary.py's SASS summary run last, and the summary starts
+    now in the background: its disassembly, seconds of every core on a full wheel, then
+    overlaps the other tests."""
+    reading = [item for item in items if "sass" in getattr(item, "fixturenames", ())]
+    if not reading:
+        return
+    others = [item for item in items if "sass" not in getattr(item, "fixturenames", ())]
+    items[:] = others + reading
+    start = getattr(reading[0].module, "start_sass_summary", None)
+    if start is not None:
+        start(config)

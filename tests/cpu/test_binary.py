@@ -9,16 +9,22 @@ library:
   exactly when the sm80 family has code;
 * every fatbin container (one per object file) was compiled with one family's
   flags, and every family that has sources has code;
-* with cuobjdump (and nvdisasm) available: each kernel sits in the cubins of
-  exactly its family's archs (sm80 kernels never in the sm_75 cubin, sm75
-  kernels in every cubin from sm_75 up, so they can be forced on newer GPUs),
-  and no kernel is a trap (CuTe compiles an atom the target arch lacks into
-  printf + trap, silently);
+* with cuobjdump and nvdisasm available, from one disassembly of every cubin
+  (cached per library): each kernel sits in the cubins of exactly its family's
+  archs (sm80 kernels never in the sm_75 cubin, sm75 kernels in every cubin
+  from sm_75 up, so they can be forced on newer GPUs), no function contains a
+  trap (CuTe compiles an atom the target arch lacks into printf + trap,
+  silently), and every sm90 GEMM kernel issues wgmma and TMA loads;
 * the wheel in dist/, if any, is under PyPI's default size limit.
+
+The SASS checks are functions of a summary, and each is shown to fail on a
+summary with a planted fault (test_checks_catch_planted_faults).
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import hashlib
 import importlib.util
 import json
 import os
@@ -26,9 +32,10 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections import defaultdict
-from functools import lru_cache
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -182,7 +189,37 @@ def test_every_object_is_compiled_for_one_family(build_info: dict, fatbin: dict)
     assert not missing, f"families with sources but no device code: {missing}"
 
 
-# ------------------------------------------------------------- cuobjdump ----
+# ------------------------------------------------------------------- SASS ----
+# The SASS checks read one summary of the library's device code: per function of every
+# cubin, its arch, whether it is a kernel (an entry), and the distinct opcodes it uses.
+# nvdisasm takes about 0.3 s of a core per cubin, minutes for a full wheel: the summary
+# disassembles each cubin once, as many at a time as there are cores, and is cached per
+# library content, so that a rerun on the same library reads a JSON file.
+
+SUMMARY_FORMAT = 1  # part of the cache key: bump when what a summary holds changes
+
+
+class Function(NamedTuple):
+    """One function of one cubin."""
+
+    arch: str  # the cubin's: "sm_75", "sm_90a"
+    name: str  # mangled
+    entry: bool  # a kernel (__global__), not a device function
+    instructions: int  # not counting NOP, BRA and EXIT
+    opcodes: frozenset  # with modifiers, without predicates: {"HGMMA.64x128x16.F32.BF16", ...}
+
+
+class SassSummary(NamedTuple):
+    functions: list  # [Function, ...] of every cubin
+    ptx_kernels: frozenset  # the entries of the embedded PTX
+    cubins: dict  # {arch: number of cubins disassembled}
+
+
+class Expected(NamedTuple):
+    """What the build says the library holds."""
+
+    families: dict  # {family: Signature} of the families with code
+    cubins: dict  # {arch: number of SASS entries in the fatbin}
 
 
 def _find_cuda_tool(name: str) -> str | None:
@@ -197,133 +234,368 @@ def _find_cuda_tool(name: str) -> str | None:
     return next((str(c) for c in candidates if c.is_file() and os.access(c, os.X_OK)), None)
 
 
-def _cuobjdump(library: Path, *options: str, disassemble: bool = False) -> str:
-    cuobjdump = _find_cuda_tool("cuobjdump")
-    nvdisasm = _find_cuda_tool("nvdisasm") if disassemble else "unneeded"
-    if cuobjdump is None or nvdisasm is None:
-        pytest.skip(
-            "cuobjdump (and nvdisasm for SASS) not found: pip install nvidia-cuda-cuobjdump "
-            "nvidia-cuda-nvdisasm, or put a CUDA toolkit on PATH"
-        )
-    env = dict(os.environ)
-    if disassemble:  # cuobjdump -sass runs nvdisasm from PATH
-        env["PATH"] = f"{Path(nvdisasm).parent}{os.pathsep}{env.get('PATH', '')}"
-    result = subprocess.run(
-        [cuobjdump, *options, str(library)], capture_output=True, text=True, env=env, timeout=600
-    )
-    assert result.returncode == 0, f"cuobjdump {options} failed: {result.stderr[-2000:]}"
+def _run(*command: str, cwd: str | None = None) -> str:
+    result = subprocess.run(command, capture_output=True, text=True, cwd=cwd, timeout=1800)
+    assert result.returncode == 0, f"{' '.join(command)} failed: {result.stderr[-2000:]}"
     return result.stdout
 
 
-@lru_cache(maxsize=4)
-def _kernel_archs(library: Path) -> dict[str, set[str]]:
-    """Kernel -> the archs ('sm_80', 'sm_90a') of the cubins that define it (from the
-    cubins' symbol tables: fast, no disassembly)."""
-    archs: dict[str, set[str]] = defaultdict(set)
-    arch = None
-    for line in _cuobjdump(library, "-symbols").splitlines():
-        fields = line.split()
-        if line.startswith("arch = "):
-            arch = fields[-1]
-        elif len(fields) >= 5 and fields[0] == "FUNC" and fields[3] == "ENTRY":
-            archs[fields[-1]].add(arch)
-    return archs
+_TARGET = re.compile(r"^\s*\.target\s+(sm_\w+)", re.M)
+_SECTION = re.compile(r"^\s*\.section\s+\.text\.([^,\s]+)", re.M)
+# "/*0120*/  @!P0 BPT.TRAP 0x1 ;" -> "BPT.TRAP"
+_OPCODE = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P(?:T|\d+)\s+)?([A-Z][\w.]*)")
+_NOT_COUNTED = ("NOP", "BRA", "EXIT")
 
 
-@lru_cache(maxsize=4)
-def _ptx_kernels(library: Path) -> set[str]:
-    ptx = _cuobjdump(library, "-ptx")
-    return set(re.findall(r"^\.(?:visible\s+)?\.?entry\s+(\w+)", ptx, re.M))
+def parse_nvdisasm(text: str) -> tuple[str, list[Function]]:
+    """The arch and the functions of one cubin, from `nvdisasm -c` output."""
+    target = _TARGET.search(text)
+    assert target, "nvdisasm output without a .target line"
+    headers = list(_SECTION.finditer(text))
+    functions = []
+    for header, following in zip(headers, [*headers[1:], None]):
+        name = header[1]
+        body = text[header.end() : following.start() if following else len(text)]
+        opcodes = _OPCODE.findall(body)
+        entry = re.search(rf"\.other\s+{re.escape(name)},\s*@\"[^\"]*STO_CUDA_ENTRY", body)
+        counted = sum(not op.startswith(_NOT_COUNTED) for op in opcodes)
+        functions.append(Function(target[1], name, entry is not None, counted, frozenset(opcodes)))
+    return target[1], functions
 
 
-def _sass_kernels(library: Path, arch: str) -> dict[str, list[str]]:
-    """{kernel: [instruction, ...]} over the cubins of one arch."""
-    kernels: dict[str, list[str]] = {}
-    function = None
-    for line in _cuobjdump(library, "-sass", "-arch", arch, disassemble=True).splitlines():
-        stripped = line.strip()
-        if stripped.startswith("Function : "):
-            function = stripped.split(": ", 1)[1]
-            kernels[function] = []
-        elif function and (match := re.match(r"/\*[0-9a-f]{4,}\*/\s+(.*?)\s*;", stripped)):
-            kernels[function].append(match[1])
-    return kernels
+def _cores() -> int:
+    """The cores this process may run on (a container's share, not the host's count)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def summarize_sass(library: Path, workers: int | None = None) -> SassSummary:
+    """Disassembles every cubin of the library (cuobjdump -xelf, then nvdisasm on each, as
+    many at a time as there are cores) and lists the PTX kernels. Skips the calling test
+    without the CUDA tools."""
+    cuobjdump, nvdisasm = _find_cuda_tool("cuobjdump"), _find_cuda_tool("nvdisasm")
+    if cuobjdump is None or nvdisasm is None:
+        pytest.skip(
+            "cuobjdump and nvdisasm not found: pip install nvidia-cuda-cuobjdump "
+            "nvidia-cuda-nvdisasm, or put a CUDA toolkit on PATH"
+        )
+
+    def disassemble(cubin: Path) -> tuple[str, list[Function]]:
+        # -ndf: no dataflow analysis, which only annotates branch targets.
+        return parse_nvdisasm(_run(nvdisasm, "-c", "-ndf", str(cubin)))
+
+    def ptx_kernels() -> frozenset:
+        ptx = _run(cuobjdump, "-ptx", str(library))
+        return frozenset(re.findall(r"^\.(?:visible\s+)?\.?entry\s+(\w+)", ptx, re.M))
+
+    with tempfile.TemporaryDirectory(prefix="samattn-cubins-") as folder:
+        _run(cuobjdump, "-xelf", "all", str(library), cwd=folder)
+        # Largest first, so that no big cubin starts last and runs alone.
+        cubins = sorted(Path(folder).glob("*.cubin"), key=lambda c: -c.stat().st_size)
+        for cubin in cubins:
+            with open(cubin, "rb") as f:
+                assert f.read(4) == b"\x7fELF", (
+                    f"{cuobjdump} -xelf wrote {cubin.name}, which is no ELF file (still "
+                    "compressed?): try the pinned pip tools of ci/requirements-dev.txt"
+                )
+        with concurrent.futures.ThreadPoolExecutor(workers or _cores()) as pool:
+            ptx = pool.submit(ptx_kernels)
+            parts = list(pool.map(disassemble, cubins))
+            counts: dict[str, int] = defaultdict(int)
+            for arch, _ in parts:
+                counts[arch] += 1
+            functions = [f for _, part in parts for f in part]
+            return SassSummary(functions, ptx.result(), dict(counts))
+
+
+def _content_key(path: Path) -> str:
+    digest = hashlib.sha256(f"summary format {SUMMARY_FORMAT}\n".encode())
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 24):
+            digest.update(chunk)
+    return digest.hexdigest()[:32]
+
+
+def cached_sass_summary(library: Path, folder: Path) -> SassSummary:
+    """summarize_sass, read from or written to folder/<hash of the library's bytes>.json."""
+    path = folder / f"{_content_key(library)}.json"
+    if path.is_file():
+        data = json.loads(path.read_text())
+        functions = [Function(*f[:4], frozenset(f[4])) for f in data["functions"]]
+        return SassSummary(functions, frozenset(data["ptx_kernels"]), data["cubins"])
+    summary = summarize_sass(library)
+    data = {
+        "library": str(library),
+        "functions": [[*f[:4], sorted(f.opcodes)] for f in summary.functions],
+        "ptx_kernels": sorted(summary.ptx_kernels),
+        "cubins": summary.cubins,
+    }
+    partial = path.with_name(f"{path.name}.{os.getpid()}")
+    partial.write_text(json.dumps(data))
+    partial.replace(path)  # atomic: a concurrent run reads no half-written file
+    return summary
+
+
+def _cache_folder(config: pytest.Config) -> Path:
+    """Under pytest's cache folder, or the temp folder when the cache plugin is off (as in
+    ci/gpu_session.sh)."""
+    cache = getattr(config, "cache", None)
+    if cache is not None:
+        return Path(cache.mkdir("samattn-sass"))
+    folder = Path(tempfile.gettempdir()) / "samattn-test-cache" / "sass"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+_started: dict[Path, concurrent.futures.Future] = {}
+
+
+def start_sass_summary(config: pytest.Config) -> None:
+    """Starts making the summary in a background thread. tests/conftest.py calls it once the
+    tests are collected and runs the tests that read it last, so that the disassembly
+    (mostly other processes, on the other cores) overlaps the rest of the session."""
+    if LIBRARY.is_file() and LIBRARY not in _started:
+        pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sass-summary")
+        _started[LIBRARY] = pool.submit(cached_sass_summary, LIBRARY, _cache_folder(config))
+        pool.shutdown(wait=False)
+
+
+@pytest.fixture(scope="module")
+def sass(library: Path, pytestconfig: pytest.Config) -> SassSummary:
+    """The library's SASS summary (a skip or failure while making it is this fixture's)."""
+    started = _started.get(library)
+    if started is not None:
+        return started.result()
+    return cached_sass_summary(library, _cache_folder(pytestconfig))
+
+
+def _sass_arch_name(arch: int, specific: bool) -> str:
+    return f"sm_{arch}{'a' if specific else ''}"
 
 
 def _sass_arch_names(signature: Signature) -> set[str]:
-    return {f"sm_{arch}{'a' if specific else ''}" for arch, specific in signature[0]}
+    return {_sass_arch_name(arch, specific) for arch, specific in signature[0]}
 
 
-def test_kernels_sit_in_their_familys_cubins(library: Path, build_info: dict) -> None:
-    families = _families_with_code(build_info)
-    kernel_archs = _kernel_archs(library)
+@pytest.fixture(scope="module")
+def expected(build_info: dict, fatbin: dict) -> Expected:
+    cubins: dict[str, int] = defaultdict(int)
+    for entry in fatbin["entries"]:
+        if entry["kind"] == "sass":
+            cubins[_sass_arch_name(entry["arch"], entry["arch_specific"])] += 1
+    return Expected(_families_with_code(build_info), dict(cubins))
+
+
+def coverage_problems(expected: Expected, sass: SassSummary) -> list[str]:
+    """Cubins of the fatbin that were not disassembled (the checks would not see them)."""
+    if sass.cubins != expected.cubins:
+        return [f"disassembled cubins {sass.cubins}, the fatbin has {expected.cubins}"]
+    return []
+
+
+def placement_problems(expected: Expected, sass: SassSummary) -> list[str]:
+    """Kernels outside exactly their family's cubins: sm80 kernels never in the sm_75
+    cubin, sm75 kernels in every cubin from sm_75 up (so they can be forced on newer
+    GPUs), and no kernel of no family."""
+    families = expected.families
+    kernel_archs: dict[str, set[str]] = defaultdict(set)
+    for function in sass.functions:
+        if function.entry:
+            kernel_archs[function.name].add(function.arch)
     if not families:
-        assert not kernel_archs
-        return
-    if not kernel_archs:
-        # Seen with the CUDA 13.0 toolkit's cuobjdump (the GPU machine's) on compressed
-        # fatbins: it lists no cubin symbols. The pip cuobjdump (13.2+) that CI uses does.
-        pytest.skip("cuobjdump -symbols listed no kernels in this library's cubins")
-    ptx_kernels = _ptx_kernels(library)
+        return [f"kernel {name} in a build without kernels" for name in kernel_archs]
     problems = []
     if "sm80" in families:
         # Only the sm80 family embeds PTX, so its PTX entries name its kernels.
-        assert ptx_kernels, "the sm80 family has sources but its PTX holds no kernel"
-        expected = _sass_arch_names(families["sm80"])
-        for name in ptx_kernels:
-            if kernel_archs.get(name) != expected:
+        if not sass.ptx_kernels:
+            problems.append("the sm80 family has sources but its PTX holds no kernel")
+        archs = _sass_arch_names(families["sm80"])
+        for name in sorted(sass.ptx_kernels):
+            if kernel_archs.get(name) != archs:
                 problems.append(f"sm80 kernel {name} in {sorted(kernel_archs.get(name, ()))}")
     # The other families' lowest arch appears in no other family's cubins.
     lowest = {"sm75": "sm_75", "sm90": "sm_90a"}
     for family, arch in lowest.items():
         if family in families:
-            expected = _sass_arch_names(families[family])
-            for name, archs in kernel_archs.items():
-                if arch in archs and (archs != expected or name in ptx_kernels):
-                    problems.append(f"{family} kernel {name} in {sorted(archs)}")
-    for name, archs in kernel_archs.items():
-        if name not in ptx_kernels and not archs & set(lowest.values()):
-            problems.append(f"kernel {name} of no family, in {sorted(archs)}")
+            archs = _sass_arch_names(families[family])
+            for name, found in sorted(kernel_archs.items()):
+                if arch in found and (found != archs or name in sass.ptx_kernels):
+                    problems.append(f"{family} kernel {name} in {sorted(found)}")
+    for name, found in sorted(kernel_archs.items()):
+        if name not in sass.ptx_kernels and not found & set(lowest.values()):
+            problems.append(f"kernel {name} of no family, in {sorted(found)}")
+    return problems
+
+
+def trap_problems(expected: Expected, sass: SassSummary) -> list[str]:
+    """Functions of any cubin that contain a trap. In a release build the only traps come
+    from CuTe's CUTE_INVALID_CONTROL_PATH (printf + trap where the target arch lacks an
+    instruction: the classic result of compiling an sm80 atom for sm75) or a stray
+    __trap()."""
+    return [
+        f"{f.arch} {f.name} ({f.instructions} instructions)"
+        for f in sass.functions
+        if any(op.startswith("BPT.TRAP") for op in f.opcodes)
+    ]
+
+
+def sm90_gemm_problems(expected: Expected, sass: SassSummary) -> list[str]:
+    """With an sm90 family: sm_90a GEMM kernels without wgmma (HGMMA) or TMA loads
+    (UTMALDG), or no GEMM kernel in the sm_90a cubins at all."""
+    if "sm90" not in expected.families:
+        return []
+    kernels = [f for f in sass.functions if f.arch == "sm_90a" and f.entry]
+    gemm = [f for f in kernels if "GemmUniversal" in f.name]
+    if not gemm:
+        return [f"no GEMM kernel in the sm_90a cubins ({len(kernels)} kernels there)"]
+    return [
+        f"{f.name[:120]} without {'HGMMA' if has_tma else 'UTMALDG'}"
+        for f in gemm
+        if not (
+            (has_tma := any(op.startswith("UTMALDG") for op in f.opcodes))
+            and any(op.startswith("HGMMA") for op in f.opcodes)
+        )
+    ]
+
+
+def test_every_cubin_is_disassembled(expected: Expected, sass: SassSummary) -> None:
+    assert not coverage_problems(expected, sass)
+    print(f"\n{sum(sass.cubins.values())} cubins {sass.cubins}, {len(sass.functions)} functions")
+
+
+def test_kernels_sit_in_their_familys_cubins(expected: Expected, sass: SassSummary) -> None:
+    problems = placement_problems(expected, sass)
     assert not problems, "\n".join(problems[:20])
 
 
-def test_no_kernel_is_a_trap(library: Path, build_info: dict) -> None:
-    # In a release build the only traps come from CuTe's CUTE_INVALID_CONTROL_PATH
-    # (printf + trap where the target arch lacks an instruction: the classic result of
-    # compiling an sm80 atom for sm75) or a stray __trap(). Such code comes from the
-    # family's virtual arch, so one cubin arch per family shows it.
-    families = _families_with_code(build_info)
-    traps = []
-    for signature in families.values():
-        arch = min(_sass_arch_names(signature), key=lambda a: int(re.search(r"\d+", a)[0]))
-        for name, instructions in _sass_kernels(library, arch).items():
-            if any(i.startswith("BPT.TRAP") for i in instructions):
-                real = [i for i in instructions if not i.startswith(("NOP", "BRA", "EXIT"))]
-                traps.append(f"{arch} {name} ({len(real)} instructions)")
-    assert not traps, "kernels containing a trap:\n" + "\n".join(traps[:20])
+def test_no_kernel_is_a_trap(expected: Expected, sass: SassSummary) -> None:
+    traps = trap_problems(expected, sass)
+    assert not traps, "functions containing a trap:\n" + "\n".join(traps[:20])
 
 
-def test_sm90_gemm_runs_on_wgmma_and_tma(library: Path, build_info: dict) -> None:
+def test_sm90_gemm_runs_on_wgmma_and_tma(expected: Expected, sass: SassSummary) -> None:
     """The sm90 family is sm_90a SASS only, and every GEMM kernel in it issues wgmma
     (HGMMA) and TMA loads (UTMALDG): a kernel on mma.sync or plain loads would be on the
     slow path without failing any accuracy test."""
-    families = _families_with_code(build_info)
+    families = expected.families
     if "sm90" not in families:
         pytest.skip("this build has no sm90 family (90a is not among its archs)")
     assert _sass_arch_names(families["sm90"]) == {"sm_90a"}
     assert not families["sm90"][1], "the sm90 family must not embed PTX"
-    kernels = _sass_kernels(library, "sm_90a")
-    gemm = {name: ins for name, ins in kernels.items() if "GemmUniversal" in name}
-    assert gemm, f"no GEMM kernel in the sm_90a cubins ({len(kernels)} kernels there)"
-    lacking = [
-        name[:120]
-        for name, instructions in gemm.items()
-        if not any(i.startswith("HGMMA") for i in instructions)
-        or not any(i.startswith("UTMALDG") for i in instructions)
+    problems = sm90_gemm_problems(expected, sass)
+    assert not problems, f"{len(problems)} sm90 GEMM problems:\n" + "\n".join(problems[:10])
+
+
+# The checks above on planted faults: each must fail where the library would be wrong.
+EXPECTED = Expected(
+    {
+        "sm75": _family_signature("-gencode=arch=compute_75,code=[sm_75,sm_90]"),
+        "sm80": _family_signature("-gencode=arch=compute_80,code=[sm_90,compute_80]"),
+        "sm90": _family_signature("-gencode=arch=compute_90a,code=[sm_90a]"),
+    },
+    {"sm_75": 1, "sm_90": 2, "sm_90a": 1},
+)
+CHECKS = {
+    "coverage": coverage_problems,
+    "placement": placement_problems,
+    "traps": trap_problems,
+    "sm90 gemm": sm90_gemm_problems,
+}
+
+
+def _function(arch: str, name: str, *opcodes: str, entry: bool = True) -> Function:
+    return Function(arch, name, entry, len(opcodes), frozenset(opcodes))
+
+
+def _good_summary() -> SassSummary:
+    """What a library built as EXPECTED that passes every check could look like."""
+    functions = [
+        _function("sm_75", "softmax75", "FADD", "EXIT"),
+        _function("sm_90", "softmax75", "FADD", "EXIT"),
+        _function("sm_90", "gemm80", "HMMA.16816.F32", "LDGSTS.E.BYPASS.128"),
+        _function("sm_90", "helper", "FMUL", entry=False),
+        _function("sm_90a", "GemmUniversal90", "HGMMA.64x128x16.F32", "UTMALDG.2D"),
     ]
-    assert not lacking, f"{len(lacking)} sm90 GEMM kernels without HGMMA or UTMALDG:\n" + "\n".join(
-        lacking[:10]
-    )
+    return SassSummary(functions, frozenset({"gemm80"}), {"sm_75": 1, "sm_90": 2, "sm_90a": 1})
+
+
+def _without(summary: SassSummary, arch: str, name: str) -> SassSummary:
+    kept = [f for f in summary.functions if (f.arch, f.name) != (arch, name)]
+    return summary._replace(functions=kept)
+
+
+def _with(summary: SassSummary, *functions: Function) -> SassSummary:
+    return summary._replace(functions=[*summary.functions, *functions])
+
+
+def test_checks_pass_a_good_summary() -> None:
+    for name, check in CHECKS.items():
+        assert check(EXPECTED, _good_summary()) == [], name
+
+
+GOOD = _good_summary()
+PLANTED = {
+    # cuobjdump extracted fewer cubins than the fatbin has (the checks would see nothing)
+    "cubin missing": (GOOD._replace(cubins={"sm_75": 1, "sm_90": 1, "sm_90a": 1}), "coverage"),
+    "arch missing": (GOOD._replace(cubins={"sm_75": 1, "sm_90": 2}), "coverage"),
+    # an sm80 kernel in the sm_75 cubin (sm80 atoms compiled for sm75 become traps)
+    "sm80 kernel in sm_75": (_with(GOOD, _function("sm_75", "gemm80", "HMMA")), "placement"),
+    # an sm75 kernel missing from a newer cubin cannot be forced on that GPU
+    "sm75 kernel not in sm_90": (_without(GOOD, "sm_90", "softmax75"), "placement"),
+    "sm80 kernel without SASS": (_without(GOOD, "sm_90", "gemm80"), "placement"),
+    "kernel of no family": (_with(GOOD, _function("sm_90", "stray", "FADD")), "placement"),
+    "no PTX kernel": (GOOD._replace(ptx_kernels=frozenset()), "placement"),
+    "trap in a kernel": (
+        _with(_without(GOOD, "sm_75", "softmax75"), _function("sm_75", "softmax75", "BPT.TRAP")),
+        "traps",
+    ),
+    "trap in a device function": (
+        _with(GOOD, _function("sm_90", "helper2", "BPT.TRAP", entry=False)),
+        "traps",
+    ),
+    "sm90 gemm on mma.sync": (
+        _with(GOOD, _function("sm_90a", "GemmUniversalX", "HMMA.16816.F32", "UTMALDG.2D")),
+        "sm90 gemm",
+    ),
+    "sm90 gemm without TMA": (
+        _with(GOOD, _function("sm_90a", "GemmUniversalY", "HGMMA.64x64x16.F32", "LDG.E")),
+        "sm90 gemm",
+    ),
+    "no sm90 gemm": (_without(GOOD, "sm_90a", "GemmUniversal90"), "sm90 gemm"),
+}
+
+
+@pytest.mark.parametrize("fault", PLANTED)
+def test_checks_catch_planted_faults(fault: str) -> None:
+    summary, failing = PLANTED[fault]
+    for name, check in CHECKS.items():
+        problems = check(EXPECTED, summary)
+        assert bool(problems) == (name == failing), (name, problems)
+
+
+NVDISASM_SAMPLE = """\
+\t.target\tsm_90a
+\t.section\t.text._Z6kernelPf,"ax",@progbits
+\t.other\t_Z6kernelPf,@"STO_CUDA_ENTRY STV_DEFAULT"
+_Z6kernelPf:
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+        /*0010*/              @!P0 BPT.TRAP 0x1 ;
+        /*0020*/                   HGMMA.64x128x16.F32.BF16 gdesc[UR4], RZ, !UPT ;
+        /*0030*/                   EXIT ;
+\t.section\t.text._Z6helperv,"ax",@progbits
+\t.other\t_Z6helperv,@"STV_DEFAULT"
+        /*0000*/              @UP0 UTMALDG.2D [UR8], [UR4] ;
+        /*0010*/                   NOP ;
+"""
+
+
+def test_parse_nvdisasm() -> None:
+    arch, (kernel, helper) = parse_nvdisasm(NVDISASM_SAMPLE)
+    assert arch == "sm_90a"
+    opcodes = {"MOV", "BPT.TRAP", "HGMMA.64x128x16.F32.BF16", "EXIT"}
+    assert kernel == Function("sm_90a", "_Z6kernelPf", True, 3, frozenset(opcodes))
+    assert helper == Function("sm_90a", "_Z6helperv", False, 1, frozenset({"UTMALDG.2D", "NOP"}))
 
 
 # ----------------------------------------------------------------- wheel ----

@@ -5,6 +5,7 @@ GQA, causality, scale, window, padding, packed sequences). Skipped without trans
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 import pytest
@@ -109,7 +110,13 @@ def test_register_without_transformers(monkeypatch):
 
 
 def test_register_with_an_old_transformers(monkeypatch):
-    monkeypatch.setattr(transformers, "__version__", "4.40.0")
+    # The version register() reads is that of the module `import transformers` gives now,
+    # which need not be the one imported at the top of this file: the first model built
+    # imports transformers.processing_utils, which re-executes transformers/__init__.py
+    # (direct_transformers_import) and so puts a new module object in sys.modules. Import
+    # it first, so that this test sees the same whatever ran before it.
+    importlib.import_module("transformers.processing_utils")
+    monkeypatch.setattr(importlib.import_module("transformers"), "__version__", "4.40.0")
     with pytest.raises(ImportError, match=r"found 4\.40\.0"):
         integration.register()
 
