@@ -85,6 +85,12 @@ say "pinned dev requirements (ci/requirements-dev.txt)"
 # nox, pytest, ruff, clang-format, cmake, ninja, scikit-build-core, nvidia-cutlass, cuobjdump.
 "$python" -m pip install -r ci/requirements-dev.txt | { grep -v '^Requirement already satisfied' || true; }
 "$python" -m nox --version >/dev/null 2>&1 || die "nox did not install"
+if [ "$use_venv" = 1 ] && [ ! -x "$(dirname "$python")/nox" ]; then
+  # pip found nox among the packages the virtualenv sees and installed no `nox` command
+  # into it: a launcher makes `.venv/bin/nox` (and `nox` once activated) run this python's.
+  printf '#!/bin/sh\nexec "$(dirname "$0")/python" -m nox "$@"\n' >"$(dirname "$python")/nox"
+  chmod +x "$(dirname "$python")/nox"
+fi
 
 # ------------------------------------------------------------------ nvcc ----
 say "nvcc"
