@@ -505,10 +505,9 @@ def sdpa_fallback_reason(
             return f"{name} is on {t.device}, not on a CUDA device"
     dtypes = [t.dtype for t in tensors.values()]
     if any(d not in _ATTENTION_DTYPES for d in dtypes) or len(set(dtypes)) != 1:
-        shown = ", ".join(str(d) for d in dtypes)
         return (
-            f"the dtypes of query, key and value are {shown}; samattn's kernels need all three "
-            "in torch.float16 or all three in torch.bfloat16"
+            f"the dtypes of query, key and value are {dtypes[0]}, {dtypes[1]} and {dtypes[2]}, "
+            "not all torch.float16 or all torch.bfloat16"
         )
     batch, heads, seqlen_q, headdim = query.shape
     batch_k, heads_k, seqlen_k, headdim_k = key.shape
@@ -517,7 +516,7 @@ def sdpa_fallback_reason(
     if value.shape[3] != headdim or headdim_k != headdim:
         return "the value head dim differs from the query's"
     if not 1 <= headdim <= MAX_ATTENTION_HEAD_DIM:
-        return f"head dim {headdim} is outside the 1 to {MAX_ATTENTION_HEAD_DIM} samattn runs"
+        return f"head dim {headdim} is outside samattn's range of 1 to {MAX_ATTENTION_HEAD_DIM}"
     if heads_k != heads and not enable_gqa:
         return (
             f"the key/value heads ({heads_k}) differ from the query heads ({heads}) and "
