@@ -1,5 +1,8 @@
 """Developer and CI entry points: `nox -s build|tests|bench|lint|wheel|check_wheel|gpu_tests`.
 
+A fresh clone starts with ./setup.sh (a virtualenv, the pinned tools, a quick build), then
+`nox -s tests`.
+
     nox -s build                 wheel into dist/ for every arch (75;80;86;89;90a)
     nox -s build -- 80           ... for a subset: -- 75,80   -- 90a --ops gemm
     nox -s tests                 install the newest wheel in dist/ (building one if
@@ -17,9 +20,10 @@
                                  reuses this machine's torch (no network needed), GPU and
                                  CPU tiers, junit.xml + summary.json
 
-By default the sessions run in the current interpreter (nox's `none` backend),
-reusing its torch, cmake, ninja, scikit-build-core and pytest: that works on a
-machine with no package registry. SAMATTN_NOX_VENV=venv gives each session a
+By default the sessions run in the interpreter that runs nox (nox's `none` backend; its
+bin folder goes first on PATH, as if its virtualenv were activated), reusing its torch,
+cmake, ninja, scikit-build-core and pytest: that works on a machine with no package
+registry. SAMATTN_NOX_VENV=venv gives each session a
 virtualenv that still sees the interpreter's packages (--system-site-packages);
 `nox --force-venv-backend ...` overrides both. `tests` and `bench` install the
 samattn wheel (never its dependencies) into the session's environment.
@@ -29,12 +33,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import nox
@@ -45,6 +51,12 @@ ALL_ARCHS = "75;80;86;89;90a"
 ALL_OPS = "gemm;softmax;attention"
 # One CuTe translation unit takes about this much memory to compile.
 GB_PER_COMPILE_JOB = 2.2
+# Seconds per CUDA translation unit with one core each, cold (no ccache), measured on a
+# 2-core machine (docs/build.md): the build's estimate is the sum over its units / jobs.
+UNIT_SECONDS = {"attention": 31.0, "gemm_sm90": 60.0, "other": 20.0}
+# The ptxas spills that are known and accepted (a table in docs/build.md): those are
+# counted, not printed, so that a new one stands out.
+KNOWN_SPILLS_TABLE = ROOT / "docs" / "build.md"
 
 nox.options.sessions = ["lint", "tests"]
 nox.options.reuse_venv = "yes"
@@ -53,6 +65,14 @@ _BACKEND = os.environ.get("SAMATTN_NOX_VENV", "none")
 if _BACKEND not in ("none", "venv", "virtualenv", "uv"):
     raise SystemExit(f"SAMATTN_NOX_VENV={_BACKEND!r}: use none, venv, virtualenv or uv")
 _VENV_PARAMS = [] if _BACKEND == "none" else ["--system-site-packages"]
+if _BACKEND == "none":
+    # `.venv/bin/nox` must run that virtualenv's python, pip and ruff even when it is not
+    # activated: without this, "python" in a session would be whichever one PATH finds first.
+    os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])
+if _BACKEND != "uv":
+    # nox probes for uv before every session, whatever the backend, and logs when it finds
+    # none; with a backend that is not uv the line tells the user nothing to act on.
+    logging.getLogger("nox").addFilter(lambda record: record.getMessage() != "uv binary not found.")
 
 
 def _session(func):
@@ -79,6 +99,18 @@ def _session_python_has(session: nox.Session, modules: list[str]) -> bool:
     code = f"import importlib.util; print(all(importlib.util.find_spec(m) for m in {modules!r}))"
     out = session.run("python", "-c", code, silent=True, external=True) or ""
     return out.strip().endswith("True")
+
+
+def _installed(session: nox.Session, distributions: list[str]) -> list[str]:
+    """The distributions of the list that the session's interpreter has installed."""
+    code = (
+        "import importlib.metadata as m, sys; "
+        "names = {(d.metadata['Name'] or '').lower().replace('_', '-') "
+        "for d in m.distributions()}; "
+        "print(*[n for n in sys.argv[1:] if n in names])"
+    )
+    out = session.run("python", "-c", code, *distributions, silent=True, external=True) or ""
+    return [name for name in out.split() if name in distributions]
 
 
 def _cmake_ok() -> bool:
@@ -186,10 +218,98 @@ def _build_wheel(
         command.append("--no-build-isolation")
     else:
         session.log("build requirements not all installed: isolated build (needs PyPI)")
-    session.run(*command, env=env, external=True)
+    _run_build(session, command, env, int(env["CMAKE_BUILD_PARALLEL_LEVEL"]))
     wheel = _newest_wheel(out_dir)  # pip (re)wrote it just now
     _describe_wheel(wheel)
     return wheel
+
+
+_NINJA_STEP = re.compile(r"^\s*\[(\d+)/(\d+)\] .*?([\w.-]+)\.(?:cu|cpp)\.o\s*$")
+_SPILL = re.compile(
+    r"ptxas warning : Registers are spilled to local memory in function '[^']+', "
+    r"(\d+) bytes spill stores, (\d+) bytes spill loads"
+)
+_SPILL_ROW = re.compile(r"^\|\s*`([\w.-]+)`\s*\|.*\|\s*(\d+)\s*\|\s*(\d+)\s*\|[^|]*\|\s*$")
+
+
+def _known_spills() -> dict[str, tuple[int, int]]:
+    """{translation unit: (spill store bytes, spill load bytes)} accepted in docs/build.md."""
+    known: dict[str, tuple[int, int]] = {}
+    if KNOWN_SPILLS_TABLE.is_file():
+        for line in KNOWN_SPILLS_TABLE.read_text().splitlines():
+            row = _SPILL_ROW.match(line)
+            if row:
+                stores, loads = known.get(row[1], (0, 0))
+                known[row[1]] = (max(stores, int(row[2])), max(loads, int(row[3])))
+    return known
+
+
+def _unit_kind(name: str) -> str:
+    if name.startswith("attention_"):
+        return "attention"
+    return "gemm_sm90" if name.startswith("gemm_sm90") else "other"
+
+
+def _announce_estimate(build_dir: Path, jobs: int) -> None:
+    """Prints how many CUDA units build.ninja lists and how long they take cold."""
+    ninja_file = build_dir / "build.ninja"
+    if not ninja_file.is_file():
+        return
+    kinds = {kind: 0 for kind in UNIT_SECONDS}
+    for line in ninja_file.read_text(errors="replace").splitlines():
+        unit = re.match(r"build \S*?([\w.-]+)\.cu\.o: ", line)
+        if unit:
+            kinds[_unit_kind(unit[1])] += 1
+    seconds = sum(UNIT_SECONDS[kind] * count for kind, count in kinds.items()) / max(1, jobs)
+    print(
+        f"*** {sum(kinds.values())} CUDA translation units ({kinds['attention']} attention, "
+        f"{kinds['gemm_sm90']} sm90 GEMM, {kinds['other']} other) on {jobs} compile jobs: "
+        f"about {seconds / 60:.0f} min from scratch, less with ccache hits or an up-to-date "
+        "build tree; ninja's [n/N] below counts the steps",
+        flush=True,
+    )
+
+
+def _run_build(session: nox.Session, command: list[str], env: dict[str, str], jobs: int) -> None:
+    """Runs the build command with its output shown, an estimate of its length once CMake
+    has written build.ninja, and the time it took; ptxas spill warnings that docs/build.md
+    lists as known are counted instead of shown."""
+    session.log(" ".join(command))
+    known = _known_spills()
+    started = time.monotonic()
+    unit, hidden = "", 0
+    process = subprocess.Popen(
+        command,
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+    )
+    assert process.stdout is not None
+    for line in process.stdout:
+        written = re.search(r"Build files have been written to: (.+)$", line)
+        step = _NINJA_STEP.match(line)
+        if step:
+            unit = step[3]
+        spill = _SPILL.search(line)
+        if spill and unit in known:
+            stores, loads = known[unit]
+            if int(spill[1]) <= stores and int(spill[2]) <= loads:
+                hidden += 1
+                continue
+        sys.stdout.write(line)
+        sys.stdout.flush()
+        if written:
+            _announce_estimate(Path(written[1].strip()), jobs)
+    status = process.wait()
+    took = time.monotonic() - started
+    if hidden:
+        spills = "spill" if hidden == 1 else "spills"
+        session.log(f"{hidden} known ptxas register {spills} not shown (docs/build.md lists them)")
+    if status != 0:
+        session.error(f"the build failed (exit status {status}) after {took / 60:.1f} min")
+    session.log(f"build took {took / 60:.1f} min")
 
 
 def _newest_wheel(folder: Path = DIST) -> Path | None:
@@ -206,8 +326,10 @@ def _install_wheel(session: nox.Session) -> None:
     # `samattn`; two at once fail at import (samattn/_variant.py), so drop the others first.
     distribution = wheel.name.split("-")[0].replace("_", "-")
     known = ["samattn", *(v["distribution"] for v in _load_ci_module("variants").load().values())]
-    others = [name for name in known if name != distribution]
-    session.run("python", "-m", "pip", "uninstall", "--yes", "--quiet", *others, external=True)
+    # Only those present: pip warns about each name it is asked to remove and cannot find.
+    others = [name for name in _installed(session, known) if name != distribution]
+    if others:
+        session.run("python", "-m", "pip", "uninstall", "--yes", "--quiet", *others, external=True)
     session.log(f"installing {wheel.name} (without its dependencies: torch is reused)")
     _pip_install(session, "--no-deps", "--force-reinstall", str(wheel))
 
@@ -297,14 +419,18 @@ def _toolkit_env(session: nox.Session, variant: dict) -> dict[str, str]:
 
 @_session
 def build(session: nox.Session) -> None:
-    """Builds the wheel into dist/: `-- [ARCHS] [--ops OPS]`, e.g. `-- 75,80 --ops gemm`."""
+    """Builds a wheel into dist/: every arch, or `-- 75,80 [--ops gemm]` for a subset.
+
+    SAMATTN_ATTENTION_HEAD_DIMS (e.g. 64,128) limits the attention head dims; ./setup.sh
+    picks the archs of this machine's GPUs and two head dims."""
     _build_wheel(session, *_parse_build_args(session.posargs))
 
 
 @_session
 def wheel(session: nox.Session) -> None:
-    """Builds one variant's release wheel into dist/: `-- cu130` (ci/variants.toml). Uses that
-    variant's CUDA toolkit (ci/install_cuda.py) and archs, renames the distribution
+    """Builds one variant's release wheel into dist/, e.g. `-- cu130` (ci/variants.toml).
+
+    Uses that variant's CUDA toolkit (ci/install_cuda.py) and archs, renames the distribution
     samattn-<variant> (ci/rename_wheel.py) and lets auditwheel set the manylinux tag."""
     variant = _variant(session)
     env = _toolkit_env(session, variant)
@@ -322,8 +448,10 @@ def wheel(session: nox.Session) -> None:
 
 @_session
 def check_wheel(session: nox.Session) -> None:
-    """Checks variant wheels before publishing: `-- dist/X.whl [--release]` (ci/check_wheel.py:
-    archs per family, PTX, traps, dependencies, auditwheel, size, metadata)."""
+    """Checks variant wheels before publishing: `-- dist/X.whl [--release]`.
+
+    ci/check_wheel.py: archs per family, PTX, traps, dependencies, auditwheel, size and
+    metadata."""
     if not session.posargs:
         session.error("name the wheels: nox -s check_wheel -- dist/samattn_cu130-*.whl")
     _ensure_tools(session, {"auditwheel": "auditwheel"})
@@ -333,8 +461,10 @@ def check_wheel(session: nox.Session) -> None:
 
 @_session
 def gpu_tests(session: nox.Session) -> None:
-    """The gate before publishing: `-- dist/X.whl [--out DIR] [--torch VERSION] [-- PYTEST]`
-    (and --allow-no-gpu, to try it where there is no GPU: the GPU tier then skips).
+    """Runs the GPU gate before publishing on one wheel: `-- dist/X.whl [--torch VERSION]`.
+
+    Arguments: `-- dist/X.whl [--out DIR] [--torch VERSION] [-- PYTEST]`, and --allow-no-gpu
+    to try it where there is no GPU (the GPU tier then skips).
 
     Installs the wheel (never its dependencies) into a fresh virtualenv that sees this
     machine's packages (torch, pytest), so it works with no network; with --torch, that torch
@@ -440,8 +570,10 @@ def gpu_tests(session: nox.Session) -> None:
 
 @_session
 def tests(session: nox.Session) -> None:
-    """CPU tier always; GPU tier runs when torch sees a GPU. Extra args go to pytest
-    (test paths relative to the checkout select what runs)."""
+    """Installs the newest wheel in dist/ and runs the CPU tests, and the GPU tests on a GPU.
+
+    Builds a wheel first when dist/ has none. Extra arguments go to pytest; test paths
+    relative to the checkout select what runs."""
     _install_wheel(session)
     has_gpu = session.run(
         "python", "-c", "import torch; print(torch.cuda.is_available())", silent=True, external=True
@@ -465,16 +597,18 @@ def tests(session: nox.Session) -> None:
 
 @_session
 def bench(session: nox.Session) -> None:
-    """Benchmarks against torch: `-- ARGS` go to `python -m samattn.bench`."""
+    """Benchmarks samattn against torch's kernels: `-- ARGS` go to python -m samattn.bench."""
     _install_wheel(session)
     _run_outside_checkout(session, "-m", "samattn.bench", *session.posargs)
 
 
 @_session
 def lint(session: nox.Session) -> None:
-    """ruff check, ruff format --check, clang-format --dry-run --Werror over cpp/, the variant
-    table (ci/variants.toml), and the GitHub workflows (actionlint, and GitHub's workflow
-    schema through check-jsonschema; both offline)."""
+    """Lints Python (ruff), C++ (clang-format), ci/variants.toml and the GitHub workflows.
+
+    ruff check, ruff format --check, clang-format --dry-run --Werror over cpp/, the variant
+    table, and the workflows (actionlint, and GitHub's workflow schema through
+    check-jsonschema; both offline)."""
     tools = {
         "ruff": "ruff",
         "clang-format": "clang-format",

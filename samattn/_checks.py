@@ -560,33 +560,45 @@ def sdpa_fallback_reason(
     enable_gqa: bool,
 ) -> str | None:
     """Why samattn.scaled_dot_product_attention hands this call to torch's (None: it serves
-    it itself). Pure: looks at shapes, dtypes and devices only."""
+    it itself), as a clause that completes "samattn.scaled_dot_product_attention: ..., so
+    ...". Pure: looks at shapes, dtypes and devices only."""
     tensors = {"query": query, "key": key, "value": value}
     if not all(isinstance(t, torch.Tensor) for t in tensors.values()):
         return "query, key and value are not all tensors"
     if attn_mask is not None:
-        return "an attn_mask (samattn serves is_causal and no mask, not arbitrary masks)"
+        return "an attn_mask was given (samattn's kernels serve is_causal or no mask)"
     if any(t.dim() != 4 for t in tensors.values()):
-        return "inputs that are not 4-D (batch, heads, seq, dim)"
-    if any(t.device.type not in _DEVICE_TYPES for t in tensors.values()):
-        return "tensors that are not on a CUDA device"
-    if any(t.dtype not in _ATTENTION_DTYPES for t in tensors.values()) or not (
-        query.dtype == key.dtype == value.dtype
-    ):
-        return "dtypes other than one of torch.float16 or torch.bfloat16"
+        return "the inputs are not 4-D (batch, heads, seq, dim)"
+    for name, t in tensors.items():
+        if t.device.type not in _DEVICE_TYPES:
+            return f"{name} is on {t.device}, not on a CUDA device"
+    dtypes = [t.dtype for t in tensors.values()]
+    if any(d not in _ATTENTION_DTYPES for d in dtypes) or len(set(dtypes)) != 1:
+        return (
+            f"the dtypes of query, key and value are {dtypes[0]}, {dtypes[1]} and {dtypes[2]}, "
+            "not all torch.float16 or all torch.bfloat16"
+        )
     batch, heads, seqlen_q, headdim = query.shape
     batch_k, heads_k, seqlen_k, headdim_k = key.shape
     if _shape(value)[:3] != _shape(key)[:3] or batch_k != batch:
-        return "query, key and value shapes that do not match"
+        return "the shapes of query, key and value do not match"
     if value.shape[3] != headdim or headdim_k != headdim:
-        return "a value head dim that differs from the query's"
+        return "the value head dim differs from the query's"
     if not 1 <= headdim <= MAX_ATTENTION_HEAD_DIM:
-        return f"head dim {headdim} (samattn runs 1 to {MAX_ATTENTION_HEAD_DIM})"
-    if heads_k != heads and not (enable_gqa and heads_k > 0 and heads % heads_k == 0):
-        return "key/value heads that differ from the query's (without a valid enable_gqa)"
+        return f"head dim {headdim} is outside samattn's range of 1 to {MAX_ATTENTION_HEAD_DIM}"
+    if heads_k != heads and not enable_gqa:
+        return (
+            f"the key/value heads ({heads_k}) differ from the query heads ({heads}) and "
+            "enable_gqa is False"
+        )
+    if heads_k != heads and not (heads_k > 0 and heads % heads_k == 0):
+        return f"the query heads ({heads}) are not a multiple of the key/value heads ({heads_k})"
     if is_causal and seqlen_q < seqlen_k:
         # torch aligns a non-square causal mask top-left. With more queries than keys that
         # is a window reaching seqlen_q - seqlen_k right of samattn's bottom-right diagonal;
         # with fewer, the bound would be negative, which flash-attn's API reads as none.
-        return "is_causal with seqlen_q < seqlen_k (torch's top-left causal mask)"
+        return (
+            "is_causal with seqlen_q < seqlen_k asks for torch's top-left causal mask, which "
+            "samattn's kernels cannot express"
+        )
     return None

@@ -13,20 +13,17 @@ import torch
 from . import _checks, _family, _lib
 
 
-def _operand(t: torch.Tensor) -> torch.Tensor:
-    """A or B as the kernels take it: either of its two last strides must be 1.
-
-    Transposed views (``.t()``, ``.mT``) qualify as they are, so they cost no copy.
-    """
-    if t.stride(-1) == 1 or t.stride(-2) == 1:
-        return t
-    return t.contiguous()
-
-
-def _matrix_strides(t: torch.Tensor, batch: int) -> tuple[int, int, int]:
-    """(batch, row, col) element strides of a 2-D or 3-D operand; 0 where it broadcasts."""
-    batch_stride = t.stride(0) if t.dim() == 3 and t.shape[0] == batch else 0
-    return batch_stride, t.stride(-2), t.stride(-1)
+def _operand(t: torch.Tensor, batch: int) -> tuple[torch.Tensor, tuple[int, int, int]]:
+    """A or B as the kernels take it, and its (batch, row, col) element strides (batch 0
+    where it broadcasts). Either of its two last strides must be 1: transposed views
+    (``.t()``, ``.mT``) qualify as they are, so they cost no copy."""
+    strides = t.stride()
+    if strides[-1] != 1 and strides[-2] != 1:
+        t = t.contiguous()
+        strides = t.stride()
+    if len(strides) == 3 and t.shape[0] == batch:
+        return t, strides
+    return t, (0, strides[-2], strides[-1])
 
 
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
@@ -47,11 +44,14 @@ def _gemm_args(
     beta: float,
     sizes: _checks.GemmShape,
     out_ptr: int,
-) -> _lib.GemmArgs:
-    """The C arguments of D = alpha * a @ b + beta * c, D contiguous at out_ptr."""
+) -> tuple[_lib.GemmArgs, tuple[torch.Tensor, ...]]:
+    """The C arguments of D = alpha * a @ b + beta * c, D contiguous at out_ptr, and the
+    tensors they point to (a and b as the kernels read them), to keep alive."""
     dtype = _checks.DTYPE_CODES[a.dtype]
     allow_tf32 = dtype == _lib.F32 and torch.get_float32_matmul_precision() != "highest"
     batch, m, n = sizes.batch, sizes.m, sizes.n
+    a, a_strides = _operand(a, batch)
+    b, b_strides = _operand(b, batch)
     c_ptr, c_strides = 0, (0, 0, 0)
     if c is not None and beta != 0.0:
         expanded = c.expand(sizes.out_shape)
@@ -62,14 +62,14 @@ def _gemm_args(
         args, 0,
         ctypes.sizeof(args), dtype, _family.requested_family(), max(a.get_device(), 0),
         int(allow_tf32), batch, m, n, sizes.k,
-        a.data_ptr(), *_matrix_strides(a, batch),
-        b.data_ptr(), *_matrix_strides(b, batch),
+        a.data_ptr(), *a_strides,
+        b.data_ptr(), *b_strides,
         c_ptr, *c_strides,
         out_ptr, m * n, n, 1,
         alpha, beta,
         0, 0, 0,  # stream, workspace: set by the caller
     )  # fmt: skip
-    return args
+    return args, (a, b)
 
 
 def gemm(
@@ -80,10 +80,8 @@ def gemm(
     out = torch.empty(sizes.out_shape, dtype=a.dtype, device=a.device)
     if out.numel() == 0:
         return out
-    a = _operand(a)
-    b = _operand(b)
-    args = _gemm_args(a, b, c, alpha, beta, sizes, out.data_ptr())
-    args.stream = _stream(a)
+    args, _keep = _gemm_args(a, b, c, alpha, beta, sizes, out.data_ptr())
+    args.stream = _stream(out)
     library = _lib.lib()
     args_ref = ctypes.byref(args)
     family = ctypes.c_int32(_lib.FAMILY_AUTO)
@@ -115,10 +113,8 @@ def gemm_plan(
     matmul precision like samattn.gemm. Assumes a contiguous output, as gemm allocates.
     """
     sizes = _checks.gemm(a, b, c, alpha, beta)
-    a = _operand(a)
-    b = _operand(b)
     # A freshly allocated output is at least 16-byte aligned: stand in 256.
-    args = _gemm_args(a, b, c, alpha, beta, sizes, 256)
+    args, _keep = _gemm_args(a, b, c, alpha, beta, sizes, 256)
     props = _lib.device_properties(args.device)
     return _lib.gemm_plan(args, props["compute_capability"], props["sm_count"])
 

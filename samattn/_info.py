@@ -13,9 +13,13 @@ from typing import Any, TextIO
 import torch
 
 from . import _checks, _family, _lib
+from ._variant import VARIANT_CUDA
 from ._version import __version__
 
 _MAX_DEVICES = 64
+# The oldest Linux driver that runs a CUDA runtime of each major version, by CUDA's
+# minor-version compatibility (a 12.8 runtime runs on any 12.x driver from this one).
+_MIN_DRIVER = {12: "525.60.13", 13: "580.65.06"}
 
 
 def _cuda_version_text(encoded: int) -> str | None:
@@ -23,6 +27,53 @@ def _cuda_version_text(encoded: int) -> str | None:
     if encoded <= 0:
         return None
     return f"{encoded // 1000}.{encoded % 1000 // 10}"
+
+
+def driver_status(runtime: int, driver: int) -> dict[str, str | None]:
+    """Whether the NVIDIA driver can run this library, from the CUDA versions that
+    `_lib.cuda_versions()` reports (12040 = 12.4; driver 0 = no driver).
+
+    Returns {"status": ..., "message": ...}, status one of "ok", "none" (no NVIDIA driver),
+    "too_old" (a driver of an older CUDA major version than the library's runtime: nothing
+    runs) and "minor_older" (an older minor version: runs, except PTX compiled by the
+    driver); the message is None when status is "ok"."""
+    if driver <= 0:
+        return {
+            "status": "none",
+            "message": "no NVIDIA driver is installed, or it cannot be loaded; samattn's "
+            "kernels need one, but the library, this report and the CPU tests work without it",
+        }
+    if runtime <= 0 or driver >= runtime:
+        return {"status": "ok", "message": None}
+    runtime_text, driver_text = _cuda_version_text(runtime), _cuda_version_text(driver)
+    major, driver_major = runtime // 1000, driver // 1000
+    minimum = _MIN_DRIVER.get(major)
+    update = f"an NVIDIA driver >= {minimum} (Linux)" if minimum else "a newer NVIDIA driver"
+    if driver_major < major:
+        usable = [
+            name
+            for name, (cuda_major, _) in VARIANT_CUDA.items()
+            if cuda_major == driver_major and driver_major in _MIN_DRIVER
+        ]
+        instead = (
+            f", or a samattn built for CUDA {driver_major}.x ({', '.join(usable)}, or a source "
+            f"build with a CUDA {driver_major}.x toolkit)"
+            if usable
+            else ""
+        )
+        return {
+            "status": "too_old",
+            "message": f"the NVIDIA driver supports CUDA {driver_text}, older than this "
+            f"library's CUDA {runtime_text} runtime, so no kernel can run: install {update}"
+            f"{instead}",
+        }
+    return {
+        "status": "minor_older",
+        "message": f"the NVIDIA driver supports CUDA {driver_text}, older than this library's "
+        f"CUDA {runtime_text} runtime: its kernels run (CUDA minor-version compatibility, "
+        f"drivers >= {minimum}), but a GPU newer than the library's archs, which needs its PTX "
+        f"compiled by the driver, needs a driver for CUDA {runtime_text} or newer",
+    }
 
 
 def _archs(path: str) -> dict[str, list[str]] | str:
@@ -91,6 +142,7 @@ def collect() -> dict[str, Any]:
         "archs": "unknown",
         "cuda_runtime": None,
         "cuda_driver": None,
+        "driver": {"status": "unknown", "message": None},
         "torch": torch.__version__,
         "torch_cuda": torch.version.cuda,
         "gpus": [],
@@ -111,8 +163,12 @@ def collect() -> dict[str, Any]:
     runtime, driver = _lib.cuda_versions()
     facts["cuda_runtime"] = _cuda_version_text(runtime)
     facts["cuda_driver"] = _cuda_version_text(driver)
+    facts["driver"] = driver_status(runtime, driver)
     facts["gpus"], facts["gpu_error"] = _gpus()
-    if not facts["gpus"] and facts["gpu_error"] is None:
+    if not facts["gpus"] and facts["driver"]["status"] in ("none", "too_old"):
+        # The CUDA runtime's own words for both are "driver version is insufficient".
+        facts["gpu_error"] = facts["driver"]["message"]
+    elif not facts["gpus"] and facts["gpu_error"] is None:
         facts["gpu_error"] = "no device answered"
     return facts
 
@@ -121,6 +177,17 @@ def _archs_text(archs: dict[str, list[str]] | str) -> str:
     if isinstance(archs, str):
         return archs
     return f"SASS {', '.join(archs['sass']) or 'none'}; PTX {', '.join(archs['ptx']) or 'none'}"
+
+
+def _driver_text(facts: dict[str, Any]) -> str:
+    status = facts["driver"]["status"]
+    if status == "none":
+        return "none (no NVIDIA driver found)"
+    if status == "too_old":
+        return f"{facts['cuda_driver']} (TOO OLD: {facts['driver']['message']})"
+    if status == "minor_older":
+        return f"{facts['cuda_driver']} ({facts['driver']['message']})"
+    return facts["cuda_driver"] or "unknown"
 
 
 def format_report(facts: dict[str, Any]) -> str:
@@ -139,7 +206,7 @@ def format_report(facts: dict[str, Any]) -> str:
         f"  ops built      {', '.join(facts['built_ops']) or 'none'}",
         f"  archs          {_archs_text(facts['archs'])}",
         f"  CUDA runtime   {facts['cuda_runtime'] or 'unknown'} (linked into the library)",
-        f"  CUDA driver    {facts['cuda_driver'] or 'none (no NVIDIA driver found)'}",
+        f"  CUDA driver    {_driver_text(facts)}",
         f"  torch          {facts['torch']} (CUDA {facts['torch_cuda'] or 'none'})",
     ]
     forced = _lib.FAMILY_NAMES.get(_family.requested_family())
@@ -154,7 +221,7 @@ def format_report(facts: dict[str, Any]) -> str:
             for dtype, family in by_dtype.items():
                 lines.append(f"  {op:<8} {dtype:<9} -> {family}")
     if not facts["gpus"]:
-        lines.append(f"no CUDA GPU visible ({facts['gpu_error']})")
+        lines.append(f"no CUDA GPU visible: {facts['gpu_error']}")
     return "\n".join(lines)
 
 
@@ -163,8 +230,10 @@ def info(file: TextIO | None = None) -> dict[str, Any]:
 
     The dict has keys ``samattn_version``, ``library`` (path, loaded, version, error),
     ``built_families``, ``built_ops``, ``archs`` ({"sass": [...], "ptx": [...]} or
-    "unknown"), ``cuda_runtime``, ``cuda_driver``, ``torch``, ``torch_cuda``, ``gpus`` (per GPU:
-    index, name, compute_capability, sm_count, families per op and dtype) and ``gpu_error``.
+    "unknown"), ``cuda_runtime``, ``cuda_driver``, ``driver`` (``driver_status()``: whether
+    that driver runs this library, and if not what would), ``torch``, ``torch_cuda``,
+    ``gpus`` (per GPU: index, name, compute_capability, sm_count, families per op and dtype)
+    and ``gpu_error``.
     """
     facts = collect()
     print(format_report(facts), file=file if file is not None else sys.stdout)

@@ -251,9 +251,11 @@ def lib() -> ctypes.CDLL:
 
 def _load(path: Path) -> ctypes.CDLL:
     how_to_build = (
-        "Install a samattn wheel (pip install samattn-cu12x), or build the library "
+        "Build it from a clone of samattn: `./setup.sh && .venv/bin/nox -s tests` builds a "
+        "wheel and installs it into .venv (see the README), or build the library alone "
         "(cmake -S . -B build -G Ninja && ninja -C build) and set "
-        f"{LIBRARY_ENV}=/abs/path/to/build/libsamattn.so."
+        f"{LIBRARY_ENV}=/abs/path/to/build/libsamattn.so. Prebuilt wheels (samattn-cu124 to "
+        "samattn-cu130) are not published yet."
     )
     if not path.is_file():
         raise LibraryError(f"samattn: the library {path} does not exist. {how_to_build}")

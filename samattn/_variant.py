@@ -16,6 +16,16 @@ _PACKAGE_DIR = Path(__file__).resolve().parent
 _DIST_INFO = re.compile(r"^(samattn(?:[-_]cu\d+)?)-[^-]+\.dist-info$", re.IGNORECASE)
 
 
+# The CUDA release each wheel variant is built with (ci/variants.toml's `cuda`, which a CPU
+# test compares with this): samattn.info() names the ones an older driver can still run.
+VARIANT_CUDA: dict[str, tuple[int, int]] = {
+    "samattn-cu124": (12, 4),
+    "samattn-cu126": (12, 6),
+    "samattn-cu128": (12, 8),
+    "samattn-cu130": (13, 0),
+}
+
+
 class VariantConflictError(ImportError):
     """More than one samattn distribution is installed into the same folder."""
 

@@ -520,9 +520,9 @@ def flash_attn_varlen_kvpacked_func(
 # ------------------------------------------------------------------ SDPA ----
 def _warn_fallback_once(reason: str) -> None:
     _warn_once(
-        f"samattn.scaled_dot_product_attention: {reason} is not served by samattn's "
-        "kernels; running torch.nn.functional.scaled_dot_product_attention instead "
-        "(this warning is shown once per process)",
+        f"samattn.scaled_dot_product_attention: {reason}, so samattn is running "
+        "torch.nn.functional.scaled_dot_product_attention for this call (this warning is "
+        "shown once per process for each reason)",
         stacklevel=3,
     )
 

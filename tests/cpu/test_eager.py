@@ -93,7 +93,7 @@ def test_size_one_modes_get_stride_zero(monkeypatch):
 def test_gemm_args_fields():
     a, b = _plain(16, 8, dtype=torch.float16), _plain(12, 8, dtype=torch.float16).mT
     sizes = _checks.GemmShape((16, 12), 1, 16, 12, 8)
-    args = _cuda._gemm_args(a, b, None, 2.0, 0.0, sizes, 0x7000)
+    args, _ = _cuda._gemm_args(a, b, None, 2.0, 0.0, sizes, 0x7000)
     expected = dict(
         struct_size=ctypes.sizeof(_lib.GemmArgs), dtype=_lib.F16, allow_tf32=0, batch=1,
         m=16, n=12, k=8, a=a.data_ptr(), a_row_stride=8, a_col_stride=1, b=b.data_ptr(),

@@ -13,6 +13,13 @@ import pytest
 
 import samattn
 from samattn import _lib
+from samattn._info import driver_status
+from samattn._variant import VARIANT_CUDA
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python < 3.11
+    import tomli as tomllib
 
 
 def _gpu_visible() -> bool:
@@ -69,3 +76,34 @@ def test_info_is_a_plain_function_and_the_script_cannot_shadow_it():
     with pytest.raises(ImportError, match=r"call samattn\.info\(\)"):
         importlib.import_module("samattn.info")
     assert samattn.info.__module__ == "samattn._info"
+
+
+def test_no_driver_is_told_apart_from_an_old_driver():
+    none = driver_status(13000, 0)
+    assert none["status"] == "none" and "no NVIDIA driver" in none["message"]
+    old = driver_status(13000, 12080)
+    assert old["status"] == "too_old"
+    assert "580.65.06" in old["message"] and "samattn-cu128" in old["message"]
+    assert "samattn-cu130" not in old["message"]
+    assert "525.60.13" in driver_status(12080, 11080)["message"]
+    assert driver_status(12080, 12020)["status"] == "minor_older"
+    assert driver_status(12040, 12080) == {"status": "ok", "message": None}
+
+
+def test_info_explains_a_missing_driver():
+    facts = samattn.info(file=io.StringIO())
+    runtime, driver = _lib.cuda_versions()
+    assert facts["driver"] == driver_status(runtime, driver)
+    if driver == 0:
+        assert "no NVIDIA driver" in facts["gpu_error"]
+
+
+def test_variant_cuda_versions_match_the_variant_table():
+    table = tomllib.loads(
+        (Path(__file__).resolve().parents[2] / "ci" / "variants.toml").read_text()
+    )
+    expected = {
+        f"samattn-{name}": tuple(int(x) for x in fields["cuda"].split(".")[:2])
+        for name, fields in table["variant"].items()
+    }
+    assert expected == VARIANT_CUDA
