@@ -175,7 +175,7 @@ set(SAMATTN_ATTENTION_FWD_SM80_CONFIGS
     "192,64,64,4,false"
     "256,64,64,4,false")
 samattn_instantiate_attention(fwd sm80 "f16;bf16" "${SAMATTN_ATTENTION_FWD_SM80_CONFIGS}")
-samattn_family_sources(attention sm80 cpp/src/attention/sm80/attention_sm80.cu)
+samattn_family_sources(attention sm80 cpp/src/attention/sm80/flash_fwd_sm80.cu)
 
 # FlashAttention-2 backward, sm80 family: one translation unit per (dtype,
 # FlashBwdConfig). Keep this list equal to the configurations Sm80BwdTiles
@@ -220,5 +220,5 @@ set(SAMATTN_ATTENTION_BWD_SM75_CONFIGS
     "192,32,32,4,1")
 samattn_instantiate_attention(fwd sm75 f16 "${SAMATTN_ATTENTION_FWD_SM75_CONFIGS}")
 samattn_instantiate_attention(bwd sm75 f16 "${SAMATTN_ATTENTION_BWD_SM75_CONFIGS}")
-samattn_family_sources(attention sm75 cpp/src/attention/sm75/attention_sm75.cu
+samattn_family_sources(attention sm75 cpp/src/attention/sm75/flash_fwd_sm75.cu
                        cpp/src/attention/sm75/flash_bwd_sm75.cu)

@@ -30,6 +30,23 @@ cudaError_t run_flash_bwd_sm80_dtype(const AttentionBackwardProblem& problem) {
   });
 }
 
+// The smallest backward tiles; sm75 has none for head dim 256.
+template <int kHeadDim>
+struct Sm80BwdMinSmem {
+  static constexpr int value = Sm80BwdTiles<DType::f16, kHeadDim, 0>::type::kSmemBytes;
+};
+template <int kHeadDim>
+struct Sm75BwdMinSmem {
+  using Config = typename Sm75BwdTiles<DType::f16, kHeadDim>::type;
+  static constexpr int value = [] {
+    if constexpr (std::is_void_v<Config>) {
+      return 0;
+    } else {
+      return Config::kSmemBytes;
+    }
+  }();
+};
+
 // sm75: one tile per head dim (none for 256); cudaErrorNotSupported where
 // there is none or it does not fit the device's shared memory.
 template <DType T>
