@@ -229,9 +229,8 @@ int samattn_select_family(int32_t op, int32_t dtype, int32_t cc_major, int32_t c
  * How samattn_gemm would run `args` on a GPU of compute capability
  * cc_major.cc_minor with sm_count multiprocessors, in a library built with
  * every family (whatever this one holds), without a GPU: the family
- * (after the sm90 family declines problems TMA cannot describe, which
- * automatic selection then runs on sm80; a forced sm90 fails with the
- * reason, SAMATTN_UNSUPPORTED) and a
+ * (after the sm90 family hands problems TMA cannot describe to sm80, also
+ * when sm90 is forced) and a
  * description of the kernel configuration, NUL-terminated and truncated to
  * plan_capacity: "tile=128x256_c2x1 swizzle=4 transposed=0" for sm90, or
  * "sm90 cannot run it: <reason>" when it fell back, or "" otherwise. The

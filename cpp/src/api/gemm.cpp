@@ -118,24 +118,26 @@ GemmProblem make_gemm_problem(const samattn_gemm_args& g, int sm_count) {
 // The family that samattn_gemm_plan reports: selection as in a library built
 // with every family, whose only plan that may decline is sm90's (host code,
 // built whatever the families). `plan` gets the sm90 configuration, or why
-// sm90 declined.
-int plan_complete_build(const Subject& subject, const samattn_gemm_args& g, const GpuSpec& gpu,
-                        const GemmProblem& problem, int32_t* family, gemm::sm90::Plan* plan) {
+// sm90 declined; what it declines runs on sm80, forced or not (the
+// forced_fallback gemm_sm90.cu registers).
+int plan_complete_build(const samattn_gemm_args& g, const GpuSpec& gpu, const GemmProblem& problem,
+                        int32_t* family, gemm::sm90::Plan* plan) {
   Request request;
   const bool tf32 = g.allow_tf32 != 0;
   const int status = resolve_request(SAMATTN_OP_GEMM, g.dtype, gpu, g.family, tf32,
                                      /*assume_complete_build=*/true, &request);
   if (status != SAMATTN_OK) return status;
+  int32_t forced = request.family;
   for (Family candidate : kFamiliesNewestFirst) {
-    const bool forced = request.family != SAMATTN_FAMILY_AUTO;
-    if (forced ? static_cast<int32_t>(candidate) != request.family
-               : !family_candidate(SAMATTN_OP_GEMM, g.dtype, gpu, candidate, tf32, true)) {
+    if (forced != SAMATTN_FAMILY_AUTO
+            ? static_cast<int32_t>(candidate) != forced
+            : !family_candidate(SAMATTN_OP_GEMM, g.dtype, gpu, candidate, tf32, true)) {
       continue;
     }
     if (candidate == Family::sm90) {
       *plan = gemm::sm90::plan(problem);
       if (!plan->eligible) {
-        if (forced) return declined(subject, gpu, request, plan->reason);
+        if (forced != SAMATTN_FAMILY_AUTO) forced = SAMATTN_FAMILY_SM80;
         continue;
       }
     }
@@ -209,7 +211,7 @@ int gemm_plan_op(const samattn_gemm_args* args, int32_t cc_major, int32_t cc_min
   gpu.cc_minor = cc_minor;
   const GemmProblem problem = make_gemm_problem(*args, sm_count);
   gemm::sm90::Plan plan;
-  status = plan_complete_build(subject, *args, gpu, problem, family, &plan);
+  status = plan_complete_build(*args, gpu, problem, family, &plan);
   if (status != SAMATTN_OK) return status;
   std::string description;
   if (*family == SAMATTN_FAMILY_SM90) {

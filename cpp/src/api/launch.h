@@ -18,7 +18,8 @@
 namespace samattn {
 
 // Picks the family that runs `problem`. A forced family (args or
-// SAMATTN_FAMILY) whose plan declines is an error with its reason; automatic
+// SAMATTN_FAMILY) whose plan declines is an error with its reason, unless
+// its registration names a forced_fallback that accepts; automatic
 // selection walks the registered families newest first and takes the first
 // that runs on the GPU, has the dtype and whose plan accepts, so a decline
 // falls through to the next family. No allocation unless it fails.
@@ -33,6 +34,16 @@ int choose_kernels(const Subject& subject, int32_t dtype, const GpuSpec& gpu, in
     const Kernels<kOp>* kernels = registered_kernels<kOp>(static_cast<Family>(request.family));
     if (kernels == nullptr) return declined(subject, gpu, request, "no such kernels in this build");
     if (kernels->plan != nullptr && !kernels->plan(problem, nullptr)) {
+      const Kernels<kOp>* fallback =
+          kernels->forced_fallback == 0
+              ? nullptr
+              : registered_kernels<kOp>(static_cast<Family>(kernels->forced_fallback));
+      if (fallback != nullptr &&
+          family_candidate(group, dtype, gpu, fallback->family, allow_tf32, false) &&
+          (fallback->plan == nullptr || fallback->plan(problem, nullptr))) {
+        *chosen = fallback;
+        return SAMATTN_OK;
+      }
       std::string why;
       kernels->plan(problem, &why);
       return declined(subject, gpu, request, why);

@@ -80,6 +80,11 @@ struct Kernels {
   size_t (*workspace_bytes)(const Problem& problem);
   // Launches on problem.stream: cudaSuccess or the launch error.
   cudaError_t (*launch)(const Problem& problem);
+  // When the family is forced and its plan declines a problem: the family
+  // that runs it instead (the sm90 GEMM hands what TMA cannot describe to
+  // sm80, so that forcing sm90 tests it on any shape); 0: the call fails
+  // with the plan's reason.
+  int32_t forced_fallback = 0;
 };
 
 // Records a family's kernels (at static initialization); returns true so that

@@ -10,6 +10,7 @@
 #include "common/problem.h"
 #include "common/registry.h"
 #include "gemm/sm90/gemm_sm90_config.h"
+#include "samattn/samattn.h"
 
 namespace samattn {
 namespace {
@@ -127,15 +128,16 @@ cudaError_t gemm_sm90(const GemmProblem& problem) {
                      [&](auto config) { return gemm::run_sm90<decltype(config)>(plan, problem); });
 }
 
-// What TMA cannot describe is declined, so automatic selection runs it on sm80.
+// What TMA cannot describe is declined: automatic selection runs it on sm80,
+// and so does a forced sm90 (forced_fallback).
 bool plan_sm90(const GemmProblem& problem, std::string* why) {
   Plan plan = gemm::sm90::plan(problem);
   if (!plan.eligible && why != nullptr) *why = std::move(plan.reason);
   return plan.eligible;
 }
 
-[[maybe_unused]] const bool kRegistered =
-    register_kernels<Op::gemm>({Family::sm90, &plan_sm90, &gemm_sm90_workspace_bytes, &gemm_sm90});
+[[maybe_unused]] const bool kRegistered = register_kernels<Op::gemm>(
+    {Family::sm90, &plan_sm90, &gemm_sm90_workspace_bytes, &gemm_sm90, SAMATTN_FAMILY_SM80});
 
 }  // namespace
 }  // namespace samattn
