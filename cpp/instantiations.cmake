@@ -149,10 +149,10 @@ endif()
 include("${_attention_tiles_cmake}")
 
 # FlashAttention-2, sm80 family: fp16 and bf16 on mma.sync m16n8k16.
-samattn_family_sources(attention sm80 cpp/src/attention/sm80/attention_sm80.cu)
+samattn_family_sources(attention sm80 cpp/src/attention/sm80/flash_fwd_sm80.cu)
 samattn_family_sources(attention sm80 cpp/src/attention/sm80/flash_bwd_sm80.cu)
 
 # FlashAttention-2, sm75 family (Turing: fp16 on mma.sync m16n8k8,
 # synchronous loads; bf16 needs sm80).
-samattn_family_sources(attention sm75 cpp/src/attention/sm75/attention_sm75.cu
+samattn_family_sources(attention sm75 cpp/src/attention/sm75/flash_fwd_sm75.cu
                        cpp/src/attention/sm75/flash_bwd_sm75.cu)

@@ -57,7 +57,7 @@ def _gemm_args(
         expanded = c.expand(sizes.out_shape)
         c_ptr, strides = expanded.data_ptr(), expanded.stride()
         c_strides = (strides[0] if len(strides) == 3 else 0, strides[-2], strides[-1])
-    args = _lib.GemmArgs()
+    args = _lib.blank(_lib.GemmArgs)
     _lib.GEMM_PACKER.pack_into(
         args, 0,
         ctypes.sizeof(args), dtype, _family.requested_family(), max(a.get_device(), 0),
@@ -126,7 +126,7 @@ def _run_softmax(
     dy: torch.Tensor | None,
     out: torch.Tensor,
 ) -> None:
-    args = _lib.SoftmaxArgs()
+    args = _lib.blank(_lib.SoftmaxArgs)
     _lib.SOFTMAX_PACKER.pack_into(
         args, 0,
         ctypes.sizeof(args), _checks.DTYPE_CODES[x.dtype], _family.requested_family(),
@@ -304,7 +304,7 @@ def _attention_args(
         backward = ()
         for t in gradients:
             backward += (t.data_ptr(), *_seq_head_strides(t))
-    args = _lib.AttentionArgs()
+    args = _lib.blank(_lib.AttentionArgs)
     _lib.ATTENTION_PACKER.pack_into(
         args, 0,
         ctypes.sizeof(args), _checks.DTYPE_CODES[q.dtype], _family.requested_family(),

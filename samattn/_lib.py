@@ -12,6 +12,7 @@ import os
 import struct
 import threading
 from pathlib import Path
+from typing import TypeVar
 
 ABI_VERSION = 4
 
@@ -51,7 +52,17 @@ class LibraryError(ImportError):
     """libsamattn could not be found or loaded."""
 
 
-class GemmArgs(ctypes.Structure):
+class _Args(ctypes.Structure):
+    """An argument struct of samattn.h: its first field is its own size, set here, so that
+    the library can tell which ABI the caller was built for (see samattn.h)."""
+
+    def __init__(self, *args: object, **fields: object) -> None:
+        super().__init__(*args, **fields)
+        if "struct_size" not in fields:
+            self.struct_size = ctypes.sizeof(self)
+
+
+class GemmArgs(_Args):
     _fields_ = [
         ("struct_size", ctypes.c_int64),
         ("dtype", ctypes.c_int32),
@@ -86,7 +97,7 @@ class GemmArgs(ctypes.Structure):
     ]
 
 
-class SoftmaxArgs(ctypes.Structure):
+class SoftmaxArgs(_Args):
     _fields_ = [
         ("struct_size", ctypes.c_int64),
         ("dtype", ctypes.c_int32),
@@ -103,7 +114,7 @@ class SoftmaxArgs(ctypes.Structure):
     ]
 
 
-class AttentionArgs(ctypes.Structure):
+class AttentionArgs(_Args):
     """samattn_attention_args; the dout/dq/dk/dv fields, `deterministic` and the workspace
     are the backward's."""
 
@@ -171,6 +182,15 @@ class AttentionArgs(ctypes.Structure):
     ]
 
 
+ArgsT = TypeVar("ArgsT", bound=ctypes.Structure)
+
+
+def blank(cls: type[ArgsT]) -> ArgsT:
+    """A zeroed argument struct, skipping the constructor: for the eager path, which packs
+    every field itself (struct_size included) and counts every microsecond."""
+    return cls.__new__(cls)
+
+
 _STRUCT_CODES = {
     ctypes.c_int32: "i",
     ctypes.c_int64: "q",
@@ -213,6 +233,10 @@ SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "samattn_attention_backward_workspace_size": (
         ctypes.c_int,
         [ctypes.POINTER(AttentionArgs), ctypes.POINTER(ctypes.c_int64)],
+    ),
+    "samattn_attention_plan": (
+        ctypes.c_int,
+        [ctypes.POINTER(AttentionArgs), _i32, _i32, _i32, _i32, _i32_p, ctypes.c_char_p, _i32],
     ),
     "samattn_last_error": (ctypes.c_char_p, []),
     "samattn_version": (ctypes.c_char_p, []),
@@ -348,6 +372,26 @@ def gemm_plan(args: GemmArgs, cc: tuple[int, int], sm_count: int) -> tuple[str, 
     )
     check(status)
     return FAMILY_NAMES[family.value], text.value.decode()
+
+
+def attention_plan(
+    args: AttentionArgs, backward: bool, cc: tuple[int, int], smem_per_block: int
+) -> tuple[str, tuple[int, int]]:
+    """(family, (window_left, window_right)) of an attention call on such a GPU; no GPU needed.
+
+    The family is the one that would run after families whose plan declines the problem
+    (head dim not built, no tile in `smem_per_block` bytes) fell through; the window is the
+    one the kernels get after normalization, -1 meaning unbounded.
+    """
+    family = ctypes.c_int32(0)
+    text = ctypes.create_string_buffer(128)
+    status = lib().samattn_attention_plan(
+        ctypes.byref(args), int(backward), cc[0], cc[1], smem_per_block,
+        ctypes.byref(family), text, len(text),
+    )  # fmt: skip
+    check(status)
+    fields = dict(item.split("=") for item in text.value.decode().split())
+    return FAMILY_NAMES[family.value], (int(fields["window_left"]), int(fields["window_right"]))
 
 
 def device_properties(device: int) -> dict[str, object]:

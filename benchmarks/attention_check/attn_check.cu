@@ -239,10 +239,12 @@ struct Result {
   bool pass;
 };
 
-// flash-attn's window normalization, for the reference.
-static void normalize_window(const Case& c, int sk_max, int& left, int& right) {
-  left = c.left >= sk_max ? -1 : (c.left < 0 ? -1 : c.left);
-  right = c.right >= sk_max ? -1 : (c.right < 0 ? -1 : c.right);
+// The documented window, for the reference: a negative bound is unbounded,
+// causal is right = 0; no other rule (samattn follows flash_attn_func's
+// documentation, not flash-attn's bound >= seqlen_k shortcut).
+static void normalize_window(const Case& c, int, int& left, int& right) {
+  left = c.left < 0 ? -1 : c.left;
+  right = c.right < 0 ? -1 : c.right;
   if (c.causal) right = 0;
 }
 
@@ -316,17 +318,11 @@ static Result run_case(const Case& c, const DeviceInfo& dev) {
   p.k = {buf.k, varlen ? 0 : sk_str.b, varlen ? int64_t(c.hk) * dpad : sk_str.s,
          varlen ? dpad : sk_str.h};
   p.v = {buf.v, p.k.batch_stride, p.k.seq_stride, p.k.head_stride};
-  p.o = buf.o;
-  p.o_batch_stride = p.q.batch_stride;
-  p.o_seq_stride = p.q.seq_stride;
-  p.o_head_stride = p.q.head_stride;
+  p.kv_group = c.h / c.hk;
+  p.o = {buf.o, p.q.batch_stride, p.q.seq_stride, p.q.head_stride};
   p.cu_seqlens_q = buf.cu_q;
   p.cu_seqlens_k = buf.cu_k;
-  p.softmax_scale = 1.0f / std::sqrt(float(c.d));
-  p.causal = c.causal;
-  p.window_left = c.left;
-  p.window_right = c.right;
-  p.softcap = c.softcap;
+  samattn::set_scores(p, 1.0f / std::sqrt(float(c.d)), c.softcap, c.causal, c.left, c.right);
   p.lse = buf.lse;
   if (varlen) {
     p.lse_batch_stride = 0;
@@ -355,7 +351,7 @@ static Result run_case(const Case& c, const DeviceInfo& dev) {
   a.q_b = p.q.batch_stride, a.q_s = p.q.seq_stride, a.q_h = p.q.head_stride;
   a.k_b = p.k.batch_stride, a.k_s = p.k.seq_stride, a.k_h = p.k.head_stride;
   a.v_b = p.v.batch_stride, a.v_s = p.v.seq_stride, a.v_h = p.v.head_stride;
-  a.o_b = p.o_batch_stride, a.o_s = p.o_seq_stride, a.o_h = p.o_head_stride;
+  a.o_b = p.o.batch_stride, a.o_s = p.o.seq_stride, a.o_h = p.o.head_stride;
   a.l_b = p.lse_batch_stride, a.l_s = p.lse_seq_stride, a.l_h = p.lse_head_stride;
   a.cu_q = buf.cu_q;
   a.cu_k = buf.cu_k;
@@ -567,11 +563,9 @@ static Timing time_one(int d, int seqlen, bool causal, const AltConfig* alt, con
   p.q = {q, bs, ss, d};
   p.k = {k, bs, ss, d};
   p.v = {v, bs, ss, d};
-  p.o = o;
-  p.o_batch_stride = bs, p.o_seq_stride = ss, p.o_head_stride = d;
-  p.softmax_scale = 1.0f / std::sqrt(float(d));
-  p.causal = causal;
-  p.window_left = p.window_right = -1;
+  p.kv_group = 1;
+  p.o = {o, bs, ss, d};
+  samattn::set_scores(p, 1.0f / std::sqrt(float(d)), 0.0f, causal, -1, -1);
   p.lse = lse;
   p.lse_batch_stride = int64_t(heads) * seqlen, p.lse_head_stride = seqlen, p.lse_seq_stride = 1;
   p.sm_count = dev.sm_count;

@@ -52,17 +52,16 @@ if ((${#fwd_sources[@]} == 0 || ${#bwd_sources[@]} == 0)); then
   exit 1
 fi
 # The family's forward and backward entry points (the dispatch of each).
-fwd_family_source="$repo/cpp/src/attention/sm80/flash_fwd_sm80.cu"
-[[ -f "$fwd_family_source" ]] || fwd_family_source="$repo/cpp/src/attention/sm80/attention_sm80.cu"
-bwd_family_source="$repo/cpp/src/attention/sm80/flash_bwd_sm80.cu"
-sources=("${fwd_sources[@]}" "${bwd_sources[@]}" "$fwd_family_source" "$bwd_family_source"
+sources=("${fwd_sources[@]}" "${bwd_sources[@]}"
+  "$repo/cpp/src/attention/sm80/flash_fwd_sm80.cu" "$repo/cpp/src/attention/sm80/flash_bwd_sm80.cu"
+  "$repo/cpp/src/common/registry.cpp"
   "$here/attn_check.cu" "$here/attn_bwd_check.cu")
 
 # Each job leaves its object only on success; the checks below look for them.
 objects=()
 running=0
 for src in "${sources[@]}"; do
-  obj="$build/$(basename "${src%.cu}").o"
+  obj="$build/$(basename "${src%.*}").o"
   objects+=("$obj")
   # Incremental: skip an object newer than its source and every header.
   if [[ -f "$obj" && "$obj" -nt "$src" ]] &&
@@ -100,10 +99,8 @@ fwd_objects=()
 for src in "${fwd_sources[@]}"; do fwd_objects+=("$(obj_of "$src")"); done
 bwd_objects=()
 for src in "${bwd_sources[@]}"; do bwd_objects+=("$(obj_of "$src")"); done
-fwd_family_object="$(obj_of "$fwd_family_source")"
-bwd_family_object="$(obj_of "$bwd_family_source")"
-"$NVCC" $GENCODE "${fwd_objects[@]}" "$fwd_family_object" "$build/attn_check.o" \
+"$NVCC" $GENCODE "${fwd_objects[@]}" "$build/flash_fwd_sm80.o" "$build/registry.o" "$build/attn_check.o" \
   -o "$here/attn_check"
-"$NVCC" $GENCODE "${fwd_objects[@]}" "${bwd_objects[@]}" "$fwd_family_object" \
-  "$bwd_family_object" "$build/attn_bwd_check.o" -o "$here/attn_bwd_check"
+"$NVCC" $GENCODE "${fwd_objects[@]}" "${bwd_objects[@]}" "$build/flash_fwd_sm80.o" "$build/registry.o" \
+  "$build/flash_bwd_sm80.o" "$build/attn_bwd_check.o" -o "$here/attn_bwd_check"
 echo "built $here/attn_check and $here/attn_bwd_check"

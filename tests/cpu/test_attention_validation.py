@@ -529,7 +529,8 @@ BAD_C_BACKWARD = {
 def test_c_abi_backward_rejects(case):
     changes, fragment = BAD_C_BACKWARD[case]
     status, used, message = call_backward(backward_args(**changes))
-    assert status == _lib.INVALID_ARGUMENT, message
+    too_small = "bytes of workspace" in fragment  # the caller can retry with more
+    assert status == (_lib.NEEDS_WORKSPACE if too_small else _lib.INVALID_ARGUMENT), message
     assert fragment in message, message
     assert message.startswith("samattn attention_backward") and used == _lib.FAMILY_AUTO
 

@@ -40,7 +40,9 @@ def test_abi_and_version():
 
 def test_built_families_and_ops_are_known():
     assert set(samattn.built_families()) <= {"sm75", "sm80", "sm90"}
-    assert samattn.built_families(), "a library always has at least one family"
+    # The families are what registered kernels: a library built with no op (SAMATTN_OPS=none)
+    # has none.
+    assert samattn.built_families() or not _lib.built_ops(), "ops built without a family"
     assert set(_lib.built_ops()) <= {"gemm", "softmax", "attention"}
 
 

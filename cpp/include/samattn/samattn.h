@@ -6,6 +6,12 @@
  * strides, validates it, picks a kernel family for the device and launches on
  * the given stream. The library never allocates device memory.
  *
+ * Every argument struct begins with its own size: set struct_size =
+ * sizeof(the struct). Later versions add fields only at the end, so the
+ * library accepts a larger struct whose unknown fields are zero, and refuses
+ * a smaller one (a caller built for an older ABI) with
+ * SAMATTN_INVALID_ARGUMENT.
+ *
  * Errors: every function returns a status; on failure a message for the
  * calling thread is available from samattn_last_error().
  */
@@ -18,14 +24,17 @@
 extern "C" {
 #endif
 
-#define SAMATTN_ABI_VERSION 3
+#define SAMATTN_ABI_VERSION 4
 
 /* Status codes. */
 enum {
   SAMATTN_OK = 0,
   SAMATTN_INVALID_ARGUMENT = 1, /* the arguments break the op's contract */
   SAMATTN_UNSUPPORTED = 2,      /* valid, but this GPU / family / build cannot run it */
-  SAMATTN_CUDA_ERROR = 3        /* the CUDA runtime reported an error */
+  SAMATTN_CUDA_ERROR = 3,       /* the CUDA runtime reported an error */
+  SAMATTN_NEEDS_WORKSPACE = 4   /* the call needs more workspace than it was given (the
+                                   message says how much; the op's *_workspace_size
+                                   function tells it): nothing was launched */
 };
 
 /* Element types. */
@@ -50,6 +59,7 @@ enum { SAMATTN_OP_GEMM = 0, SAMATTN_OP_SOFTMAX = 1, SAMATTN_OP_ATTENTION = 2 };
  * `dtype`; accumulation is fp32. C may be NULL only when beta == 0.
  */
 typedef struct samattn_gemm_args {
+  int64_t struct_size; /* sizeof(samattn_gemm_args) of the caller's header */
   int32_t dtype;
   int32_t family;     /* SAMATTN_FAMILY_* */
   int32_t device;     /* CUDA ordinal that owns every pointer */
@@ -76,6 +86,7 @@ typedef struct samattn_gemm_args {
  * dx = y * (dy - sum(dy * y)).
  */
 typedef struct samattn_softmax_args {
+  int64_t struct_size; /* sizeof(samattn_softmax_args) of the caller's header */
   int32_t dtype;
   int32_t family;
   int32_t device;
@@ -127,7 +138,8 @@ typedef struct samattn_softmax_args {
  * `dtype` and the layout rules above.
  */
 typedef struct samattn_attention_args {
-  int32_t dtype; /* SAMATTN_F16 or SAMATTN_BF16 */
+  int64_t struct_size; /* sizeof(samattn_attention_args) of the caller's header */
+  int32_t dtype;       /* SAMATTN_F16 or SAMATTN_BF16 */
   int32_t family;
   int32_t device;
   int32_t causal; /* 0 or 1 */
@@ -207,8 +219,10 @@ int32_t samattn_built_ops(void);
  * Family selection as a pure function of the compute capability, so it can
  * be tested without a GPU. `requested` is SAMATTN_FAMILY_AUTO or a forced
  * family; `allow_tf32` matters for fp32 GEMM only. On success *family is the
- * family that would run; otherwise the status says why and the last error
- * names the op, dtype, compute capability and what is supported.
+ * family that would run, among the families this library holds, before
+ * their plans see a problem (a plan may decline one: see samattn_gemm_plan
+ * and samattn_attention_plan); otherwise the status says why and the last
+ * error names the op, dtype, compute capability and what is supported.
  * SAMATTN_FAMILY in the environment is honoured when requested is AUTO.
  */
 int samattn_select_family(int32_t op, int32_t dtype, int32_t cc_major, int32_t cc_minor,
@@ -218,7 +232,8 @@ int samattn_select_family(int32_t op, int32_t dtype, int32_t cc_major, int32_t c
  * How samattn_gemm would run `args` on a GPU of compute capability
  * cc_major.cc_minor with sm_count multiprocessors, in a library built with
  * every family (whatever this one holds), without a GPU: the family
- * (after the sm90 family hands problems TMA cannot describe to sm80) and a
+ * (after the sm90 family hands problems TMA cannot describe to sm80, also
+ * when sm90 is forced) and a
  * description of the kernel configuration, NUL-terminated and truncated to
  * plan_capacity: "tile=128x256_c2x1 swizzle=4 transposed=0" for sm90, or
  * "sm90 cannot run it: <reason>" when it fell back, or "" otherwise. The
@@ -226,6 +241,21 @@ int samattn_select_family(int32_t op, int32_t dtype, int32_t cc_major, int32_t c
  */
 int samattn_gemm_plan(const samattn_gemm_args* args, int32_t cc_major, int32_t cc_minor,
                       int32_t sm_count, int32_t* family, char* plan, int32_t plan_capacity);
+/*
+ * How samattn_attention_forward (backward = 0) or samattn_attention_backward
+ * (backward = 1) would run `args` in this library on a GPU of compute
+ * capability cc_major.cc_minor with smem_per_block bytes of opt-in shared
+ * memory per block, without a GPU: *family is the family that would run (a
+ * family whose plan declines the problem, e.g. a head dim left out of the
+ * build or no tile that fits the shared memory, falls through to the next
+ * one unless forced), and `text` (NUL-terminated, truncated to
+ * text_capacity) the window the kernels would get after normalization:
+ * "window_left=L window_right=R", -1 = unbounded. Sizes are checked as the
+ * op checks them; pointers are not inspected. SAMATTN_FAMILY is honoured.
+ */
+int samattn_attention_plan(const samattn_attention_args* args, int32_t backward, int32_t cc_major,
+                           int32_t cc_minor, int32_t smem_per_block, int32_t* family, char* text,
+                           int32_t text_capacity);
 /* Device facts (name is NUL-terminated, truncated to name_capacity). */
 int samattn_device_properties(int32_t device, char* name, int32_t name_capacity, int32_t* cc_major,
                               int32_t* cc_minor, int32_t* sm_count);

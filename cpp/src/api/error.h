@@ -32,6 +32,26 @@ inline std::string float_to_text(double value) {
   return buffer;
 }
 
+// What a message is about: "samattn gemm (bfloat16)". Kept as two C strings
+// so that a successful call builds no std::string; `subject + ": ..."` makes
+// the text only when a check fails.
+struct Subject {
+  const char* op;               // "samattn gemm"
+  const char* dtype = nullptr;  // "bfloat16", or nullptr before the dtype is known
+
+  std::string text() const {
+    std::string out = op;
+    if (dtype != nullptr) out = out + " (" + dtype + ")";
+    return out;
+  }
+};
+inline std::string operator+(const Subject& subject, const char* tail) {
+  return subject.text() + tail;
+}
+inline std::string operator+(const Subject& subject, const std::string& tail) {
+  return subject.text() + tail;
+}
+
 // Records `message` for this thread and returns `status`, so that a check
 // reads `return fail(SAMATTN_INVALID_ARGUMENT, "...");`.
 inline int fail(int status, std::string message) {

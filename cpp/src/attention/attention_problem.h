@@ -1,6 +1,6 @@
-// Internal description of one attention forward call, shared by the C API
-// (host code, later) and the kernel families. Plain data: the API layer
-// validates and fills it, a family's dispatch picks an instantiation.
+// The parameters of one attention call, shared by the C API and the kernel
+// families: filled and normalized once at the API boundary (api/attention.cpp),
+// then only read by the plans, the tile choice, the launchers and the kernels.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -20,28 +20,60 @@ struct SeqHeadView {
   int64_t batch_stride, seq_stride, head_stride;
 };
 
+// A writable (batch, seq, head, dim) tensor, same conventions as SeqHeadView.
+struct SeqHeadOut {
+  void* ptr;
+  int64_t batch_stride, seq_stride, head_stride;
+};
+
+// The attention window in the kernels' form. Query row i (0-based, of sq
+// queries and sk keys) attends key j iff
+//   i + sk - sq - left <= j <= i + sk - sq + right,
+// -1 meaning unbounded, as flash_attn_func documents; causal is right = 0.
+// A bound becomes -1 only where that is exactly equivalent for every row:
+// the right bound reaches the last key from row 0 when right >= sq - 1, the
+// left bound reaches key 0 from the last row when left >= sk - 1. (flash-attn
+// turns any bound >= sk into unbounded, which lets rows see keys beyond their
+// window when sq > sk.) With varlen, sq and sk are the longest sequences, so
+// the rule stays exact for every sequence. Kept bounds are then < sq - 1 and
+// < sk - 1, which keeps the mask arithmetic (mask.cuh) inside int32.
+struct AttentionWindow {
+  int left, right;
+};
+constexpr AttentionWindow normalize_window(bool causal, int64_t left, int64_t right,
+                                           int64_t seqlen_q, int64_t seqlen_k) {
+  if (causal) right = 0;
+  if (left < 0 || left >= seqlen_k - 1) left = -1;
+  if (right < 0 || right >= seqlen_q - 1) right = -1;
+  return {static_cast<int>(left), static_cast<int>(right)};
+}
+
+// Forward: o = softmax(scale q k^T + mask) v per (batch, query head).
 struct AttentionForwardProblem {
   DType dtype;  // f16 or bf16; output and inputs share it
   int batch;
   int nheads, nheads_k;    // nheads % nheads_k == 0 (GQA / MQA)
+  int kv_group;            // nheads / nheads_k: query heads per key/value head
   int seqlen_q, seqlen_k;  // varlen: the maxima over the batch
   int headdim;             // 1..256
   SeqHeadView q, k, v;
-  void* o;
-  int64_t o_batch_stride, o_seq_stride, o_head_stride;
+  SeqHeadOut o;  // forward: written; backward: read
 
   // Varlen: device int32 arrays of batch + 1 offsets; nullptr = fixed length.
   const int32_t* cu_seqlens_q;
   const int32_t* cu_seqlens_k;
 
-  float softmax_scale;            // usually 1 / sqrt(headdim)
-  bool causal;                    // bottom-right aligned when seqlen_q != seqlen_k
-  int window_left, window_right;  // -1 = unbounded (flash-attn's window_size)
-  float softcap;                  // > 0: s -> softcap * tanh(s / softcap)
+  float softmax_scale;  // usually 1 / sqrt(headdim)
+  // Softcap > 0: s -> softcap * tanh(s * softcap_pre), softcap_pre =
+  // softmax_scale / softcap, and the softmax exponent is scale_log2 * s with
+  // scale_log2 = log2(e) (the capped scores are already scaled); off:
+  // softcap = softcap_pre = 0 and scale_log2 = log2(e) * softmax_scale.
+  float softcap, softcap_pre, scale_log2;
+  AttentionWindow window;  // normalized (normalize_window), causal included
 
-  // Log-sum-exp of each row's scaled scores, natural log; may be nullptr.
-  // Fixed length: (batch, nheads, seqlen_q); varlen: (nheads, total_q), the
-  // batch stride unused and the row offset by cu_seqlens_q[b].
+  // Log-sum-exp of each row's scaled scores, natural log; may be nullptr in
+  // the forward. Fixed length: (batch, nheads, seqlen_q); varlen: (nheads,
+  // total_q), the batch stride unused and the row offset by cu_seqlens_q[b].
   float* lse;
   int64_t lse_batch_stride, lse_head_stride, lse_seq_stride;
 
@@ -50,39 +82,29 @@ struct AttentionForwardProblem {
   int max_smem_per_block;  // cudaDevAttrMaxSharedMemoryPerBlockOptin, bytes
 };
 
-// A writable (batch, seq, head, dim) tensor, same conventions as SeqHeadView.
-struct SeqHeadOut {
-  void* ptr;
-  int64_t batch_stride, seq_stride, head_stride;
-};
+// Sets the score parameters of `p`, whose seqlen_q and seqlen_k (the maxima,
+// with varlen) are set: the scale, the softcap factors and the normalized
+// window. The one place they are derived from the caller's values.
+inline void set_scores(AttentionForwardProblem& p, float softmax_scale, float softcap, bool causal,
+                       int64_t window_left, int64_t window_right) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  p.softmax_scale = softmax_scale;
+  p.softcap = softcap > 0.0f ? softcap : 0.0f;
+  p.softcap_pre = softcap > 0.0f ? softmax_scale / softcap : 0.0f;
+  p.scale_log2 = softcap > 0.0f ? kLog2e : softmax_scale * kLog2e;  // capped: already scaled
+  p.window = normalize_window(causal, window_left, window_right, p.seqlen_q, p.seqlen_k);
+}
 
-// One attention backward call: the gradients dq, dk, dv of the forward
-// described by the same fields, given its output o, the LSE it returned and
-// dout. Every pointer is element-aligned (2 bytes).
-struct AttentionBackwardProblem {
-  DType dtype;  // f16 or bf16, every tensor
-  int batch;
-  int nheads, nheads_k;
-  int seqlen_q, seqlen_k;  // varlen: the maxima over the batch
-  int headdim;             // 1..256
-  SeqHeadView q, k, v, o, dout;
+// Backward: the gradients dq, dk, dv of the forward described by the same
+// fields, given its output o, the lse it returned (required) and dout. Every
+// pointer is element-aligned (2 bytes).
+struct AttentionBackwardProblem : AttentionForwardProblem {
+  SeqHeadView dout;
   SeqHeadOut dq, dk, dv;  // dk, dv: nheads_k heads (GQA: summed over each group)
 
-  // Varlen: device int32 arrays of batch + 1 offsets; nullptr = fixed length.
-  // total_q / total_k: rows of the packed tensors (cu_seqlens[batch]); only
-  // read with varlen, to size the workspace.
-  const int32_t* cu_seqlens_q;
-  const int32_t* cu_seqlens_k;
+  // Varlen: rows of the packed tensors (cu_seqlens[batch]), to size the
+  // workspace; 0 with fixed length.
   int64_t total_q, total_k;
-
-  float softmax_scale;
-  bool causal;
-  int window_left, window_right;  // -1 = unbounded
-  float softcap;                  // > 0: s -> softcap * tanh(s / softcap)
-
-  // The forward's LSE (required), same layout as AttentionForwardProblem::lse.
-  const float* lse;
-  int64_t lse_batch_stride, lse_head_stride, lse_seq_stride;
 
   // true: dq is accumulated in a fixed order, bit-identical run to run.
   bool deterministic;
@@ -91,10 +113,6 @@ struct AttentionBackwardProblem {
   // bytes, 256-byte aligned; the library allocates nothing.
   void* workspace;
   size_t workspace_bytes;
-
-  cudaStream_t stream;
-  int sm_count;
-  int max_smem_per_block;
 };
 
 // Whether the kernels may move rows as 16-byte vectors (8 elements): the head
@@ -112,7 +130,7 @@ inline bool forward_vectors(const AttentionForwardProblem& p) {
     return vector_aligned(t.ptr, t.batch_stride, t.seq_stride, t.head_stride, varlen);
   };
   return p.headdim % 8 == 0 && view(p.q, varlen_q) && view(p.k, varlen_k) && view(p.v, varlen_k) &&
-         vector_aligned(p.o, p.o_batch_stride, p.o_seq_stride, p.o_head_stride, varlen_q);
+         vector_aligned(p.o.ptr, p.o.batch_stride, p.o.seq_stride, p.o.head_stride, varlen_q);
 }
 inline bool backward_vectors(const AttentionBackwardProblem& p) {
   const bool varlen_q = p.cu_seqlens_q != nullptr, varlen_k = p.cu_seqlens_k != nullptr;
@@ -122,7 +140,7 @@ inline bool backward_vectors(const AttentionBackwardProblem& p) {
   auto out = [](const SeqHeadOut& t, bool varlen) {
     return vector_aligned(t.ptr, t.batch_stride, t.seq_stride, t.head_stride, varlen);
   };
-  return p.headdim % 8 == 0 && view(p.q, varlen_q) && view(p.o, varlen_q) &&
+  return p.headdim % 8 == 0 && view(p.q, varlen_q) && out(p.o, varlen_q) &&
          view(p.dout, varlen_q) && out(p.dq, varlen_q) && view(p.k, varlen_k) &&
          view(p.v, varlen_k) && out(p.dk, varlen_k) && out(p.dv, varlen_k);
 }
@@ -189,9 +207,13 @@ inline size_t flash_bwd_workspace_bytes(const AttentionBackwardProblem& p) {
   return flash_bwd_workspace_layout(p).total;
 }
 
-// Kernel family entry point: cudaSuccess, cudaErrorNotSupported for a head
-// dim or dtype the family lacks, or the launch error.
+// The families' entry points: cudaSuccess, cudaErrorNotSupported for a
+// problem their registered plan declines, or the launch error. The library
+// reaches them through the registry (common/registry.h); the standalone
+// checkers in benchmarks/attention_check call them directly.
 cudaError_t attention_forward_sm80(const AttentionForwardProblem& problem);
 cudaError_t attention_backward_sm80(const AttentionBackwardProblem& problem);
+cudaError_t attention_forward_sm75(const AttentionForwardProblem& problem);
+cudaError_t attention_backward_sm75(const AttentionBackwardProblem& problem);
 
 }  // namespace samattn

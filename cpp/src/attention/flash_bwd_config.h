@@ -4,11 +4,10 @@
 #pragma once
 
 #include "attention/attention_problem.h"
-#include "gemm/gemm_config.h"
 
 namespace samattn::attention {
 
-using gemm::Family;
+using Family = ::samattn::Family;
 
 // One backward kernel: a CTA owns kBlockN keys of one (batch, head) and loops
 // over kBlockM-query tiles. Shared memory holds kQStages buffers of Q and dO

@@ -43,6 +43,21 @@ cudaError_t run_flash_bwd_table(const AttentionBackwardProblem& problem) {
   return run_flash_bwd_rows<T, F, kTiles>(problem, std::make_index_sequence<std::size(kTiles)>{});
 }
 
+// The shared memory of the family's smallest backward tile for the problem's
+// padded head dim (0: the table has none, e.g. sm75 at 256).
+template <Family F, const auto& kTiles>
+int min_bwd_smem(int headdim) {
+  const int padded = padded_headdim(headdim);
+  return smallest_smem<kTiles>(
+      [&](const FlashBwdTile& row) { return row.head_dim == padded; },
+      [](auto index) {
+        constexpr FlashBwdTile row = kTiles[decltype(index)::value];
+        return FlashBwdConfig<DType::f16, row.head_dim, row.block_m, row.block_n, row.warps,
+                              row.q_stages, F>::kSmemBytes;
+      },
+      std::make_index_sequence<std::size(kTiles)>{});
+}
+
 template <DType T>
 cudaError_t run_flash_bwd_sm80_dtype(const AttentionBackwardProblem& problem) {
   static_assert(dtype_listed<T>(kSm80AttentionDTypes), "not in kSm80AttentionDTypes");

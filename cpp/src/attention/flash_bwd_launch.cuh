@@ -38,10 +38,7 @@ cudaError_t run_flash_bwd(const AttentionBackwardProblem& problem) {
   using Element = typename Traits::Element;
   const AttentionBackwardProblem& P = problem;
   if (P.headdim <= 0 || P.headdim > Traits::kHeadDim) return cudaErrorInvalidValue;
-  if (P.nheads > 65535 || P.batch > 65535 || P.nheads_k <= 0 || P.nheads % P.nheads_k != 0 ||
-      P.batch < 0 || P.seqlen_q < 0 || P.seqlen_k < 0) {
-    return cudaErrorInvalidConfiguration;
-  }
+  // Sizes and the GQA ratio are checked at the API boundary.
   if (P.batch == 0 || P.nheads == 0) return cudaSuccess;
   const bool varlen_q = P.cu_seqlens_q != nullptr, varlen_k = P.cu_seqlens_k != nullptr;
   const int64_t rows_q = varlen_q ? P.total_q : int64_t(P.batch) * P.seqlen_q;
@@ -68,7 +65,7 @@ cudaError_t run_flash_bwd(const AttentionBackwardProblem& problem) {
   // that callers cannot get it wrong: the dQ accumulator by step 1, here the
   // semaphores and with varlen GQA the dK / dV accumulators (rows outside
   // every sequence are converted too but no CTA writes them).
-  const int group = P.nheads / P.nheads_k;
+  const int group = P.kv_group;
   cudaError_t status;
   // The fragment-order dQ tiles (dq_tile_accum) must fit the layout's bound.
   static_assert(Traits::kBlockM <= kFlashBwdMaxBlockM);
@@ -147,26 +144,15 @@ cudaError_t run_flash_bwd(const AttentionBackwardProblem& problem) {
     p.seqlen_k = P.seqlen_k;
     p.headdim = P.headdim;
     p.nheads = P.nheads;
-    p.kv_group = P.nheads / P.nheads_k;
+    p.kv_group = P.kv_group;
     p.rows_q = rows_q;
     p.rows_k = rows_k;
     p.sem_per_head = sem_per_head;
-    // flash-attn's window normalization, as in the forward.
-    p.window_left = P.window_left >= P.seqlen_k ? -1 : P.window_left;
-    p.window_right = P.window_right >= P.seqlen_k ? -1 : P.window_right;
-    if (p.window_left < 0) p.window_left = -1;
-    if (p.window_right < 0) p.window_right = -1;
-    if (P.causal) p.window_right = 0;
-    constexpr float kLog2e = 1.4426950408889634f;
-    if (P.softcap > 0.0f) {
-      p.softcap = P.softcap;
-      p.softcap_pre = P.softmax_scale / P.softcap;
-      p.scale_log2 = kLog2e;
-    } else {
-      p.softcap = 0.0f;
-      p.softcap_pre = 0.0f;
-      p.scale_log2 = P.softmax_scale * kLog2e;
-    }
+    p.window_left = P.window.left;
+    p.window_right = P.window.right;
+    p.softcap = P.softcap;
+    p.softcap_pre = P.softcap_pre;
+    p.scale_log2 = P.scale_log2;
     dim3 grid(unsigned(n_blocks), unsigned(P.nheads), unsigned(P.batch));
     kernel<<<grid, Traits::kThreads, kSmem, P.stream>>>(p);
     status = cudaGetLastError();

@@ -3,7 +3,7 @@
 #pragma once
 
 #include "attention/flash_bwd_config.h"
-#include "attention/kernel_traits.h"
+#include "attention/flash_fwd_traits.h"
 
 namespace samattn::attention {
 

@@ -5,11 +5,10 @@
 #pragma once
 
 #include "attention/attention_problem.h"
-#include "gemm/gemm_config.h"
 
 namespace samattn::attention {
 
-using gemm::Family;
+using Family = ::samattn::Family;
 
 // One forward kernel: head dim (the padded one the tiles use; smaller head
 // dims run in it with predicated loads and stores), CTA tile of kBlockM

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <iterator>
+#include <string>
 #include <utility>
 
 #include "attention/flash_fwd_config.h"
@@ -21,14 +22,71 @@ constexpr bool dtype_listed(const DType (&dtypes)[N]) {
   return false;
 }
 
+// The smallest of `smem` over the rows of a tile table that `takes` (0: none).
+template <const auto& kTiles, class Takes, class Smem, size_t... I>
+int smallest_smem(Takes&& takes, Smem&& smem, std::index_sequence<I...>) {
+  int best = 0;
+  const auto consider = [&](bool taken, int bytes) {
+    if (taken && (best == 0 || bytes < best)) best = bytes;
+  };
+  (consider(takes(kTiles[I]), smem(std::integral_constant<size_t, I>{})), ...);
+  return best;
+}
+
+// The shared memory of the family's smallest forward tile for the problem's
+// padded head dim (0: the table has none, or beyond 256); f16 and bf16 tiles
+// have the same size. Short-key rows do not count: they serve only some calls.
+template <Family F, const auto& kTiles>
+int min_fwd_smem(int headdim) {
+  const int padded = padded_headdim(headdim);
+  return smallest_smem<kTiles>(
+      [&](const FlashFwdTile& row) { return row.head_dim == padded && row.use == TileUse::any; },
+      [](auto index) {
+        constexpr FlashFwdTile row = kTiles[decltype(index)::value];
+        return FlashFwdConfig<DType::f16, row.head_dim, row.block_m, row.block_n, row.warps,
+                              row.q_in_regs, F, row.kv_stages>::kSmemBytes;
+      },
+      std::make_index_sequence<std::size(kTiles)>{});
+}
+
+// The plan of every mma.sync attention family: the head dim must be in the
+// build (SAMATTN_ATTENTION_HEAD_DIMS) and the smallest tile of the family
+// for it (`min_smem` bytes, 0: none) must fit the device's shared memory.
+// `why` (may be null) gets the reason of a decline.
+inline bool plan_flash(int headdim, int min_smem, int max_smem_per_block, Family family,
+                       bool backward, std::string* why) {
+  const int padded = padded_headdim(headdim);
+  if (!head_dim_built(padded)) {
+    if (why != nullptr) {
+      std::string built;
+      for (int d : {32, 64, 96, 128, 192, 256}) {
+        if (head_dim_built(d)) built += (built.empty() ? "" : ", ") + std::to_string(d);
+      }
+      *why =
+          "head dim " + std::to_string(headdim) + " runs in the " + std::to_string(padded) +
+          " kernels, which this build left out (built with SAMATTN_ATTENTION_HEAD_DIMS = " + built +
+          ")";
+    }
+    return false;
+  }
+  if (min_smem > 0 && min_smem <= max_smem_per_block) return true;
+  if (why != nullptr) {
+    *why = std::string("no ") + (backward ? "backward " : "") + "kernel for head dim " +
+           std::to_string(headdim) + " that fits the " + std::to_string(max_smem_per_block) +
+           " bytes of shared memory per block of this GPU" +
+           (min_smem == 0 && backward && family == Family::sm75
+                ? " (the sm75 backward supports head dims up to 192)"
+                : "");
+  }
+  return false;
+}
+
 // Whether a problem runs a short, unmasked key loop: no causal or window
 // bound and at most 1536 keys (24 tiles of 64), where the sm80 rows marked
 // TileUse::short_keys measured faster (up to 2k keys; slower with a mask and
 // from 4k keys).
 inline bool short_key_loop(const AttentionForwardProblem& problem) {
-  const auto unbounded = [&](int bound) { return bound < 0 || bound >= problem.seqlen_k; };
-  return !problem.causal && unbounded(problem.window_left) && unbounded(problem.window_right) &&
-         problem.seqlen_k <= 1536;
+  return problem.window.left < 0 && problem.window.right < 0 && problem.seqlen_k <= 1536;
 }
 
 // Runs row I of kTiles if the problem may use it: sets *result and returns

@@ -4,11 +4,9 @@
 
 #include <cuda_runtime.h>
 
-#include <cmath>
-
 #include "attention/flash_fwd_config.h"
 #include "attention/flash_fwd_kernel.cuh"
-#include "attention/kernel_traits.h"
+#include "attention/flash_fwd_traits.h"
 
 namespace samattn::attention {
 
@@ -16,11 +14,7 @@ template <class Config>
 cudaError_t run_flash_fwd(const AttentionForwardProblem& problem) {
   using Traits = FlashFwdTraits<Config>;
   if (problem.headdim <= 0 || problem.headdim > Traits::kHeadDim) return cudaErrorInvalidValue;
-  // Grid (m tiles, heads, batch): the y and z extents are limited to 65535.
-  if (problem.nheads > 65535 || problem.batch > 65535 || problem.nheads_k <= 0 ||
-      problem.nheads % problem.nheads_k != 0) {
-    return cudaErrorInvalidConfiguration;
-  }
+  // Grid (m tiles, heads, batch): the API keeps the y and z extents <= 65535.
   const int m_blocks = (problem.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
   if (m_blocks == 0 || problem.batch == 0 || problem.nheads == 0) return cudaSuccess;
 
@@ -28,7 +22,7 @@ cudaError_t run_flash_fwd(const AttentionForwardProblem& problem) {
   p.q = problem.q.ptr;
   p.k = problem.k.ptr;
   p.v = problem.v.ptr;
-  p.o = problem.o;
+  p.o = problem.o.ptr;
   p.lse = problem.lse;
   p.q_batch = problem.q.batch_stride;
   p.q_seq = problem.q.seq_stride;
@@ -39,9 +33,9 @@ cudaError_t run_flash_fwd(const AttentionForwardProblem& problem) {
   p.v_batch = problem.v.batch_stride;
   p.v_seq = problem.v.seq_stride;
   p.v_head = problem.v.head_stride;
-  p.o_batch = problem.o_batch_stride;
-  p.o_seq = problem.o_seq_stride;
-  p.o_head = problem.o_head_stride;
+  p.o_batch = problem.o.batch_stride;
+  p.o_seq = problem.o.seq_stride;
+  p.o_head = problem.o.head_stride;
   p.lse_batch = problem.lse_batch_stride;
   p.lse_seq = problem.lse_seq_stride;
   p.lse_head = problem.lse_head_stride;
@@ -50,26 +44,12 @@ cudaError_t run_flash_fwd(const AttentionForwardProblem& problem) {
   p.seqlen_q = problem.seqlen_q;
   p.seqlen_k = problem.seqlen_k;
   p.headdim = problem.headdim;
-  p.kv_group = problem.nheads / problem.nheads_k;
-
-  // flash-attn's window normalization: a bound reaching past seqlen_k (the
-  // maximum, with varlen) is unbounded; causal fixes the right bound at 0.
-  p.window_left = problem.window_left >= problem.seqlen_k ? -1 : problem.window_left;
-  p.window_right = problem.window_right >= problem.seqlen_k ? -1 : problem.window_right;
-  if (p.window_left < 0) p.window_left = -1;
-  if (p.window_right < 0) p.window_right = -1;
-  if (problem.causal) p.window_right = 0;
-
-  constexpr float kLog2e = 1.4426950408889634f;
-  if (problem.softcap > 0.0f) {
-    p.softcap = problem.softcap;
-    p.softcap_pre = problem.softmax_scale / problem.softcap;
-    p.scale_log2 = kLog2e;  // the softcapped scores are already scaled
-  } else {
-    p.softcap = 0.0f;
-    p.softcap_pre = 0.0f;
-    p.scale_log2 = problem.softmax_scale * kLog2e;
-  }
+  p.kv_group = problem.kv_group;
+  p.window_left = problem.window.left;
+  p.window_right = problem.window.right;
+  p.softcap = problem.softcap;
+  p.softcap_pre = problem.softcap_pre;
+  p.scale_log2 = problem.scale_log2;
 
   const bool vectors = forward_vectors(problem);
   auto kernel = vectors ? flash_fwd_kernel<Traits, true> : flash_fwd_kernel<Traits, false>;

@@ -2,7 +2,10 @@
 //   key j < seqlen_k, and with d = i + seqlen_k - seqlen_q (bottom-right
 //   alignment): d - window_left <= j <= d + window_right, a bound of -1
 //   meaning unbounded; causal is window_right = 0.
-// The launch normalizes the window (attention_problem.h fields) first.
+// The API normalizes the window once (normalize_window in attention_problem.h):
+// a kept bound is < seqlen_q - 1 (right) or < seqlen_k - 1 (left), so that,
+// with the diagonal computed as row + (seqlen_k - seqlen_q), nothing below
+// leaves int32 for any seqlen < 2^31.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -15,14 +18,17 @@ struct AttentionMask {
   int seqlen_q, seqlen_k;
   int window_left, window_right;  // -1 = unbounded
 
+  // The key on row `row`'s diagonal: in (-seqlen_q, seqlen_k).
+  CUTE_HOST_DEVICE int diagonal(int row) const { return row + (seqlen_k - seqlen_q); }
   // First key row `row` may attend (may exceed its end: nothing to attend).
   CUTE_HOST_DEVICE int first_key(int row) const {
-    return window_left >= 0 ? max(0, row + seqlen_k - seqlen_q - window_left) : 0;
+    const int d = diagonal(row);
+    return window_left >= 0 && d > window_left ? d - window_left : 0;
   }
   // One past the last key row `row` may attend (may be <= 0).
   CUTE_HOST_DEVICE int key_end(int row) const {
-    return window_right >= 0 ? min(seqlen_k, row + seqlen_k - seqlen_q + window_right + 1)
-                             : seqlen_k;
+    const int d = diagonal(row);
+    return window_right >= 0 && d < seqlen_k - 1 - window_right ? d + window_right + 1 : seqlen_k;
   }
 
   // Key tiles [n_begin, n_end) that some row of the query tile at m0 attends;

@@ -1,6 +1,7 @@
 // Internal problem descriptions shared by the C API (host code) and the
 // kernel families. Plain structs: the API layer validates and fills them,
-// each family's dispatch picks an instantiation and launches it.
+// each family's registered launch (common/registry.h) picks an
+// instantiation and launches it.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -8,9 +9,9 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace samattn {
+#include "common/types.h"
 
-enum class DType : int32_t { f16 = 0, bf16 = 1, f32 = 2 };
+namespace samattn {
 
 // Element strides of a batched matrix: (b, i, j) -> b*batch + i*row + j*col.
 struct MatrixView {
@@ -29,7 +30,7 @@ struct GemmProblem {
   int sm_count;     // multiprocessors of the device, for grid sizing
   cudaStream_t stream;
   // Device scratch from the caller (the sm90 family's stream-K partial sums);
-  // nullptr / 0 when gemm_sm90_workspace_bytes() is 0.
+  // nullptr / 0 when the family's registered workspace size is 0.
   void* workspace;
   int64_t workspace_bytes;
 };
@@ -44,28 +45,5 @@ struct SoftmaxProblem {
   int sm_count;
   cudaStream_t stream;
 };
-
-// Kernel family entry points. Each returns cudaSuccess, or the launch error.
-// A configuration the family cannot run never reaches them: the API layer
-// checks support first (see api/family.h).
-cudaError_t gemm_sm80(const GemmProblem& problem);
-cudaError_t gemm_sm75(const GemmProblem& problem);
-// sm90: only for problems that gemm::sm90::plan() finds eligible (the API
-// runs the rest on sm80). The workspace it needs, in bytes, is
-// gemm_sm90_workspace_bytes(problem) (0 for most problems).
-cudaError_t gemm_sm90(const GemmProblem& problem);
-size_t gemm_sm90_workspace_bytes(const GemmProblem& problem);
-cudaError_t softmax_forward_sm80(const SoftmaxProblem& problem);
-cudaError_t softmax_backward_sm80(const SoftmaxProblem& problem);
-cudaError_t softmax_forward_sm75(const SoftmaxProblem& problem);
-cudaError_t softmax_backward_sm75(const SoftmaxProblem& problem);
-// Attention forward (described in attention/attention_problem.h): fp16 and
-// bf16; cudaErrorNotSupported for a head dim the family has no kernel for.
-struct AttentionForwardProblem;
-cudaError_t attention_forward_sm80(const AttentionForwardProblem& problem);
-// sm75: fp16 only (bf16 needs sm80); the backward has no head dim 256 kernel.
-cudaError_t attention_forward_sm75(const AttentionForwardProblem& problem);
-struct AttentionBackwardProblem;
-cudaError_t attention_backward_sm75(const AttentionBackwardProblem& problem);
 
 }  // namespace samattn

@@ -7,11 +7,11 @@
 #include <cute/atom/mma_atom.hpp>
 // clang-format on
 
-#include "gemm/gemm_config.h"
+#include "common/types.h"
 
 namespace samattn::tensor_core {
 
-using gemm::Family;
+using Family = ::samattn::Family;
 
 // Operand type of the MMA and the output type. DType::f32 means tf32 operands.
 template <DType T>

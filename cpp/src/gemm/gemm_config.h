@@ -13,8 +13,7 @@ namespace samattn::gemm {
 // n (for B). A row-major A and a column-major B are both K-major.
 enum class Major { K, MN };
 
-// Which kernel family a tag belongs to; each family lives in its own TUs.
-enum class Family { sm75, sm80 };
+using Family = ::samattn::Family;
 
 // Tensor-core GEMM (mma.sync). DType::f32 means tf32 operands.
 // Vectorized: 16-byte global loads (aligned pointers, leading dimensions and

@@ -11,7 +11,7 @@ namespace samattn::softmax {
 // The family is a template argument so that the sm75 and sm80 translation
 // units never emit the same symbol (kernels included): each family's copy must
 // stay bound to its own fatbin.
-enum class Family { sm75, sm80 };
+using Family = ::samattn::Family;
 
 // Defined in softmax_launch.cuh. They plan the launch from the problem's
 // sizes and pointer alignment, launch, and return cudaGetLastError().

@@ -1,8 +1,11 @@
 // GEMM, sm75 family (Turing): fp16 on mma.sync m16n8k8; bf16 and fp32 on FMA
 // units (Turing has no bf16 or tf32 tensor cores), always exact fp32 math.
+#include "common/registry.h"
 #include "gemm/gemm_dispatch.h"
 
 namespace samattn {
+
+namespace {
 
 cudaError_t gemm_sm75(const GemmProblem& problem) {
   using gemm::Family;
@@ -22,4 +25,8 @@ cudaError_t gemm_sm75(const GemmProblem& problem) {
   return cudaErrorInvalidValue;
 }
 
+[[maybe_unused]] const bool kRegistered =
+    register_kernels<Op::gemm>({Family::sm75, nullptr, nullptr, &gemm_sm75});
+
+}  // namespace
 }  // namespace samattn

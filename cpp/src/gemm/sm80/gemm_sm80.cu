@@ -1,8 +1,11 @@
 // GEMM, sm80 family (Ampere, Ada, and newer GPUs through PTX): fp16 and bf16
 // on mma.sync m16n8k16, fp32 on tf32 mma.sync when allowed, else exact FMA.
+#include "common/registry.h"
 #include "gemm/gemm_dispatch.h"
 
 namespace samattn {
+
+namespace {
 
 cudaError_t gemm_sm80(const GemmProblem& problem) {
   using gemm::Family;
@@ -21,4 +24,8 @@ cudaError_t gemm_sm80(const GemmProblem& problem) {
   return cudaErrorInvalidValue;
 }
 
+[[maybe_unused]] const bool kRegistered =
+    register_kernels<Op::gemm>({Family::sm80, nullptr, nullptr, &gemm_sm80});
+
+}  // namespace
 }  // namespace samattn

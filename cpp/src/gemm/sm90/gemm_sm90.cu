@@ -4,8 +4,13 @@
 // plan to the one instantiation that runs it.
 #include <cuda_runtime_api.h>
 
+#include <string>
+#include <utility>
+
 #include "common/problem.h"
+#include "common/registry.h"
 #include "gemm/sm90/gemm_sm90_config.h"
+#include "samattn/samattn.h"
 
 namespace samattn {
 namespace {
@@ -102,8 +107,6 @@ auto with_config(DType dtype, const Plan& plan, Action&& action) {
   return with_layout<DType::f32>(plan, action);
 }
 
-}  // namespace
-
 size_t gemm_sm90_workspace_bytes(const GemmProblem& problem) {
   const Plan plan = gemm::sm90::plan(problem);
   if (!plan.eligible) return 0;
@@ -114,7 +117,7 @@ size_t gemm_sm90_workspace_bytes(const GemmProblem& problem) {
 
 cudaError_t gemm_sm90(const GemmProblem& problem) {
   const Plan plan = gemm::sm90::plan(problem);
-  if (!plan.eligible) return cudaErrorNotSupported;  // the API sends these to sm80
+  if (!plan.eligible) return cudaErrorNotSupported;  // the registered plan declined it
   if (plan.staging_bytes > problem.workspace_bytes) return cudaErrorInvalidValue;
   cudaError_t error = stage(plan.stage_a, plan.batch, problem.workspace, problem.stream);
   if (error == cudaSuccess) {
@@ -125,4 +128,16 @@ cudaError_t gemm_sm90(const GemmProblem& problem) {
                      [&](auto config) { return gemm::run_sm90<decltype(config)>(plan, problem); });
 }
 
+// What TMA cannot describe is declined: automatic selection runs it on sm80,
+// and so does a forced sm90 (forced_fallback).
+bool plan_sm90(const GemmProblem& problem, std::string* why) {
+  Plan plan = gemm::sm90::plan(problem);
+  if (!plan.eligible && why != nullptr) *why = std::move(plan.reason);
+  return plan.eligible;
+}
+
+[[maybe_unused]] const bool kRegistered = register_kernels<Op::gemm>(
+    {Family::sm90, &plan_sm90, &gemm_sm90_workspace_bytes, &gemm_sm90, SAMATTN_FAMILY_SM80});
+
+}  // namespace
 }  // namespace samattn

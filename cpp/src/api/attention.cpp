@@ -1,0 +1,448 @@
+// samattn_attention_forward / _backward and their queries: argument checks
+// and the parameters, normalized once (attention/attention_problem.h).
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "api/launch.h"
+#include "api/ops.h"
+#include "api/validate.h"
+#include "attention/attention_problem.h"
+
+namespace samattn {
+namespace {
+
+// One (batch, seq, head, dim) operand of an attention call, for validation.
+struct AttentionOperand {
+  const char* name;
+  const void* ptr;
+  int64_t batch_stride, seq_stride, head_stride;
+  int64_t seqlen, heads;  // the extents it is read or written over
+  bool key_side;          // K or V: not read when no sequence has keys
+};
+
+// Largest element offset of a (batch, seq, head, dim) operand plus one, in
+// bytes; false when that overflows int64.
+bool attention_extent_fits(int64_t batch, const AttentionOperand& x, int64_t headdim,
+                           int64_t element_size) {
+  int64_t by_batch = 0, by_seq = 0, by_head = 0, offset = 0, bytes = 0;
+  return !__builtin_mul_overflow(batch - 1, x.batch_stride, &by_batch) &&
+         !__builtin_mul_overflow(x.seqlen - 1, x.seq_stride, &by_seq) &&
+         !__builtin_mul_overflow(x.heads - 1, x.head_stride, &by_head) &&
+         !__builtin_add_overflow(by_batch, by_seq, &offset) &&
+         !__builtin_add_overflow(offset, by_head, &offset) &&
+         !__builtin_add_overflow(offset, headdim, &offset) &&
+         !__builtin_mul_overflow(offset, element_size, &bytes);
+}
+
+// Any head dim up to 256 runs in the next instantiated one (32, 64, 96, 128,
+// 192, 256). Rows move as 16-byte vectors where the head dim and every
+// pointer and stride allow it, else element by element (vector_aligned).
+constexpr int64_t kMaxAttentionHeadDim = 256;
+constexpr int64_t kMaxGridYZ = 65535;
+
+// Checks the codes, sizes and scalars of a forward or backward call (no
+// pointers, no device access).
+int check_attention_sizes(Subject* subject, const samattn_attention_args& a, bool backward) {
+  int status = check_struct_size(*subject, &a, "samattn_attention_args");
+  if (status != SAMATTN_OK) return status;
+  status = check_codes(subject, a.dtype, a.family, a.device);
+  if (status != SAMATTN_OK) return status;
+  if (a.dtype != SAMATTN_F16 && a.dtype != SAMATTN_BF16) {
+    const Subject op{subject->op};
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                op + ": dtype must be SAMATTN_F16 or SAMATTN_BF16, got " + dtype_name(a.dtype));
+  }
+  const Subject& s = *subject;
+  const bool varlen = a.cu_seqlens_q != nullptr || a.cu_seqlens_k != nullptr;
+
+  if (a.batch < 0 || a.nheads < 0 || a.nheads_k < 0 || a.seqlen_q < 0 || a.seqlen_k < 0) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                s + ": sizes must be >= 0, got batch=" + to_text(a.batch) +
+                    " nheads=" + to_text(a.nheads) + " nheads_k=" + to_text(a.nheads_k) +
+                    " seqlen_q=" + to_text(a.seqlen_q) + " seqlen_k=" + to_text(a.seqlen_k));
+  }
+  if (a.headdim < 1 || a.headdim > kMaxAttentionHeadDim) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                s + ": headdim must be in 1..256, got " + to_text(a.headdim));
+  }
+  if (a.nheads_k < 1 || a.nheads % a.nheads_k != 0) {
+    return fail(SAMATTN_INVALID_ARGUMENT, s + ": nheads (" + to_text(a.nheads) +
+                                              ") must be a multiple of nheads_k (" +
+                                              to_text(a.nheads_k) +
+                                              " >= 1): each key/value head serves a group of query "
+                                              "heads");
+  }
+  if (a.batch > kMaxGridYZ || a.nheads > kMaxGridYZ) {
+    return fail(SAMATTN_INVALID_ARGUMENT, s + ": batch (" + to_text(a.batch) + ") and nheads (" +
+                                              to_text(a.nheads) + ") must be <= 65535");
+  }
+  if (a.seqlen_q > INT32_MAX || a.seqlen_k > INT32_MAX) {
+    return fail(SAMATTN_INVALID_ARGUMENT, s + ": seqlen_q and seqlen_k must be < 2^31, got " +
+                                              to_text(a.seqlen_q) + " and " + to_text(a.seqlen_k));
+  }
+  if (a.causal != 0 && a.causal != 1) {
+    return fail(SAMATTN_INVALID_ARGUMENT, s + ": causal must be 0 or 1, got " + to_text(a.causal));
+  }
+  if (!std::isfinite(a.softmax_scale)) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                s + ": softmax_scale must be finite, got " + float_to_text(a.softmax_scale));
+  }
+  if (!std::isfinite(a.softcap) || a.softcap < 0.0f) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                s + ": softcap must be finite and >= 0 (0 = off), got " + float_to_text(a.softcap));
+  }
+  if (a.workspace_bytes < 0) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                s + ": workspace_bytes must be >= 0, got " + to_text(a.workspace_bytes));
+  }
+  if (varlen) {
+    if (a.cu_seqlens_q == nullptr || a.cu_seqlens_k == nullptr) {
+      return fail(SAMATTN_INVALID_ARGUMENT,
+                  s +
+                      ": cu_seqlens_q and cu_seqlens_k must both be given (varlen) or both be "
+                      "NULL (fixed length); got " +
+                      (a.cu_seqlens_q == nullptr ? "cu_seqlens_q NULL" : "cu_seqlens_k NULL"));
+    }
+    if (!aligned(a.cu_seqlens_q, 4) || !aligned(a.cu_seqlens_k, 4)) {
+      return fail(SAMATTN_INVALID_ARGUMENT, s + ": cu_seqlens_q and cu_seqlens_k must be "
+                                                "4-byte aligned int32 arrays");
+    }
+    if (a.max_seqlen_q < 0 || a.max_seqlen_q > a.seqlen_q || a.max_seqlen_k < 0 ||
+        a.max_seqlen_k > a.seqlen_k) {
+      return fail(SAMATTN_INVALID_ARGUMENT,
+                  s +
+                      ": varlen needs 0 <= max_seqlen_q <= seqlen_q (packed rows) and 0 <= "
+                      "max_seqlen_k <= seqlen_k, got max_seqlen_q=" +
+                      to_text(a.max_seqlen_q) + " seqlen_q=" + to_text(a.seqlen_q) +
+                      " max_seqlen_k=" + to_text(a.max_seqlen_k) +
+                      " seqlen_k=" + to_text(a.seqlen_k));
+    }
+  }
+  if (backward && a.deterministic != 0 && a.deterministic != 1) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                s + ": deterministic must be 0 or 1, got " + to_text(a.deterministic));
+  }
+  return SAMATTN_OK;
+}
+
+// Checks the pointer and strides of one (batch, seq, head, dim) operand;
+// `output`: written, so no two of its elements may share an address.
+int check_attention_operand(const Subject& s, AttentionOperand x, bool varlen,
+                            const samattn_attention_args& a, bool output) {
+  // With varlen the batch stride is unused: the batch extent is one packed tensor.
+  const int64_t batch_extent = varlen ? 1 : a.batch;
+  if (varlen) x.batch_stride = 0;
+  if (x.ptr == nullptr) return fail(SAMATTN_INVALID_ARGUMENT, s + ": " + x.name + " is NULL");
+  if (!aligned(x.ptr, static_cast<uintptr_t>(dtype_size(a.dtype)))) {
+    return fail(SAMATTN_INVALID_ARGUMENT, s + ": " + x.name + " must be aligned to its " +
+                                              to_text(dtype_size(a.dtype)) + "-byte elements");
+  }
+  if (any_negative(x.batch_stride, x.seq_stride, x.head_stride)) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                s + ": " + x.name + " strides (batch, seq, head) " +
+                    strides_text(x.batch_stride, x.seq_stride, x.head_stride) + " must be >= 0");
+  }
+  if (!attention_extent_fits(batch_extent, x, a.headdim, dtype_size(a.dtype))) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                s + ": " + x.name + " sizes and strides overflow a 64-bit byte offset");
+  }
+  if (output && ((batch_extent > 1 && x.batch_stride == 0) || (x.seqlen > 1 && x.seq_stride == 0) ||
+                 (x.heads > 1 && x.head_stride == 0))) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                s + ": " + x.name + " strides " +
+                    strides_text(x.batch_stride, x.seq_stride, x.head_stride) +
+                    " make elements of " + x.name + " overlap (a stride of 0 on a size > 1)");
+  }
+  return SAMATTN_OK;
+}
+
+// Checks lse, the (batch, head, seq) fp32 log-sum-exp (not NULL).
+int check_attention_lse(const Subject& s, const samattn_attention_args& a, bool varlen) {
+  const int64_t lse_batch = varlen ? 0 : a.lse_batch_stride;
+  const AttentionOperand lse{"lse",      a.lse,    lse_batch, a.lse_seq_stride, a.lse_head_stride,
+                             a.seqlen_q, a.nheads, false};
+  if (!aligned(a.lse, 4)) {
+    return fail(SAMATTN_INVALID_ARGUMENT, s + ": lse must be 4-byte aligned (fp32)");
+  }
+  if (any_negative(lse_batch, a.lse_head_stride, a.lse_seq_stride)) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                s + ": lse strides (batch, head, seq) " +
+                    strides_text(a.lse_batch_stride, a.lse_head_stride, a.lse_seq_stride) +
+                    " must be >= 0");
+  }
+  if ((!varlen && a.batch > 1 && lse_batch == 0) || (a.seqlen_q > 1 && a.lse_seq_stride == 0) ||
+      (a.nheads > 1 && a.lse_head_stride == 0)) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                s + ": lse strides (batch, head, seq) " +
+                    strides_text(a.lse_batch_stride, a.lse_head_stride, a.lse_seq_stride) +
+                    " make elements of lse overlap (a stride of 0 on a size > 1)");
+  }
+  // One fp32 per (batch, head, seq): the extent of a head dim of 1.
+  if (!attention_extent_fits(varlen ? 1 : a.batch, lse, 0, 4)) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                s + ": lse sizes and strides overflow a 64-bit byte offset");
+  }
+  return SAMATTN_OK;
+}
+
+// Checks a forward call's arguments (no device access). `empty`: there is no
+// output element, so nothing to compute.
+int check_attention_forward_args(Subject* subject, const samattn_attention_args& a, bool* empty) {
+  *empty = false;
+  int status = check_attention_sizes(subject, a, /*backward=*/false);
+  if (status != SAMATTN_OK) return status;
+  const Subject& s = *subject;
+  const bool varlen = a.cu_seqlens_q != nullptr;
+  // The longest sequence a CTA sees.
+  const int64_t longest_q = varlen ? a.max_seqlen_q : a.seqlen_q;
+  const int64_t longest_k = varlen ? a.max_seqlen_k : a.seqlen_k;
+  *empty = a.batch == 0 || a.nheads == 0 || longest_q == 0;
+  if (*empty) return SAMATTN_OK;
+
+  const bool keys = longest_k > 0;  // K and V are read only when some sequence has keys
+  const AttentionOperand operands[] = {
+      {"q", a.q, a.q_batch_stride, a.q_seq_stride, a.q_head_stride, a.seqlen_q, a.nheads, false},
+      {"k", a.k, a.k_batch_stride, a.k_seq_stride, a.k_head_stride, a.seqlen_k, a.nheads_k, true},
+      {"v", a.v, a.v_batch_stride, a.v_seq_stride, a.v_head_stride, a.seqlen_k, a.nheads_k, true},
+      {"o", a.o, a.o_batch_stride, a.o_seq_stride, a.o_head_stride, a.seqlen_q, a.nheads, false}};
+  constexpr int kOutput = 3;  // o
+  for (int i = 0; i < 4; ++i) {
+    if (operands[i].key_side && !keys) continue;
+    status = check_attention_operand(s, operands[i], varlen, a, /*output=*/i == kOutput);
+    if (status != SAMATTN_OK) return status;
+  }
+  return a.lse != nullptr ? check_attention_lse(s, a, varlen) : SAMATTN_OK;
+}
+
+// Checks a backward call's arguments (no device access). `empty`: dq, dk and
+// dv have no element, so nothing to compute.
+int check_attention_backward_args(Subject* subject, const samattn_attention_args& a, bool* empty) {
+  *empty = false;
+  int status = check_attention_sizes(subject, a, /*backward=*/true);
+  if (status != SAMATTN_OK) return status;
+  const Subject& s = *subject;
+  const bool varlen = a.cu_seqlens_q != nullptr;
+  // Rows of the query-side (q, o, dout, dq) and key-side (k, v, dk, dv)
+  // tensors: with none on one side, that side is neither read nor written.
+  *empty = a.batch == 0 || a.nheads == 0 || (a.seqlen_q == 0 && a.seqlen_k == 0);
+  if (*empty) return SAMATTN_OK;
+
+  const AttentionOperand operands[] = {
+      {"q", a.q, a.q_batch_stride, a.q_seq_stride, a.q_head_stride, a.seqlen_q, a.nheads, false},
+      {"k", a.k, a.k_batch_stride, a.k_seq_stride, a.k_head_stride, a.seqlen_k, a.nheads_k, true},
+      {"v", a.v, a.v_batch_stride, a.v_seq_stride, a.v_head_stride, a.seqlen_k, a.nheads_k, true},
+      {"o", a.o, a.o_batch_stride, a.o_seq_stride, a.o_head_stride, a.seqlen_q, a.nheads, false},
+      {"dout", a.dout, a.dout_batch_stride, a.dout_seq_stride, a.dout_head_stride, a.seqlen_q,
+       a.nheads, false},
+      {"dq", a.dq, a.dq_batch_stride, a.dq_seq_stride, a.dq_head_stride, a.seqlen_q, a.nheads,
+       false},
+      {"dk", a.dk, a.dk_batch_stride, a.dk_seq_stride, a.dk_head_stride, a.seqlen_k, a.nheads_k,
+       true},
+      {"dv", a.dv, a.dv_batch_stride, a.dv_seq_stride, a.dv_head_stride, a.seqlen_k, a.nheads_k,
+       true}};
+  constexpr int kFirstOutput = 5;  // dq, dk, dv
+  const int count = static_cast<int>(sizeof(operands) / sizeof(operands[0]));
+  for (int i = 0; i < count; ++i) {
+    const AttentionOperand& x = operands[i];
+    if (x.seqlen == 0) continue;
+    status = check_attention_operand(s, x, varlen, a, /*output=*/i >= kFirstOutput);
+    if (status != SAMATTN_OK) return status;
+  }
+  // An output sharing its address with another tensor would be read after
+  // being written (or written twice).
+  for (int i = kFirstOutput; i < count; ++i) {
+    if (operands[i].seqlen == 0) continue;
+    for (int j = 0; j < count; ++j) {
+      if (j == i || operands[j].seqlen == 0 || operands[j].ptr != operands[i].ptr) continue;
+      return fail(SAMATTN_INVALID_ARGUMENT, s + ": " + operands[i].name + " and " +
+                                                operands[j].name +
+                                                " are the same memory; dq, dk and dv must not "
+                                                "overlap each other or any input");
+    }
+  }
+  if (a.seqlen_q > 0) {
+    if (a.lse == nullptr) {
+      return fail(SAMATTN_INVALID_ARGUMENT,
+                  s + ": lse is NULL; the backward needs the forward's log-sum-exp");
+    }
+    status = check_attention_lse(s, a, varlen);
+    if (status != SAMATTN_OK) return status;
+  }
+  return SAMATTN_OK;
+}
+
+// The forward's parameters, normalized once: varlen maxima, GQA ratio,
+// softcap and scale factors, the window (set_scores).
+void fill_forward(const samattn_attention_args& a, int sm_count, int max_smem_per_block,
+                  AttentionForwardProblem* p) {
+  const bool varlen = a.cu_seqlens_q != nullptr;
+  const int64_t no_batch = 0;  // varlen: one packed tensor
+  auto view = [&](const void* ptr, int64_t batch, int64_t seq, int64_t head) {
+    return SeqHeadView{ptr, varlen ? no_batch : batch, seq, head};
+  };
+  p->dtype = static_cast<DType>(a.dtype);
+  p->batch = static_cast<int>(a.batch);
+  p->nheads = static_cast<int>(a.nheads);
+  p->nheads_k = static_cast<int>(a.nheads_k);
+  p->kv_group = static_cast<int>(a.nheads / a.nheads_k);
+  // Varlen: the kernels take the longest sequence (grid size, window bounds).
+  p->seqlen_q = static_cast<int>(varlen ? a.max_seqlen_q : a.seqlen_q);
+  p->seqlen_k = static_cast<int>(varlen ? a.max_seqlen_k : a.seqlen_k);
+  p->headdim = static_cast<int>(a.headdim);
+  p->q = view(a.q, a.q_batch_stride, a.q_seq_stride, a.q_head_stride);
+  p->k = view(a.k, a.k_batch_stride, a.k_seq_stride, a.k_head_stride);
+  p->v = view(a.v, a.v_batch_stride, a.v_seq_stride, a.v_head_stride);
+  p->o = {a.o, varlen ? no_batch : a.o_batch_stride, a.o_seq_stride, a.o_head_stride};
+  p->cu_seqlens_q = varlen ? a.cu_seqlens_q : nullptr;
+  p->cu_seqlens_k = varlen ? a.cu_seqlens_k : nullptr;
+  set_scores(*p, a.softmax_scale, a.softcap, a.causal != 0, a.window_left, a.window_right);
+  p->lse = a.lse;
+  p->lse_batch_stride = varlen ? no_batch : a.lse_batch_stride;
+  p->lse_head_stride = a.lse_head_stride;
+  p->lse_seq_stride = a.lse_seq_stride;
+  p->stream = static_cast<cudaStream_t>(a.stream);
+  p->sm_count = sm_count;
+  p->max_smem_per_block = max_smem_per_block;
+}
+
+// The backward's: the forward's plus the gradients, packed row counts
+// (varlen, for the workspace) and the workspace.
+AttentionBackwardProblem backward_problem(const samattn_attention_args& a, int sm_count,
+                                          int max_smem_per_block) {
+  AttentionBackwardProblem p{};
+  fill_forward(a, sm_count, max_smem_per_block, &p);
+  const bool varlen = a.cu_seqlens_q != nullptr;
+  const int64_t no_batch = 0;
+  auto out = [&](void* ptr, int64_t batch, int64_t seq, int64_t head) {
+    return SeqHeadOut{ptr, varlen ? no_batch : batch, seq, head};
+  };
+  p.dout = {a.dout, varlen ? no_batch : a.dout_batch_stride, a.dout_seq_stride, a.dout_head_stride};
+  p.dq = out(a.dq, a.dq_batch_stride, a.dq_seq_stride, a.dq_head_stride);
+  p.dk = out(a.dk, a.dk_batch_stride, a.dk_seq_stride, a.dk_head_stride);
+  p.dv = out(a.dv, a.dv_batch_stride, a.dv_seq_stride, a.dv_head_stride);
+  p.total_q = varlen ? a.seqlen_q : 0;
+  p.total_k = varlen ? a.seqlen_k : 0;
+  p.deterministic = a.deterministic != 0;
+  p.workspace = a.workspace;
+  p.workspace_bytes = a.workspace_bytes < 0 ? 0 : static_cast<size_t>(a.workspace_bytes);
+  return p;
+}
+
+AttentionForwardProblem forward_problem(const samattn_attention_args& a, int sm_count,
+                                        int max_smem_per_block) {
+  AttentionForwardProblem p{};
+  fill_forward(a, sm_count, max_smem_per_block, &p);
+  return p;
+}
+
+// The family samattn_attention_plan reports for `problem`, and its window.
+template <Op kOp>
+int plan_with(const Subject& subject, const samattn_attention_args& a, const GpuSpec& gpu,
+              const ProblemOf<kOp>& problem, int32_t* family, AttentionWindow* window) {
+  const Kernels<kOp>* kernels = nullptr;
+  const int status = choose_kernels<kOp>(subject, a.dtype, gpu, a.family, false, problem, &kernels);
+  if (status != SAMATTN_OK) return status;
+  *family = static_cast<int32_t>(kernels->family);
+  *window = problem.window;
+  return SAMATTN_OK;
+}
+
+}  // namespace
+
+int attention_forward_op(const samattn_attention_args* args, int32_t* family_used) {
+  Subject subject{"samattn attention_forward"};
+  if (family_used != nullptr) *family_used = SAMATTN_FAMILY_AUTO;
+  if (args == nullptr) return fail(SAMATTN_INVALID_ARGUMENT, subject + ": args is NULL");
+  const samattn_attention_args& a = *args;
+  bool empty = false;
+  const int status = check_attention_forward_args(&subject, a, &empty);
+  if (status != SAMATTN_OK || empty) return status;
+  const OpCall call{subject, a.dtype, a.family, a.device, false, nullptr, 0, ""};
+  return run_op<Op::attention_forward>(
+      call,
+      [&](const DeviceInfo& device) {
+        return forward_problem(a, device.sm_count, device.max_smem_per_block);
+      },
+      family_used);
+}
+
+int attention_backward_op(const samattn_attention_args* args, int32_t* family_used) {
+  Subject subject{"samattn attention_backward"};
+  if (family_used != nullptr) *family_used = SAMATTN_FAMILY_AUTO;
+  if (args == nullptr) return fail(SAMATTN_INVALID_ARGUMENT, subject + ": args is NULL");
+  const samattn_attention_args& a = *args;
+  bool empty = false;
+  const int status = check_attention_backward_args(&subject, a, &empty);
+  if (status != SAMATTN_OK || empty) return status;
+  // Checked before the device is known against what the size query returns
+  // (the most any family needs); the skeleton checks the chosen family's.
+  const int64_t needed =
+      registered_workspace_bytes<Op::attention_backward>(backward_problem(a, 0, 0));
+  if (needed > 0 && (a.workspace == nullptr || a.workspace_bytes < needed)) {
+    return fail(SAMATTN_NEEDS_WORKSPACE,
+                subject + ": needs " + to_text(needed) + " bytes of workspace, got " +
+                    to_text(a.workspace == nullptr ? 0 : a.workspace_bytes) +
+                    " (ask samattn_attention_backward_workspace_size)");
+  }
+  if (needed > 0 && !aligned(a.workspace, 256)) {
+    return fail(SAMATTN_INVALID_ARGUMENT, subject + ": workspace must be 256-byte aligned");
+  }
+  const OpCall call{
+      subject, a.dtype,     a.family,          a.device,
+      false,   a.workspace, a.workspace_bytes, "samattn_attention_backward_workspace_size"};
+  return run_op<Op::attention_backward>(
+      call,
+      [&](const DeviceInfo& device) {
+        return backward_problem(a, device.sm_count, device.max_smem_per_block);
+      },
+      family_used);
+}
+
+int attention_backward_workspace_size_op(const samattn_attention_args* args, int64_t* bytes) {
+  Subject subject{"samattn attention_backward_workspace_size"};
+  if (args == nullptr || bytes == nullptr) {
+    return fail(SAMATTN_INVALID_ARGUMENT, subject + ": args or bytes is NULL");
+  }
+  *bytes = 0;
+  const int status = check_attention_sizes(&subject, *args, /*backward=*/true);
+  if (status != SAMATTN_OK) return status;
+  if (args->batch == 0 || args->nheads == 0) return SAMATTN_OK;
+  *bytes = registered_workspace_bytes<Op::attention_backward>(backward_problem(*args, 0, 0));
+  return SAMATTN_OK;
+}
+
+int attention_plan_op(const samattn_attention_args* args, int32_t backward, int32_t cc_major,
+                      int32_t cc_minor, int32_t smem_per_block, int32_t* family, char* text,
+                      int32_t capacity) {
+  Subject subject{backward != 0 ? "samattn attention_plan (backward)" : "samattn attention_plan"};
+  if (args == nullptr || family == nullptr || text == nullptr || capacity < 1) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                subject + ": args, family and text must be non-NULL, text_capacity >= 1");
+  }
+  if (smem_per_block < 0) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                subject + ": smem_per_block must be >= 0, got " + to_text(smem_per_block));
+  }
+  *family = SAMATTN_FAMILY_AUTO;
+  text[0] = '\0';
+  const int status = check_attention_sizes(&subject, *args, backward != 0);
+  if (status != SAMATTN_OK) return status;
+  GpuSpec gpu;
+  gpu.cc_major = cc_major;
+  gpu.cc_minor = cc_minor;
+  // The parameters the launch would get; sm_count does not affect a plan.
+  AttentionWindow window{};
+  const int result =
+      backward != 0
+          ? plan_with<Op::attention_backward>(
+                subject, *args, gpu, backward_problem(*args, 1, smem_per_block), family, &window)
+          : plan_with<Op::attention_forward>(
+                subject, *args, gpu, forward_problem(*args, 1, smem_per_block), family, &window);
+  if (result != SAMATTN_OK) return result;
+  std::snprintf(text, static_cast<size_t>(capacity), "window_left=%d window_right=%d", window.left,
+                window.right);
+  return SAMATTN_OK;
+}
+
+}  // namespace samattn

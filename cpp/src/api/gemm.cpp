@@ -1,0 +1,228 @@
+// samattn_gemm and its queries: argument checks and the GEMM's problem.
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "api/launch.h"
+#include "api/ops.h"
+#include "api/validate.h"
+#include "common/problem.h"
+#include "gemm/sm90/gemm_sm90_plan.h"
+
+namespace samattn {
+namespace {
+
+// Checks a GEMM's arguments (no device access). `empty`: D has no elements,
+// so there is nothing to compute.
+int check_gemm_args(Subject* subject, const samattn_gemm_args& g, bool* empty) {
+  *empty = false;
+  int status = check_struct_size(*subject, &g, "samattn_gemm_args");
+  if (status != SAMATTN_OK) return status;
+  status = check_codes(subject, g.dtype, g.family, g.device);
+  if (status != SAMATTN_OK) return status;
+  const Subject& subject_text = *subject;
+  if (g.batch < 0 || g.m < 0 || g.n < 0 || g.k < 0) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                subject_text + ": sizes must be >= 0, got batch=" + to_text(g.batch) +
+                    " m=" + to_text(g.m) + " n=" + to_text(g.n) + " k=" + to_text(g.k));
+  }
+  if (!std::isfinite(g.alpha)) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                subject_text + ": alpha must be finite, got " + float_to_text(g.alpha));
+  }
+  if (!std::isfinite(g.beta)) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                subject_text + ": beta must be finite, got " + float_to_text(g.beta));
+  }
+  const struct {
+    const char* name;
+    int64_t batch, row, col;
+  } strides[] = {{"a", g.a_batch_stride, g.a_row_stride, g.a_col_stride},
+                 {"b", g.b_batch_stride, g.b_row_stride, g.b_col_stride},
+                 {"c", g.c_batch_stride, g.c_row_stride, g.c_col_stride},
+                 {"d", g.d_batch_stride, g.d_row_stride, g.d_col_stride}};
+  for (const auto& s : strides) {
+    if (any_negative(s.batch, s.row, s.col)) {
+      return fail(SAMATTN_INVALID_ARGUMENT, subject_text + ": " + s.name +
+                                                " strides must be >= 0, got " +
+                                                strides_text(s.batch, s.row, s.col));
+    }
+  }
+  if (g.workspace_bytes < 0) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                subject_text + ": workspace_bytes must be >= 0, got " + to_text(g.workspace_bytes));
+  }
+  if (g.c == nullptr && g.beta != 0.0f) {
+    return fail(SAMATTN_INVALID_ARGUMENT, subject_text + ": c is NULL but beta is " +
+                                              float_to_text(g.beta) +
+                                              " (c may be NULL only "
+                                              "when beta == 0)");
+  }
+  *empty = g.batch == 0 || g.m == 0 || g.n == 0;
+  if (*empty) return SAMATTN_OK;  // D is empty: nothing to check or compute
+
+  if (g.d == nullptr) return fail(SAMATTN_INVALID_ARGUMENT, subject_text + ": d is NULL");
+  if (g.k > 0 && g.a == nullptr)
+    return fail(SAMATTN_INVALID_ARGUMENT, subject_text + ": a is NULL");
+  if (g.k > 0 && g.b == nullptr)
+    return fail(SAMATTN_INVALID_ARGUMENT, subject_text + ": b is NULL");
+  if ((g.batch > 1 && g.d_batch_stride == 0) || (g.m > 1 && g.d_row_stride == 0) ||
+      (g.n > 1 && g.d_col_stride == 0)) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                subject_text + ": d strides " +
+                    strides_text(g.d_batch_stride, g.d_row_stride, g.d_col_stride) +
+                    " make elements of d overlap (a stride of 0 on a size > 1)");
+  }
+  const int64_t element = dtype_size(g.dtype);
+  const bool with_c = g.beta != 0.0f;
+  if ((g.k > 0 && (!fits_in_int64(g.batch, g.m, g.k, g.a_batch_stride, g.a_row_stride,
+                                  g.a_col_stride, element) ||
+                   !fits_in_int64(g.batch, g.k, g.n, g.b_batch_stride, g.b_row_stride,
+                                  g.b_col_stride, element))) ||
+      (with_c && !fits_in_int64(g.batch, g.m, g.n, g.c_batch_stride, g.c_row_stride, g.c_col_stride,
+                                element)) ||
+      !fits_in_int64(g.batch, g.m, g.n, g.d_batch_stride, g.d_row_stride, g.d_col_stride,
+                     element)) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                subject_text + ": sizes and strides overflow a 64-bit byte offset");
+  }
+
+  return SAMATTN_OK;
+}
+
+GemmProblem make_gemm_problem(const samattn_gemm_args& g, int sm_count) {
+  GemmProblem problem{};
+  const bool with_c = g.beta != 0.0f;
+  problem.dtype = static_cast<DType>(g.dtype);
+  problem.batch = g.batch;
+  problem.m = g.m;
+  problem.n = g.n;
+  problem.k = g.k;
+  problem.a = {g.a, g.a_batch_stride, g.a_row_stride, g.a_col_stride};
+  problem.b = {g.b, g.b_batch_stride, g.b_row_stride, g.b_col_stride};
+  problem.c = {with_c ? g.c : nullptr, g.c_batch_stride, g.c_row_stride, g.c_col_stride};
+  problem.d = g.d;
+  problem.d_batch_stride = g.d_batch_stride;
+  problem.d_row_stride = g.d_row_stride;
+  problem.d_col_stride = g.d_col_stride;
+  problem.alpha = g.alpha;
+  problem.beta = g.beta;
+  problem.allow_tf32 = g.allow_tf32 != 0;
+  problem.sm_count = sm_count;
+  problem.stream = static_cast<cudaStream_t>(g.stream);
+  problem.workspace = g.workspace;
+  problem.workspace_bytes = g.workspace_bytes;
+  return problem;
+}
+
+// The family that samattn_gemm_plan reports: selection as in a library built
+// with every family, whose only plan that may decline is sm90's (host code,
+// built whatever the families). `plan` gets the sm90 configuration, or why
+// sm90 declined; what it declines runs on sm80, forced or not (the
+// forced_fallback gemm_sm90.cu registers).
+int plan_complete_build(const samattn_gemm_args& g, const GpuSpec& gpu, const GemmProblem& problem,
+                        int32_t* family, gemm::sm90::Plan* plan) {
+  Request request;
+  const bool tf32 = g.allow_tf32 != 0;
+  const int status = resolve_request(SAMATTN_OP_GEMM, g.dtype, gpu, g.family, tf32,
+                                     /*assume_complete_build=*/true, &request);
+  if (status != SAMATTN_OK) return status;
+  int32_t forced = request.family;
+  for (Family candidate : kFamiliesNewestFirst) {
+    if (forced != SAMATTN_FAMILY_AUTO
+            ? static_cast<int32_t>(candidate) != forced
+            : !family_candidate(SAMATTN_OP_GEMM, g.dtype, gpu, candidate, tf32, true)) {
+      continue;
+    }
+    if (candidate == Family::sm90) {
+      *plan = gemm::sm90::plan(problem);
+      if (!plan->eligible) {
+        if (forced != SAMATTN_FAMILY_AUTO) forced = SAMATTN_FAMILY_SM80;
+        continue;
+      }
+    }
+    *family = static_cast<int32_t>(candidate);
+    return SAMATTN_OK;
+  }
+  return no_family(SAMATTN_OP_GEMM, g.dtype, gpu, tf32);
+}
+
+OpCall gemm_call(const Subject& subject, const samattn_gemm_args& g) {
+  return {subject,           g.dtype,     g.family,          g.device,
+          g.allow_tf32 != 0, g.workspace, g.workspace_bytes, "samattn_gemm_workspace_size"};
+}
+
+}  // namespace
+
+int gemm_op(const samattn_gemm_args* args, int32_t* family_used) {
+  Subject subject{"samattn gemm"};
+  if (family_used != nullptr) *family_used = SAMATTN_FAMILY_AUTO;
+  if (args == nullptr) return fail(SAMATTN_INVALID_ARGUMENT, subject + ": args is NULL");
+  const samattn_gemm_args& g = *args;
+  bool empty = false;
+  const int status = check_gemm_args(&subject, g, &empty);
+  if (status != SAMATTN_OK || empty) return status;
+  return run_op<Op::gemm>(
+      gemm_call(subject, g),
+      [&](const DeviceInfo& device) { return make_gemm_problem(g, device.sm_count); }, family_used);
+}
+
+int gemm_workspace_size_op(const samattn_gemm_args* args, int64_t* bytes) {
+  Subject subject{"samattn gemm_workspace_size"};
+  if (args == nullptr || bytes == nullptr) {
+    return fail(SAMATTN_INVALID_ARGUMENT, subject + ": args or bytes is NULL");
+  }
+  *bytes = 0;
+  bool empty = false;
+  int status = check_gemm_args(&subject, *args, &empty);
+  if (status != SAMATTN_OK || empty) return status;
+  const DeviceInfo* device = nullptr;
+  status = device_info(args->device, subject, &device);
+  if (status != SAMATTN_OK) return status;
+  const GemmProblem problem = make_gemm_problem(*args, device->sm_count);
+  const Kernels<Op::gemm>* kernels = nullptr;
+  status = choose_kernels<Op::gemm>(subject, args->dtype, device->gpu, args->family,
+                                    args->allow_tf32 != 0, problem, &kernels);
+  if (status != SAMATTN_OK) return status;
+  if (kernels->workspace_bytes != nullptr) {
+    *bytes = static_cast<int64_t>(kernels->workspace_bytes(problem));
+  }
+  return SAMATTN_OK;
+}
+
+int gemm_plan_op(const samattn_gemm_args* args, int32_t cc_major, int32_t cc_minor,
+                 int32_t sm_count, int32_t* family, char* text, int32_t capacity) {
+  Subject subject{"samattn gemm_plan"};
+  if (args == nullptr || family == nullptr || text == nullptr || capacity < 1) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                subject + ": args, family and plan must be non-NULL, plan_capacity >= 1");
+  }
+  if (sm_count < 1) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                subject + ": sm_count must be >= 1, got " + to_text(sm_count));
+  }
+  *family = SAMATTN_FAMILY_AUTO;
+  text[0] = '\0';
+  bool empty = false;
+  int status = check_gemm_args(&subject, *args, &empty);
+  if (status != SAMATTN_OK) return status;
+  GpuSpec gpu;
+  gpu.cc_major = cc_major;
+  gpu.cc_minor = cc_minor;
+  const GemmProblem problem = make_gemm_problem(*args, sm_count);
+  gemm::sm90::Plan plan;
+  status = plan_complete_build(*args, gpu, problem, family, &plan);
+  if (status != SAMATTN_OK) return status;
+  std::string description;
+  if (*family == SAMATTN_FAMILY_SM90) {
+    description = std::string("tile=") + gemm::sm90::tile_name(plan.tile) +
+                  " swizzle=" + to_text(plan.swizzle) +
+                  " transposed=" + (plan.transposed ? "1" : "0");
+  } else if (!plan.reason.empty()) {
+    description = "sm90 cannot run it: " + plan.reason;
+  }
+  std::snprintf(text, static_cast<size_t>(capacity), "%s", description.c_str());
+  return SAMATTN_OK;
+}
+
+}  // namespace samattn

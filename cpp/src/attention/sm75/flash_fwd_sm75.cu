@@ -1,0 +1,30 @@
+// Attention forward, sm75 family (Turing, and newer GPUs when forced): fp16
+// on mma.sync m16n8k8 with synchronous loads; bf16 needs sm80 (its
+// registration declares fp16 only). The kernels are instantiated in their own
+// translation units (one per FlashFwdConfig).
+#include <string>
+
+#include "attention/flash_fwd_dispatch.h"
+#include "common/registry.h"
+
+namespace samattn {
+
+cudaError_t attention_forward_sm75(const AttentionForwardProblem& problem) {
+  if (problem.dtype != DType::f16) return cudaErrorNotSupported;
+  return attention::run_flash_fwd_sm75_dtype<DType::f16>(problem);
+}
+
+namespace {
+
+bool plan(const AttentionForwardProblem& problem, std::string* why) {
+  return attention::plan_flash(
+      problem.headdim,
+      attention::min_fwd_smem<Family::sm75, attention::kSm75FwdTiles>(problem.headdim),
+      problem.max_smem_per_block, Family::sm75, /*backward=*/false, why);
+}
+
+[[maybe_unused]] const bool kRegistered = register_kernels<Op::attention_forward>(
+    {Family::sm75, &plan, nullptr, &attention_forward_sm75});
+
+}  // namespace
+}  // namespace samattn
