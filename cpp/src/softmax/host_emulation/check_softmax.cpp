@@ -18,14 +18,17 @@
 static int g_smem_optin = 227 * 1024;
 extern "C" {
 cudaError_t cudaGetLastError(void) { return cudaSuccess; }
+// An ordinal past launch_setup.h's per-device cache, so that each case's
+// g_smem_optin is queried afresh.
 cudaError_t cudaGetDevice(int* device) {
-  *device = 0;
+  *device = samattn::kCachedDevices;
   return cudaSuccess;
 }
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr, int) {
   *value = g_smem_optin;
   return cudaSuccess;
 }
+cudaError_t cudaFuncSetAttribute(const void*, cudaFuncAttribute, int) { return cudaSuccess; }
 }
 
 using namespace samattn;

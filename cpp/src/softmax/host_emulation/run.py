@@ -34,7 +34,8 @@ def cutlass_include() -> Path:
 def emulated_sources(out: Path) -> None:
     (out / "softmax").mkdir(parents=True)
     (out / "common").mkdir()
-    shutil.copy(SRC / "common" / "problem.h", out / "common")
+    for name in ["problem.h", "launch_setup.h"]:
+        shutil.copy(SRC / "common" / name, out / "common")
     for name in ["softmax_config.h", "softmax_plan.h"]:
         shutil.copy(SRC / "softmax" / name, out / "softmax")
 
