@@ -1,7 +1,7 @@
 // Launch setup that must happen once per (kernel, device), not once per call:
-// the dynamic shared memory opt-in, and the device's opt-in limit. A
-// cudaFuncSetAttribute costs about as much as the launch itself, and an eager
-// call has about one launch's worth of host time to spend (DESIGN.md, 1).
+// the dynamic shared memory opt-in, and the device's opt-in limit. Each is a
+// driver call, and an eager call has little more host time to spend than the
+// launch itself (DESIGN.md, 1).
 //
 // The caches are keyed by the current device (cudaGetDevice: thread-local,
 // cheap). They assume that a device's primary context lives as long as the
