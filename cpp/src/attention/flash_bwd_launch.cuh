@@ -11,6 +11,7 @@
 #include "attention/flash_bwd_config.h"
 #include "attention/flash_bwd_kernel.cuh"
 #include "attention/flash_bwd_traits.h"
+#include "common/launch_setup.h"
 
 namespace samattn::attention {
 
@@ -110,10 +111,9 @@ cudaError_t run_flash_bwd(const AttentionBackwardProblem& problem) {
   if (n_blocks > 0) {
     auto kernel = vectors ? flash_bwd_kernel<Traits, true> : flash_bwd_kernel<Traits, false>;
     constexpr int kSmem = Traits::kSmemBytes;
-    if constexpr (kSmem > 48 * 1024) {
-      status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-      if (status != cudaSuccess) return status;
-    }
+    status = vectors ? allow_dynamic_smem<flash_bwd_kernel<Traits, true>>(kSmem)
+                     : allow_dynamic_smem<flash_bwd_kernel<Traits, false>>(kSmem);
+    if (status != cudaSuccess) return status;
     FlashBwdParams p{};
     p.q = P.q.ptr;
     p.k = P.k.ptr;

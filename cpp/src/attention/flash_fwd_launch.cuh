@@ -7,6 +7,7 @@
 #include "attention/flash_fwd_config.h"
 #include "attention/flash_fwd_kernel.cuh"
 #include "attention/flash_fwd_traits.h"
+#include "common/launch_setup.h"
 
 namespace samattn::attention {
 
@@ -54,11 +55,9 @@ cudaError_t run_flash_fwd(const AttentionForwardProblem& problem) {
   const bool vectors = forward_vectors(problem);
   auto kernel = vectors ? flash_fwd_kernel<Traits, true> : flash_fwd_kernel<Traits, false>;
   constexpr int kSmem = Traits::kSmemBytes;
-  if constexpr (kSmem > 48 * 1024) {
-    const cudaError_t status =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-    if (status != cudaSuccess) return status;
-  }
+  const cudaError_t allowed = vectors ? allow_dynamic_smem<flash_fwd_kernel<Traits, true>>(kSmem)
+                                      : allow_dynamic_smem<flash_fwd_kernel<Traits, false>>(kSmem);
+  if (allowed != cudaSuccess) return allowed;
   dim3 grid(static_cast<unsigned>(m_blocks), static_cast<unsigned>(problem.nheads),
             static_cast<unsigned>(problem.batch));
   kernel<<<grid, Traits::kThreads, kSmem, problem.stream>>>(p);

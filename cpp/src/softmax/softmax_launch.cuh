@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include "common/launch_setup.h"
 #include "softmax/softmax_config.h"
 #include "softmax/softmax_kernel.cuh"
 #include "softmax/softmax_plan.h"
@@ -67,11 +68,9 @@ cudaError_t launch_two_pass_stage(const LaunchArgs<T>& args, int64_t splits, int
                                   int64_t cache_vecs, size_t smem_bytes) {
   constexpr int kUnroll = Tuning::two_pass_unroll(kVec, Op::kInputs);
   auto* kernel = two_pass_kernel<Op, T, kVec, kUnroll, kStage, F>;
-  if (smem_bytes > 48 * 1024) {
-    const cudaError_t status = cudaFuncSetAttribute(
-        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes));
-    if (status != cudaSuccess) return status;
-  }
+  const cudaError_t allowed = allow_dynamic_smem<two_pass_kernel<Op, T, kVec, kUnroll, kStage, F>>(
+      static_cast<int>(smem_bytes));
+  if (allowed != cudaSuccess) return allowed;
   kernel<<<static_cast<unsigned>(args.plan.grid), args.plan.cta_threads, smem_bytes, args.stream>>>(
       args.ops, args.outer, args.dim, splits, chunk, cache_vecs);
   return cudaGetLastError();
@@ -141,12 +140,7 @@ cudaError_t run(const SoftmaxProblem& problem) {
   args.plan = make_plan(in);
   if (args.plan.path == Path::two_pass) {
     // Plan again with the device's shared memory, for the row cache.
-    int device = 0;
-    cudaError_t status = cudaGetDevice(&device);
-    if (status == cudaSuccess) {
-      status =
-          cudaDeviceGetAttribute(&in.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-    }
+    const cudaError_t status = device_smem_optin(&in.smem_optin);
     if (status != cudaSuccess) return status;
     args.plan = make_plan(in);
   }

@@ -12,10 +12,13 @@
 // shared memory and TMA stores, row-major (column-major for swap_ab).
 #pragma once
 
+// First: it redirects CUTLASS's driver calls (see there).
+#include "gemm/sm90/cutlass_driver.h"
+
 #include <cuda_runtime_api.h>
 
 #include <cutlass/cutlass.h>
-#include <cutlass/gemm/device/gemm_universal_adapter.h>
+#include <cutlass/device_kernel.h>
 #include <cute/tensor.hpp>
 #include <cutlass/epilogue/collective/collective_builder.hpp>
 #include <cutlass/epilogue/fusion/operations.hpp>
@@ -25,6 +28,7 @@
 #include <cutlass/gemm/kernel/tile_scheduler.hpp>
 #include <type_traits>
 
+#include "common/launch_setup.h"
 #include "gemm/sm90/gemm_sm90_config.h"
 
 namespace samattn::gemm::sm90 {
@@ -111,7 +115,6 @@ struct Kernel<Sm90Gemm<T, A, B, kTile>> {
 
   using GemmKernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop,
                                                           Epilogue, typename Traits::Scheduler>;
-  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
 };
 
 // A CuTe stride of (outer, inner, batch) modes; static modes (the unit
@@ -129,8 +132,8 @@ Stride make_stride3(int64_t s0, int64_t s1, int64_t s2) {
 }
 
 template <class Config>
-typename Kernel<Config>::Gemm::Arguments make_arguments(const Plan& plan,
-                                                        const GemmProblem& problem) {
+typename Kernel<Config>::GemmKernel::Arguments make_arguments(const Plan& plan,
+                                                              const GemmProblem& problem) {
   using K = Kernel<Config>;
   using GemmKernel = typename K::GemmKernel;
   using ElementT = typename K::ElementT;
@@ -155,21 +158,51 @@ typename Kernel<Config>::Gemm::Arguments make_arguments(const Plan& plan,
   cudaGetDevice(&hw_info.device_id);
   hw_info.sm_count = problem.sm_count;
 
-  typename K::Gemm::Arguments arguments{cutlass::gemm::GemmUniversalMode::kGemm,
-                                        {static_cast<int>(plan.m), static_cast<int>(plan.n),
-                                         static_cast<int>(plan.k), static_cast<int>(plan.batch)},
-                                        {static_cast<const ElementT*>(plan.a.ptr), stride_a,
-                                         static_cast<const ElementT*>(plan.b.ptr), stride_b},
-                                        {{},
-                                         static_cast<const ElementT*>(c.ptr),
-                                         stride_c,
-                                         static_cast<ElementT*>(const_cast<void*>(plan.d.ptr)),
-                                         stride_d},
-                                        hw_info};
+  typename GemmKernel::Arguments arguments{cutlass::gemm::GemmUniversalMode::kGemm,
+                                           {static_cast<int>(plan.m), static_cast<int>(plan.n),
+                                            static_cast<int>(plan.k), static_cast<int>(plan.batch)},
+                                           {static_cast<const ElementT*>(plan.a.ptr), stride_a,
+                                            static_cast<const ElementT*>(plan.b.ptr), stride_b},
+                                           {{},
+                                            static_cast<const ElementT*>(c.ptr),
+                                            stride_c,
+                                            static_cast<ElementT*>(const_cast<void*>(plan.d.ptr)),
+                                            stride_d},
+                                           hw_info};
   arguments.epilogue.thread.alpha = problem.alpha;
   arguments.epilogue.thread.beta = plan.c.ptr != nullptr ? problem.beta : 0.0f;
   arguments.scheduler.max_swizzle_size = plan.swizzle;
   return arguments;
+}
+
+// What GemmUniversalAdapter::initialize and run do, less what need not be
+// done per call: the shared memory attribute is set once per device, and the
+// cluster launch skips the adapter's cudaFuncSetAttribute for non-portable
+// cluster sizes (ours have 2 CTAs, within the portable 8).
+template <class GemmKernel>
+cudaError_t launch(const typename GemmKernel::Params& params, cudaStream_t stream) {
+  constexpr int kSmem = GemmKernel::SharedStorageSize;
+  const cudaError_t allowed = allow_dynamic_smem<cutlass::device_kernel<GemmKernel>>(kSmem);
+  if (allowed != cudaSuccess) return allowed;
+  using Cluster = typename GemmKernel::DispatchPolicy::ClusterShape;
+  static_assert(cute::is_static_v<Cluster> && cute::size(Cluster{}) <= 8);
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = cute::size<0>(Cluster{});
+  cluster.val.clusterDim.y = cute::size<1>(Cluster{});
+  cluster.val.clusterDim.z = cute::size<2>(Cluster{});
+  cudaLaunchConfig_t config{};
+  config.gridDim = GemmKernel::get_grid_shape(params);
+  config.blockDim = GemmKernel::get_block_shape();
+  config.dynamicSmemBytes = kSmem;
+  config.stream = stream;
+  config.attrs = &cluster;
+  config.numAttrs = cute::size(Cluster{}) > 1 ? 1 : 0;
+  void* args[] = {const_cast<typename GemmKernel::Params*>(&params)};
+  const cudaError_t launched = cudaLaunchKernelExC(
+      &config, reinterpret_cast<const void*>(&cutlass::device_kernel<GemmKernel>), args);
+  if (launched != cudaSuccess) cudaGetLastError();  // leave no error behind for the next call
+  return launched;
 }
 
 }  // namespace samattn::gemm::sm90
@@ -180,30 +213,30 @@ namespace samattn::gemm {
 // follows the plan's staging area in the caller's workspace.
 template <class Config>
 size_t sm90_workspace_bytes(const sm90::Plan& plan, const GemmProblem& problem) {
-  using Gemm = typename sm90::Kernel<Config>::Gemm;
-  return Gemm::get_workspace_size(sm90::make_arguments<Config>(plan, problem));
+  using GemmKernel = typename sm90::Kernel<Config>::GemmKernel;
+  return GemmKernel::get_workspace_size(sm90::make_arguments<Config>(plan, problem));
 }
 
 template <class Config>
 cudaError_t run_sm90(const sm90::Plan& plan, const GemmProblem& problem) {
-  using Gemm = typename sm90::Kernel<Config>::Gemm;
+  using GemmKernel = typename sm90::Kernel<Config>::GemmKernel;
   const auto arguments = sm90::make_arguments<Config>(plan, problem);
   // The plan mirrors these checks; a refusal here is a bug in the plan.
-  if (Gemm::can_implement(arguments) != cutlass::Status::kSuccess) return cudaErrorNotSupported;
-  const size_t kernel_bytes = Gemm::get_workspace_size(arguments);
+  if (!GemmKernel::can_implement(arguments)) return cudaErrorNotSupported;
+  const size_t kernel_bytes = GemmKernel::get_workspace_size(arguments);
   if (plan.staging_bytes + kernel_bytes > static_cast<size_t>(problem.workspace_bytes)) {
     return cudaErrorInvalidValue;
   }
   void* kernel_workspace =
       kernel_bytes > 0 ? static_cast<char*>(problem.workspace) + plan.staging_bytes : nullptr;
-  Gemm gemm;
-  cutlass::Status status = gemm.initialize(arguments, kernel_workspace, problem.stream);
-  if (status == cutlass::Status::kSuccess) status = gemm.run(problem.stream);
-  if (status != cutlass::Status::kSuccess) {
+  if (kernel_bytes > 0 &&
+      GemmKernel::initialize_workspace(arguments, kernel_workspace, problem.stream) !=
+          cutlass::Status::kSuccess) {
     const cudaError_t error = cudaGetLastError();
     return error != cudaSuccess ? error : cudaErrorLaunchFailure;
   }
-  return cudaGetLastError();
+  return sm90::launch<GemmKernel>(GemmKernel::to_underlying_arguments(arguments, kernel_workspace),
+                                  problem.stream);
 }
 
 }  // namespace samattn::gemm

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "common/launch_setup.h"
 #include "gemm/gemm_config.h"
 #include "gemm/tensor_core/gemm_tensor_core_kernel.cuh"
 #include "gemm/tensor_core/gemm_tensor_core_traits.cuh"
@@ -14,11 +15,8 @@ cudaError_t run_tensor_core(const GemmProblem& problem) {
   using Traits = TensorCoreTraits<Config>;
   auto kernel = gemm_tensor_core_kernel<Traits>;
   constexpr int kSmem = Traits::kSmemBytes;
-  if constexpr (kSmem > 48 * 1024) {
-    cudaError_t status =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-    if (status != cudaSuccess) return status;
-  }
+  const cudaError_t allowed = allow_dynamic_smem<gemm_tensor_core_kernel<Traits>>(kSmem);
+  if (allowed != cudaSuccess) return allowed;
 
   TensorCoreParams p{};
   p.m = static_cast<int>(problem.m);

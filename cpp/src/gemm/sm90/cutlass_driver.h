@@ -1,0 +1,59 @@
+// CUTLASS builds its TMA descriptors with driver functions
+// (cuTensorMapEncodeTiled) that it looks up by name, through the runtime's
+// cudaGetDriverEntryPoint, on every call: several microseconds per GEMM. This
+// header points CUTLASS's call macro at entry points looked up once. The
+// library still reaches the driver only through the runtime's entry-point
+// query: it links no libcuda, so the wheel needs nothing but the driver.
+//
+// Include it before any CUTLASS header: the macro is expanded where CUTLASS's
+// headers are parsed.
+#pragma once
+
+#ifdef CUTLASS_CUDA_DRIVER_WRAPPER_CALL
+#error "gemm/sm90/cutlass_driver.h must be included before any CUTLASS header"
+#endif
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+
+namespace samattn::gemm::sm90 {
+
+// The driver's `name` at the ABI of CUDA 12.0, or nullptr. A failed lookup
+// is not cached: it is tried again on the next call.
+template <class Function>
+Function driver_entry_point(const char* name, std::atomic<Function>& cache) {
+  Function function = cache.load(std::memory_order_acquire);
+  if (function != nullptr) return function;
+  void* entry = nullptr;
+  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+#if CUDART_VERSION >= 12050
+  const cudaError_t status =
+      cudaGetDriverEntryPointByVersion(name, &entry, 12000, cudaEnableDefault, &found);
+#else
+  const cudaError_t status = cudaGetDriverEntryPoint(name, &entry, cudaEnableDefault, &found);
+#endif
+  if (status != cudaSuccess || found != cudaDriverEntryPointSuccess) return nullptr;
+  function = reinterpret_cast<Function>(entry);
+  cache.store(function, std::memory_order_release);
+  return function;
+}
+
+// What CUTLASS_CUDA_DRIVER_WRAPPER_CALL(func) names below: one per driver
+// function that the GEMM's CUTLASS headers call (a header calling another
+// one fails to compile here, naming it).
+template <class... Args>
+CUresult cached_cuTensorMapEncodeTiled(Args... args) {
+  static std::atomic<PFN_cuTensorMapEncodeTiled_v12000> cache{nullptr};
+  const auto function = driver_entry_point("cuTensorMapEncodeTiled", cache);
+  return function != nullptr ? function(args...) : CUDA_ERROR_NOT_FOUND;
+}
+
+}  // namespace samattn::gemm::sm90
+
+#include <cutlass/cuda_host_adapter.hpp>
+
+#undef CUTLASS_CUDA_DRIVER_WRAPPER_CALL
+#define CUTLASS_CUDA_DRIVER_WRAPPER_CALL(func) ::samattn::gemm::sm90::cached_##func
