@@ -77,14 +77,15 @@ def gemm(
 ) -> torch.Tensor:
     """D = alpha * a @ b + beta * c on the GPU; see samattn.gemm."""
     sizes = _checks.gemm_quick(a, b, c, alpha, beta) or _checks.gemm(a, b, c, alpha, beta)
-    out = torch.empty(sizes.out_shape, dtype=a.dtype, device=a.device)
+    # new_empty / empty_like: a few microseconds cheaper than torch.empty(..., device=...).
+    out = a.new_empty(sizes.out_shape)
     if out.numel() == 0:
         return out
     args, _keep = _gemm_args(a, b, c, alpha, beta, sizes, out.data_ptr())
     args.stream = _stream(out)
     library = _lib.lib()
     args_ref = ctypes.byref(args)
-    family = ctypes.c_int32(_lib.FAMILY_AUTO)
+    family = ctypes.c_int32()  # FAMILY_AUTO until the library sets it
     # Most GEMMs need no workspace: ask for its size only when the library says so.
     status = library.samattn_gemm(args_ref, ctypes.byref(family))
     if status == _lib.NEEDS_WORKSPACE:
@@ -92,7 +93,7 @@ def gemm(
         _lib.check(library.samattn_gemm_workspace_size(args_ref, ctypes.byref(needed)))
         # From torch's caching allocator, so it is cheap, stream-ordered and
         # capturable in CUDA graphs; freed when the kernel is done with it.
-        workspace = torch.empty(needed.value, dtype=torch.uint8, device=a.device)
+        workspace = a.new_empty(needed.value, dtype=torch.uint8)
         args.workspace, args.workspace_bytes = workspace.data_ptr(), needed.value
         status = library.samattn_gemm(args_ref, ctypes.byref(family))
     _lib.check(status)
@@ -135,7 +136,7 @@ def _run_softmax(
         x.data_ptr(), 0 if dy is None else dy.data_ptr(), out.data_ptr(),
         _stream(x),
     )  # fmt: skip
-    family = ctypes.c_int32(_lib.FAMILY_AUTO)
+    family = ctypes.c_int32()  # FAMILY_AUTO until the library sets it
     function = getattr(_lib.lib(), function_name)
     _lib.check(function(ctypes.byref(args), ctypes.byref(family)))
     _lib.set_last_family(family.value)
@@ -145,7 +146,7 @@ def softmax(x: torch.Tensor, dim: int) -> torch.Tensor:
     """Softmax of x along dim on the GPU; see samattn.softmax."""
     view = _checks.softmax_quick(x, dim) or _checks.softmax(x, dim)
     x = x.contiguous()
-    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    y = torch.empty_like(x)
     if y.numel() > 0:
         _run_softmax("samattn_softmax_forward", view, x, None, y)
     return y
@@ -156,7 +157,7 @@ def softmax_backward(y: torch.Tensor, dy: torch.Tensor, dim: int) -> torch.Tenso
     view = _checks.softmax_backward(y, dy, dim)
     y = y.contiguous()
     dy = dy.contiguous()
-    dx = torch.empty(y.shape, dtype=y.dtype, device=y.device)
+    dx = torch.empty_like(y)
     if dx.numel() > 0:
         _run_softmax("samattn_softmax_backward", view, y, dy, dx)
     return dx
@@ -197,16 +198,25 @@ def _seq_head_strides(t: torch.Tensor) -> tuple[int, int, int]:
     """(batch, seq, head) element strides of a 4-D (batch, seq, head, dim) or 3-D packed
     (total, head, dim) tensor; 0 for a mode of size 1 (never stepped over), and batch 0
     for a packed tensor."""
-    shape, strides = t.shape, t.stride()
+    shape = t.shape
     if len(shape) == 3:
-        seq, head, _ = shape
-        seq_stride, head_stride, _ = strides
+        batch = 1
+        seq, head, dim = shape
+    else:
+        batch, seq, head, dim = shape
+    if t.is_contiguous():  # the usual case: no stride() call
+        seq_stride, head_stride = head * dim, dim
+        batch_stride = seq * seq_stride
+    elif len(shape) == 3:
+        seq_stride, head_stride, _ = t.stride()
         batch_stride = 0
     else:
-        batch, seq, head, _ = shape
-        batch_stride, seq_stride, head_stride, _ = strides
-        batch_stride = batch_stride if batch > 1 else 0
-    return batch_stride, seq_stride if seq > 1 else 0, head_stride if head > 1 else 0
+        batch_stride, seq_stride, head_stride, _ = t.stride()
+    return (
+        batch_stride if batch > 1 else 0,
+        seq_stride if seq > 1 else 0,
+        head_stride if head > 1 else 0,
+    )
 
 
 def _check_cu_seqlens_on_device(
@@ -341,16 +351,16 @@ def flash_attn_forward(
     """(out, softmax_lse) of FlashAttention on the GPU; see samattn.flash_attn_func.
     `op` names the public function in error messages."""
     sizes = attention_sizes(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, op)
-    device = q.device
-    out = torch.empty(sizes.out_shape, dtype=q.dtype, device=device)
-    lse = torch.empty(sizes.lse_shape, dtype=torch.float32, device=device)
+    # out has q's shape (fixed length and varlen alike) and is contiguous.
+    out = torch.empty_like(q) if q.is_contiguous() else q.new_empty(sizes.out_shape)
+    lse = q.new_empty(sizes.lse_shape, dtype=torch.float32)
     if out.numel() == 0:
         return out, lse
     args, _keep = _attention_args(
         op, sizes, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
         softmax_scale, causal, window_left, window_right, softcap,
     )  # fmt: skip
-    family = ctypes.c_int32(_lib.FAMILY_AUTO)
+    family = ctypes.c_int32()  # FAMILY_AUTO until the library sets it
     _lib.check(_lib.lib().samattn_attention_forward(ctypes.byref(args), ctypes.byref(family)))
     _lib.set_last_family(family.value)
     return out, lse
@@ -380,10 +390,10 @@ def flash_attn_backward(
     _checks.flash_attn_backward(dout, out, softmax_lse, q, sizes)
     # Varlen: the library leaves rows of dq, dk, dv outside every sequence alone; their
     # gradient is 0.
-    new = torch.zeros if sizes.varlen else torch.empty
-    dq = new(q.shape, dtype=q.dtype, device=q.device)
-    dk = new(k.shape, dtype=k.dtype, device=k.device)
-    dv = new(v.shape, dtype=v.dtype, device=v.device)
+    if sizes.varlen:
+        dq, dk, dv = q.new_zeros(q.shape), k.new_zeros(k.shape), v.new_zeros(v.shape)
+    else:
+        dq, dk, dv = q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
     if sizes.batch == 0 or sizes.nheads == 0 or (dq.numel() == 0 and dk.numel() == 0):
         return dq, dk, dv
     out, dout = _attention_operand(out), _attention_operand(dout)
@@ -398,9 +408,9 @@ def flash_attn_backward(
     _lib.check(library.samattn_attention_backward_workspace_size(args_ref, ctypes.byref(needed)))
     # From torch's caching allocator: stream-ordered, capturable in CUDA graphs, and
     # 512-byte aligned. The library zeroes what it needs on the stream.
-    workspace = torch.empty(max(needed.value, 1), dtype=torch.uint8, device=q.device)
+    workspace = q.new_empty(max(needed.value, 1), dtype=torch.uint8)
     args.workspace, args.workspace_bytes = workspace.data_ptr(), needed.value
-    family = ctypes.c_int32(_lib.FAMILY_AUTO)
+    family = ctypes.c_int32()  # FAMILY_AUTO until the library sets it
     _lib.check(library.samattn_attention_backward(args_ref, ctypes.byref(family)))
     _lib.set_last_family(family.value)
     return dq, dk, dv

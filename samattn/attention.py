@@ -218,13 +218,14 @@ _flash_attn_forward.register_autograd(_forward_grad, setup_context=_forward_setu
 
 class _FlashAttnFunction(torch.autograd.Function):
     """The eager route with a gradient: flash_attn_forward's own forward, setup and
-    backward, without the dispatcher. Takes the op's 13 inputs."""
+    backward, without the dispatcher (see ops._GemmFunction). Takes the op's 13 inputs."""
 
     @staticmethod
-    def forward(*inputs):
-        return _cuda.flash_attn_forward(*inputs[:12])
+    def forward(ctx, *inputs):
+        output = _cuda.flash_attn_forward(*inputs[:12])
+        _forward_setup_context(ctx, inputs, output)
+        return output
 
-    setup_context = staticmethod(_forward_setup_context)
     backward = staticmethod(_forward_grad)
 
 

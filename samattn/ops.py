@@ -68,9 +68,13 @@ def _gemm_backward(ctx, grad: torch.Tensor):
     # The backward runs on autograd's thread: replay the forward's family choice.
     with _family._forced_code(ctx.family):
         if ctx.needs_input_grad[0]:
-            grad_a = _gemm_any(grad, b.mT, None, ctx.alpha, 0.0).sum_to_size(a.shape)
+            grad_a = _gemm_any(grad, b.mT, None, ctx.alpha, 0.0)
+            if grad_a.shape != a.shape:
+                grad_a = grad_a.sum_to_size(a.shape)
         if ctx.needs_input_grad[1]:
-            grad_b = _gemm_any(a.mT, grad, None, ctx.alpha, 0.0).sum_to_size(b.shape)
+            grad_b = _gemm_any(a.mT, grad, None, ctx.alpha, 0.0)
+            if grad_b.shape != b.shape:
+                grad_b = grad_b.sum_to_size(b.shape)
     if ctx.needs_input_grad[2]:
         grad_c = (grad * ctx.beta).sum_to_size(ctx.c_shape)
     return grad_a, grad_b, grad_c, None, None
@@ -81,10 +85,16 @@ _gemm.register_autograd(_gemm_backward, setup_context=_gemm_setup_context)
 
 class _GemmFunction(torch.autograd.Function):
     """The eager route with a gradient: the op's own forward, setup and backward,
-    without the dispatcher."""
+    without the dispatcher. The forward takes ctx and runs the setup itself: with a
+    separate setup_context, Function.apply inspects the forward's signature on every
+    call, which costs more than the dispatcher it avoids."""
 
-    forward = staticmethod(_cuda.gemm)
-    setup_context = staticmethod(_gemm_setup_context)
+    @staticmethod
+    def forward(ctx, *inputs):
+        out = _cuda.gemm(*inputs)
+        _gemm_setup_context(ctx, inputs, out)
+        return out
+
     backward = staticmethod(_gemm_backward)
 
 
@@ -132,8 +142,12 @@ _softmax.register_autograd(_softmax_grad, setup_context=_softmax_setup_context)
 class _SoftmaxFunction(torch.autograd.Function):
     """The eager route with a gradient (see _GemmFunction)."""
 
-    forward = staticmethod(_cuda.softmax)
-    setup_context = staticmethod(_softmax_setup_context)
+    @staticmethod
+    def forward(ctx, *inputs):
+        out = _cuda.softmax(*inputs)
+        _softmax_setup_context(ctx, inputs, out)
+        return out
+
     backward = staticmethod(_softmax_grad)
 
 

@@ -12,7 +12,7 @@
 
 namespace samattn::attention {
 
-const char* family_name(Family family) {
+const char* probe_family_name(Family family) {
   return family == Family::sm75 ? "sm75" : family == Family::sm80 ? "sm80" : "other";
 }
 
@@ -21,12 +21,12 @@ struct Fields;
 template <DType T, int D, int BM, int BN, int W, bool QR, Family F, int S>
 struct Fields<FlashFwdConfig<T, D, BM, BN, W, QR, F, S>> {
   static void print() {
-    std::printf("%s %d,%d,%d,%d,%s,%d\n", family_name(F), D, BM, BN, W, QR ? "true" : "false", S);
+    std::printf("%s %d,%d,%d,%d,%s,%d\n", probe_family_name(F), D, BM, BN, W, QR ? "true" : "false", S);
   }
 };
 template <DType T, int D, int BM, int BN, int W, int S, Family F>
 struct Fields<FlashBwdConfig<T, D, BM, BN, W, S, F>> {
-  static void print() { std::printf("%s %d,%d,%d,%d,%d\n", family_name(F), D, BM, BN, W, S); }
+  static void print() { std::printf("%s %d,%d,%d,%d,%d\n", probe_family_name(F), D, BM, BN, W, S); }
 };
 
 template <class Config>
@@ -63,7 +63,7 @@ void probe(const char* direction, const char* family, DType dtype, Run run) {
         p.max_smem_per_block = smem;
         p.seqlen_q = 512;
         p.seqlen_k = short_keys ? 512 : 4096;
-        p.window_left = p.window_right = -1;
+        p.window = {-1, -1};
         std::printf("%s %s %s %d %d %s ", direction, family, dtype_name(dtype), head_dim, smem,
                     short_keys ? "short" : "long");
         std::fflush(stdout);

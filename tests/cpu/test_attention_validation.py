@@ -889,7 +889,9 @@ SDPA_CASES = {
     "GQA without enable_gqa": (sdpa_inputs(hk=2), None, False, False, "key/value heads"),
     "GQA not divisible": (sdpa_inputs(hk=3), None, False, True, "key/value heads"),
     "causal, fewer queries than keys": (sdpa_inputs(sq=5, sk=17), None, True, False, "top-left"),
-    "causal, sq >= 2 sk": (sdpa_inputs(sq=34, sk=17), None, True, False, "top-left"),
+    # More queries than keys: a window reaching seqlen_q - seqlen_k past the diagonal,
+    # exact however far it reaches.
+    "causal, sq >= 2 sk": (sdpa_inputs(sq=34, sk=17), None, True, False, None),
 }
 
 

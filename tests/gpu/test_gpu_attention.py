@@ -228,7 +228,8 @@ def test_rows_with_nothing_to_attend(attn_family):
 
 
 WINDOW_SEMANTICS = {
-    # (sq, sk, causal, window): bounds that reach past seqlen_k but not past every row.
+    # (sq, sk, causal, window): bounds that reach past seqlen_k but not past every row,
+    # and the first bounds that do (right = sq - 1 and beyond: nothing masked).
     "right >= sk, sq > sk": (100, 40, False, (-1, 50)),
     "right = sk, sq > 2 sk": (90, 30, False, (-1, 30)),
     "left >= sk, sq > sk": (70, 30, False, (45, 0)),
@@ -247,8 +248,6 @@ def test_window_semantics_with_more_queries_than_keys(attn_family, case):
     (out 0, lse +inf), forward and backward."""
     sq, sk, causal, window = case
     dtype = last_dtype(attn_family)
-    mask = allowed_keys(sq, sk, causal, window)
-    assert not mask.all(), "the case must mask something"
     check_fixed(attn_family, 2, sq, sk, 4, 2, 64, dtype, causal=causal, window=window)
     check_fixed_grads(attn_family, 2, sq, sk, 4, 2, 64, dtype, causal=causal, window=window)
 
