@@ -15,6 +15,8 @@
 #   BENCH_ARGS          samattn.bench arguments (default "--families auto,sm75")
 #   DEADLINE_S          seconds for the whole script (default 540); each stage gets at most
 #                       what is left, and the benchmark adds --quick when little is left
+#   BUILD_CAP_S, INFO_CAP_S, TESTS_CAP_S, BENCH_CAP_S
+#                       each stage's own limit (default 420, 60, 300, 300 seconds)
 #
 # Files in $OUT: build.log, info.txt, tests.log, junit.xml, bench.log, bench.json,
 # bench.png, summary.txt (each stage's verdict; each test tier's counts and failures).
@@ -174,15 +176,15 @@ if ! python3 -m pip install -q --no-index --no-deps --target "$TOOLS" .whl/*.whl
 fi
 python3 -c 'import sys, torch; print(f"python {sys.version.split()[0]}, torch {torch.__version__}, CUDA {torch.version.cuda}, GPU: {torch.cuda.is_available()}")'
 
-run_stage build 420
+run_stage build "${BUILD_CAP_S:-420}"
 if [[ $STAGES == *",build,"* && $LAST_STATUS != 0 ]]; then
   NO_WHEEL="the build failed (an older wheel in dist/ would test stale code)"
 elif [[ $STAGES =~ ,(info|tests|bench), ]] && ! install_wheel; then
   NO_WHEEL="no wheel could be installed"
 fi
-run_stage info 60
-run_stage tests 300
-run_stage bench 300
+run_stage info "${INFO_CAP_S:-60}"
+run_stage tests "${TESTS_CAP_S:-300}"
+run_stage bench "${BENCH_CAP_S:-300}"
 
 # Counts per tier (a test path's first two parts: tests/cpu, tests/gpu) from junit.xml;
 # a failure, an error, a missing junit.xml or a tier with nothing passed fails the script.
