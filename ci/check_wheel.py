@@ -335,6 +335,9 @@ def check_build_info(report: Report, build_info: dict, variant: dict) -> None:
         known = [str(x) for x in build_info.get(known_key) or known_from_cmake(setting)]
         if key == "head_dims" and "attention" not in build_info["ops"]:
             report.ok(key, "no attention built")
+        elif key not in build_info:
+            unknown = f"not recorded (build_info.json predates `{key}`)"
+            (report.fail if report.release else report.warn)(key, unknown)
         elif report.mode == "ci":
             report.expect(
                 key,
