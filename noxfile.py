@@ -8,7 +8,7 @@
                                  e.g. -- tests/cpu/test_binary.py -x
     nox -s bench -- ARGS         python -m samattn.bench ARGS against that wheel
     nox -s lint                  ruff check, ruff format --check, clang-format, the variant
-                                 table, actionlint and the workflow schema
+                                 table, actionlint, the workflow schema and zizmor
     nox -s wheel -- cu130        a variant's release wheel (ci/variants.toml) into dist/:
                                  its CUDA toolkit (installed under build/toolkits/), its
                                  archs, named samattn-cu130, tagged by auditwheel
