@@ -14,3 +14,24 @@ if(Python_EXECUTABLE)
     set(CMAKE_${lang}_COMPILER_LAUNCHER ${_samattn_memory_launcher} ${CMAKE_${lang}_COMPILER_LAUNCHER})
   endforeach()
 endif()
+
+# Reproducible objects: nvcc names internal-linkage device symbols (and its
+# host stubs) with a random number per compile (..._cu_ab5a1e2e_2701915_...),
+# so two builds of one commit differ all over the fatbin. -frandom-seed fixes
+# it (nvcc passes it on to GCC too); the seed is each source's path relative
+# to the source or build tree, so it differs per file and not per checkout.
+function(samattn_reproducible_seeds target)
+  get_target_property(sources ${target} SOURCES)
+  foreach(src IN LISTS sources)
+    if(IS_ABSOLUTE "${src}")
+      set(path "${src}")
+    else()
+      set(path "${CMAKE_CURRENT_SOURCE_DIR}/${src}")
+    endif()
+    file(RELATIVE_PATH seed "${CMAKE_BINARY_DIR}" "${path}")
+    if(seed MATCHES "^\\.\\./")
+      file(RELATIVE_PATH seed "${CMAKE_SOURCE_DIR}" "${path}")
+    endif()
+    set_property(SOURCE "${src}" APPEND PROPERTY COMPILE_OPTIONS "-frandom-seed=${seed}")
+  endforeach()
+endfunction()
