@@ -15,14 +15,20 @@ if(Python_EXECUTABLE)
   endforeach()
 endif()
 
-# Reproducible objects: nvcc names internal-linkage device symbols (and its
-# host stubs) with a random number per compile (..._cu_ab5a1e2e_2701915_...),
-# so two builds of one commit differ all over the fatbin. -frandom-seed fixes
-# it (nvcc passes it on to GCC too); the seed is each source's path relative
-# to the source or build tree, so it differs per file and not per checkout.
+# Reproducible objects: nvcc names internal-linkage device symbols with a
+# random number per compile (..._cu_ab5a1e2e_2701915_...), so two builds of
+# one commit differ all over the fatbin. nvcc's -frandom-seed (CUDA 13; 12.4's
+# nvcc lacks it) fixes that and is passed on to GCC; the seed is each source's
+# path relative to the build or source tree: per file, not per checkout.
 function(samattn_reproducible_seeds target)
+  execute_process(COMMAND "${CMAKE_CUDA_COMPILER}" --help OUTPUT_VARIABLE nvcc_help
+                  ERROR_QUIET)
+  string(FIND "${nvcc_help}" "--frandom-seed" nvcc_seed)
   get_target_property(sources ${target} SOURCES)
   foreach(src IN LISTS sources)
+    if(src MATCHES "\\.cu$" AND nvcc_seed EQUAL -1)
+      continue()
+    endif()
     if(IS_ABSOLUTE "${src}")
       set(path "${src}")
     else()
