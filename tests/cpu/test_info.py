@@ -83,7 +83,7 @@ def test_no_driver_is_told_apart_from_an_old_driver():
     assert none["status"] == "none" and "no NVIDIA driver" in none["message"]
     old = driver_status(13000, 12080)
     assert old["status"] == "too_old"
-    assert "580.65.06" in old["message"] and "samattn-cu128" in old["message"]
+    assert "580.65.06" in old["message"] and "samattn-cu124" in old["message"]
     assert "samattn-cu130" not in old["message"]
     assert "525.60.13" in driver_status(12080, 11080)["message"]
     assert driver_status(12080, 12020)["status"] == "minor_older"

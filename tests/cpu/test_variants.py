@@ -214,6 +214,68 @@ def test_cibuildwheel_runs_the_ci_scripts() -> None:
         for word in c.split()
         if word.endswith(".py")
     }
-    assert scripts == {"install_cuda.py", "variants.py", "repair_wheel.py", "check_wheel.py"}
+    assert scripts == {
+        "install_cuda.py",
+        "variants.py",
+        "repair_wheel.py",
+        "check_wheel.py",
+        "compile_jobs.py",
+    }
     assert all((ROOT / "ci" / script).is_file() for script in scripts)
     assert "--release" in config["test-command"]
+
+
+# ------------------------------------------------------------ compile jobs ----
+
+
+def test_compile_jobs_use_the_recorded_peak_or_the_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    compile_jobs = _ci_module("compile_jobs")
+    monkeypatch.delenv("SAMATTN_GB_PER_COMPILE_JOB", raising=False)
+    build = tmp_path / "build"
+    build.mkdir()
+    assert compile_jobs.gb_per_job([build])[0] == compile_jobs.DEFAULT_GB_PER_JOB
+    # ccache hits alone (a few MiB each) say nothing about a real compile.
+    (build / "compile_memory.tsv").write_text("9000\ta.o\n12000\tb.o\n")
+    assert compile_jobs.gb_per_job([build])[0] == compile_jobs.DEFAULT_GB_PER_JOB
+    with (build / "compile_memory.tsv").open("a") as record:
+        record.write(f"{3_500_000_000 // 1024}\tattention_bwd.o\n")
+    per_job, source = compile_jobs.gb_per_job([build])
+    assert per_job == pytest.approx(3.5 * compile_jobs.MARGIN, rel=1e-3)
+    assert "recorded" in source
+    monkeypatch.setenv("SAMATTN_GB_PER_COMPILE_JOB", "5")
+    assert compile_jobs.gb_per_job([build]) == (5.0, "SAMATTN_GB_PER_COMPILE_JOB")
+    jobs, _ = compile_jobs.compile_jobs([build])
+    assert jobs >= 1
+
+
+def test_wheel_check_derives_families_and_full_lists_from_the_build() -> None:
+    check_wheel = _ci_module("check_wheel")
+    assert check_wheel.implied_families(["75", "80"]) == ["sm75", "sm80"]
+    assert check_wheel.implied_families(["80", "90a", "120"]) == ["sm80", "sm90"]
+    assert check_wheel.implied_families(["75"]) == ["sm75"]
+    assert check_wheel.known_from_cmake("SAMATTN_KNOWN_OPS") == ["gemm", "softmax", "attention"]
+
+
+def test_repair_asks_auditwheel_for_exactly_one_platform_tag(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repair_wheel = _ci_module("repair_wheel")
+    commands = []
+
+    def fake_auditwheel(command: list[str], check: bool) -> None:
+        commands.append(command)
+        out = Path(command[command.index("-w") + 1])
+        name = Path(command[2]).name.replace("linux_x86_64", "manylinux_2_28_x86_64")
+        (out / name).write_bytes(b"")
+
+    monkeypatch.setattr(repair_wheel.subprocess, "run", fake_auditwheel)
+    repaired = repair_wheel.repair(
+        _fake_wheel(tmp_path), tmp_path / "dest", variants.load()["cu130"]
+    )
+    assert repaired.name == "samattn_cu130-0.1.0-py3-none-manylinux_2_28_x86_64.whl"
+    (command,) = commands
+    assert command[:2] == ["auditwheel", "repair"]
+    assert command[command.index("--plat") + 1] == "manylinux_2_28_x86_64"
+    assert "--only-plat" in command  # never a compound tag
