@@ -312,8 +312,11 @@ def flash_attn_func(
         softmax_scale: defaults to headdim ** -0.5.
         causal: query i sees key j iff j <= i + seqlen_k - seqlen_q (aligned to the
             bottom-right corner of the score matrix, as flash-attn >= 2.1).
-        window_size: (left, right) sliding window, -1 = unbounded: key j is visible iff
-            i + seqlen_k - seqlen_q - left <= j <= i + seqlen_k - seqlen_q + right.
+        window_size: (left, right) sliding window, any pair of int-likes (Python or numpy
+            integers, 0-dim integer tensors), a negative bound unbounded: key j is visible
+            to query i iff i + seqlen_k - seqlen_q - left <= j <= i + seqlen_k - seqlen_q +
+            right, taken literally (flash-attn unbounds any bound >= seqlen_k, which differs
+            when seqlen_q > seqlen_k); a query that sees no key gets zeros.
         softcap: > 0 replaces each scaled score s by softcap * tanh(s / softcap).
         alibi_slopes: must be None (not implemented yet: NotImplementedError).
         deterministic: the backward gives bit-identical gradients run to run (dq is
