@@ -521,6 +521,33 @@ def flash_attn_varlen(
     return AttentionShape(batch, nheads, nheads_k, total_q, total_k, headdim, varlen=True)
 
 
+def attention_sizes(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor | None,
+    cu_seqlens_k: torch.Tensor | None,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    op: str | None = None,
+) -> AttentionShape:
+    """The validated sizes of an attention forward's inputs: fixed length when both
+    cu_seqlens are None, varlen when both are given. `op` names the public function in
+    messages (None: flash_attn_func or flash_attn_varlen_func)."""
+    if cu_seqlens_q is None and cu_seqlens_k is None:
+        sizes = flash_attn_quick(q, k, v)
+        return sizes or flash_attn(q, k, v, op or "samattn.flash_attn_func")
+    if cu_seqlens_q is None:  # (cu_seqlens_k None: flash_attn_varlen names it below)
+        raise ValueError(
+            f"{op or 'samattn.flash_attn_forward'}: cu_seqlens_q and cu_seqlens_k must both be "
+            "given (varlen) or both be None (fixed length)"
+        )
+    return flash_attn_varlen(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+        op or "samattn.flash_attn_varlen_func",
+    )  # fmt: skip
+
+
 def flash_attn_backward(
     dout: torch.Tensor,
     out: torch.Tensor,

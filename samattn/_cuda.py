@@ -243,27 +243,6 @@ def _check_cu_seqlens_on_device(
     )
 
 
-def attention_sizes(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    cu_seqlens_q: torch.Tensor | None,
-    cu_seqlens_k: torch.Tensor | None,
-    max_seqlen_q: int,
-    max_seqlen_k: int,
-    op: str | None,
-) -> _checks.AttentionShape:
-    """The validated sizes of an attention call (fixed length when cu_seqlens_q is None);
-    `op` names the public function in messages (None: flash_attn_func or its varlen)."""
-    if cu_seqlens_q is None:
-        sizes = _checks.flash_attn_quick(q, k, v)
-        return sizes or _checks.flash_attn(q, k, v, op or "samattn.flash_attn_func")
-    return _checks.flash_attn_varlen(
-        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-        op or "samattn.flash_attn_varlen_func",
-    )  # fmt: skip
-
-
 # The forward leaves the backward's tensors (dout, dq, dk, dv and their strides) NULL / 0.
 # Pointers are packed as integers, NULL as 0.
 _NO_GRADIENTS = (0, 0, 0, 0) * 4
@@ -350,7 +329,9 @@ def flash_attn_forward(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(out, softmax_lse) of FlashAttention on the GPU; see samattn.flash_attn_func.
     `op` names the public function in error messages."""
-    sizes = attention_sizes(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, op)
+    sizes = _checks.attention_sizes(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, op
+    )
     # out has q's shape (fixed length and varlen alike) and is contiguous.
     out = torch.empty_like(q) if q.is_contiguous() else q.new_empty(sizes.out_shape)
     lse = q.new_empty(sizes.lse_shape, dtype=torch.float32)
@@ -386,7 +367,9 @@ def flash_attn_backward(
     op: str | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv) of FlashAttention on the GPU, contiguous, in q's dtype."""
-    sizes = attention_sizes(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, op)
+    sizes = _checks.attention_sizes(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, op
+    )
     _checks.flash_attn_backward(dout, out, softmax_lse, q, sizes)
     # Varlen: the library leaves rows of dq, dk, dv outside every sequence alone; their
     # gradient is 0.

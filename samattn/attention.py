@@ -52,27 +52,6 @@ Tensor = torch.Tensor
 AttentionResult = Union[Tensor, tuple[Tensor, Tensor, None]]
 
 
-def _check_forward(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    cu_seqlens_q: Optional[Tensor],
-    cu_seqlens_k: Optional[Tensor],
-    max_seqlen_q: int,
-    max_seqlen_k: int,
-) -> _checks.AttentionShape:
-    if cu_seqlens_q is None and cu_seqlens_k is None:
-        return _checks.flash_attn(q, k, v)
-    if cu_seqlens_q is None or cu_seqlens_k is None:
-        raise ValueError(
-            "samattn.flash_attn_forward: cu_seqlens_q and cu_seqlens_k must both be given "
-            "(varlen) or both be None (fixed length)"
-        )
-    return _checks.flash_attn_varlen(
-        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k
-    )
-
-
 # ------------------------------------------------------------------- ops ----
 @torch.library.custom_op("samattn::flash_attn_forward", mutates_args=())
 def _flash_attn_forward(
@@ -123,7 +102,7 @@ def _flash_attn_forward_fake(
     softcap: float,
     deterministic: bool,
 ) -> tuple[Tensor, Tensor]:
-    sizes = _check_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    sizes = _checks.attention_sizes(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     out = q.new_empty(sizes.out_shape)
     lse = q.new_empty(sizes.lse_shape, dtype=torch.float32)
     return out, lse
@@ -187,7 +166,7 @@ def _flash_attn_backward_fake(
     softcap: float,
     deterministic: bool,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    sizes = _check_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    sizes = _checks.attention_sizes(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     _checks.flash_attn_backward(dout, out, softmax_lse, q, sizes)
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
