@@ -24,7 +24,7 @@
 extern "C" {
 #endif
 
-#define SAMATTN_ABI_VERSION 4
+#define SAMATTN_ABI_VERSION 5
 
 /* Status codes. */
 enum {
@@ -176,6 +176,53 @@ typedef struct samattn_attention_args {
   void* stream; /* cudaStream_t */
   void* workspace;
   int64_t workspace_bytes;
+  /*
+   * Inference: a KV cache, forward only (ABI 5). All NULL / 0 = off. With any
+   * of seqused_k, block_table, kv_batch_idx or k_new set, k and v are caches:
+   *   not paged: (kv_cache_batch, seqlen_k, nheads_k, headdim) by the k/v strides;
+   *   paged:     (kv_cache_batch pages, page_size, nheads_k, headdim), the
+   *              k/v batch stride stepping over pages; sequence b's row j is
+   *              row j % page_size of page block_table[b][j / page_size], and
+   *              seqlen_k is ignored (a sequence holds up to
+   *              block_table_width * page_size rows).
+   * Sequence b attends cache rows [leftpad_k[b], seqused_k[b] + seqlen_new)
+   * of cache sequence kv_batch_idx[b] (defaults: 0, the capacity or the
+   * cu_seqlens_k length, b), seen as its keys 0, 1, ...; causal and window
+   * are relative to that key count (bottom-right). With k_new / v_new
+   * (batch, seqlen_new, nheads_k, headdim) their rows are first written into
+   * the cache at rows seqused_k[b] + i (seqused_k required), after rotary
+   * embedding when rotary_cos / rotary_sin are given: (rotary_seqlen,
+   * rotary_dim / 2) contiguous, q's dtype, rotary_dim even and <= headdim;
+   * new key i and, with causal or a window, query row i take position
+   * seqused_k[b] + i (without: every query row takes seqused_k[b]); pairs
+   * (2c, 2c + 1) when rotary_interleaved, else (c, c + rotary_dim / 2).
+   * Values are not read on the host: the kernels clamp every row and page
+   * index into the cache and never read or write outside it; the caller
+   * checks them where it can (samattn checks them in eager mode).
+   * varlen (cu_seqlens_*) combines only with block_table (paged prefill);
+   * leftpad_k does not combine with block_table.
+   * num_splits: key range split over this many CTAs per query tile, combined
+   * by log-sum-exp (0: chosen from the problem and the SM count; 1: no split).
+   * Problems that split, append or rotate need a workspace
+   * (samattn_attention_forward_workspace_size).
+   */
+  const int32_t* seqused_k;    /* (batch,) cache rows in use before the append */
+  const int32_t* leftpad_k;    /* (batch,) first cache row of each sequence */
+  const int32_t* kv_batch_idx; /* (batch,) the cache sequence of each batch entry */
+  const int32_t* block_table;  /* (batch, block_table_width) page indices */
+  int64_t block_table_batch_stride, block_table_width;
+  int64_t page_size;      /* paged: rows per page, a multiple of 16 */
+  int64_t kv_cache_batch; /* leading extent of the caches: sequences, or pages when paged */
+  const void* k_new;
+  int64_t k_new_batch_stride, k_new_seq_stride, k_new_head_stride;
+  const void* v_new;
+  int64_t v_new_batch_stride, v_new_seq_stride, v_new_head_stride;
+  int64_t seqlen_new;
+  const void* rotary_cos;
+  const void* rotary_sin;
+  int64_t rotary_dim, rotary_seqlen;
+  int32_t rotary_interleaved; /* 0 or 1 */
+  int32_t num_splits;         /* 0 = heuristic, >= 1 forced */
 } samattn_attention_args;
 
 /* Ops. `family_used` (may be NULL) receives the family that ran. */
@@ -184,8 +231,16 @@ int samattn_gemm(const samattn_gemm_args* args, int32_t* family_used);
 int samattn_gemm_workspace_size(const samattn_gemm_args* args, int64_t* bytes);
 int samattn_softmax_forward(const samattn_softmax_args* args, int32_t* family_used);
 int samattn_softmax_backward(const samattn_softmax_args* args, int32_t* family_used);
-/* Writes o (and lse when not NULL); needs no workspace. */
+/*
+ * Writes o (and lse when not NULL); with k_new / v_new also the caches.
+ * Needs a workspace (SAMATTN_NEEDS_WORKSPACE otherwise, nothing launched)
+ * when it splits the keys, appends or rotates: workspace_bytes >= what
+ * samattn_attention_forward_workspace_size returns, 256-byte aligned.
+ */
 int samattn_attention_forward(const samattn_attention_args* args, int32_t* family_used);
+/* Device workspace samattn_attention_forward needs for these arguments on
+ * `args->device` (0 for most calls; the pointers are not inspected). */
+int samattn_attention_forward_workspace_size(const samattn_attention_args* args, int64_t* bytes);
 /*
  * Gradients of samattn_attention_forward: reads q, k, v, o, lse (required:
  * the forward's) and dout; writes dq, dk, dv, which must not overlap each
