@@ -36,7 +36,7 @@ _ROW = re.compile(r"^\{([^{}]*)\},$")
 _INT = r"\s*(\d+)\s*"
 _BOOL = r"\s*(true|false)\s*"
 _FWD_FIELDS = re.compile(
-    rf"^{_INT},{_INT},{_INT},{_INT},{_BOOL},{_INT},\s*TileUse::(any|short_keys)\s*$"
+    rf"^{_INT},{_INT},{_INT},{_INT},{_BOOL},{_INT},\s*TileUse::(any|short_keys|kvcache)\s*$"
 )
 _BWD_FIELDS = re.compile(rf"^{_INT},{_INT},{_INT},{_INT},{_INT}$")
 _CPP_DTYPE = {"f16": "samattn::DType::f16", "bf16": "samattn::DType::bf16"}
@@ -137,16 +137,21 @@ def instantiation(family: str, dtype: str, tile: Tile) -> Instantiation:
     d, bm, bn, warps, last, *rest = tile.fields
     if tile.direction == "fwd":
         config, problem, tag = "FlashFwdConfig", "AttentionForwardProblem", "q"
-        # kv_stages is FlashFwdConfig's defaulted last argument
-        stages = rest[0] if rest and rest[0] != "1" else None
+        # kv_stages and kv_cache are FlashFwdConfig's defaulted last arguments
+        cache = tile.use == "kvcache"
+        stages = rest[0] if rest and (rest[0] != "1" or cache) else None
     else:
         config, problem, tag, stages = "FlashBwdConfig", "AttentionBackwardProblem", "s", None
+        cache = False
     family_cpp = f"samattn::attention::Family::{family}"
     args = f"{_CPP_DTYPE[dtype]}, {d}, {bm}, {bn}, {warps}, {last}, {family_cpp}"
     if stages:
         args += f", {stages}"
+    if cache:
+        args += ", true"
     name = f"attention_{tile.direction}_{family}_{dtype}_d{d}_{bm}x{bn}_w{warps}_{tag}{last}"
     name += f"_kv{stages}" if stages else ""
+    name += "_cache" if cache else ""
     declaration = (
         f"template cudaError_t samattn::attention::run_flash_{tile.direction}<"
         f"samattn::attention::{config}<{args}>>(const samattn::{problem}&);"

@@ -35,6 +35,21 @@ bool attention_extent_fits(int64_t batch, const AttentionOperand& x, int64_t hea
          !__builtin_mul_overflow(offset, element_size, &bytes);
 }
 
+// Whether a call uses the KV-cache fields (k and v are then caches).
+bool uses_cache(const samattn_attention_args& a) {
+  return a.seqused_k != nullptr || a.leftpad_k != nullptr || a.kv_batch_idx != nullptr ||
+         a.block_table != nullptr || a.k_new != nullptr;
+}
+bool any_cache_field(const samattn_attention_args& a) {
+  return uses_cache(a) || a.v_new != nullptr || a.rotary_cos != nullptr ||
+         a.rotary_sin != nullptr || a.num_splits != 0 || a.page_size != 0 ||
+         a.block_table_width != 0 || a.seqlen_new != 0 || a.rotary_dim != 0;
+}
+// Rows one cache sequence may hold.
+int64_t cache_capacity(const samattn_attention_args& a) {
+  return a.block_table != nullptr ? a.block_table_width * a.page_size : a.seqlen_k;
+}
+
 // Any head dim up to 256 runs in the next instantiated one (32, 64, 96, 128,
 // 192, 256). Rows move as 16-byte vectors where the head dim and every
 // pointer and stride allow it, else element by element (vector_aligned).
@@ -119,6 +134,11 @@ int check_attention_sizes(Subject* subject, const samattn_attention_args& a, boo
                       " seqlen_k=" + to_text(a.seqlen_k));
     }
   }
+  if (backward && any_cache_field(a)) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                s + ": the KV-cache fields (seqused_k ... num_splits) are forward-only; leave "
+                    "them 0 / NULL in a backward call");
+  }
   if (backward && a.deterministic != 0 && a.deterministic != 1) {
     return fail(SAMATTN_INVALID_ARGUMENT,
                 s + ": deterministic must be 0 or 1, got " + to_text(a.deterministic));
@@ -186,6 +206,105 @@ int check_attention_lse(const Subject& s, const samattn_attention_args& a, bool 
   return SAMATTN_OK;
 }
 
+// Checks the KV-cache fields of a forward (no device access): sizes, the
+// pairing of fields, the new keys and values and the rotary tables. The int32
+// arrays' values are the caller's to check (the kernels clamp them).
+int check_attention_cache(const Subject& s, const samattn_attention_args& a) {
+  if (a.num_splits < 0) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                s + ": num_splits must be >= 0 (0 = heuristic), got " + to_text(a.num_splits));
+  }
+  if (!uses_cache(a)) {
+    if (a.v_new != nullptr || a.rotary_cos != nullptr || a.rotary_sin != nullptr) {
+      return fail(SAMATTN_INVALID_ARGUMENT,
+                  s + ": v_new and the rotary tables need k_new (they apply to new keys)");
+    }
+    return SAMATTN_OK;
+  }
+  const bool varlen = a.cu_seqlens_q != nullptr;
+  for (const int32_t* array : {a.seqused_k, a.leftpad_k, a.kv_batch_idx, a.block_table}) {
+    if (!aligned(array, 4)) {
+      return fail(SAMATTN_INVALID_ARGUMENT,
+                  s + ": seqused_k, leftpad_k, kv_batch_idx and block_table must be 4-byte "
+                      "aligned int32 arrays");
+    }
+  }
+  if (varlen && (a.block_table == nullptr || a.seqused_k != nullptr || a.leftpad_k != nullptr ||
+                 a.kv_batch_idx != nullptr || a.k_new != nullptr)) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                s + ": with cu_seqlens (varlen) the only KV-cache field allowed is block_table "
+                    "(paged prefill)");
+  }
+  if (a.kv_cache_batch < 1 || a.kv_cache_batch > INT32_MAX) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                s + ": kv_cache_batch (the caches' leading extent) must be in 1..2^31-1, got " +
+                    to_text(a.kv_cache_batch));
+  }
+  if (a.block_table != nullptr) {
+    if (a.leftpad_k != nullptr) {
+      return fail(SAMATTN_INVALID_ARGUMENT,
+                  s + ": leftpad_k does not combine with block_table (paged caches)");
+    }
+    if (a.page_size < 16 || a.page_size % 16 != 0) {
+      return fail(SAMATTN_INVALID_ARGUMENT,
+                  s + ": page_size must be a positive multiple of 16, got " + to_text(a.page_size));
+    }
+    if (a.block_table_width < 1 || a.block_table_batch_stride < a.block_table_width) {
+      return fail(SAMATTN_INVALID_ARGUMENT,
+                  s + ": block_table must be (batch, width >= 1) with a batch stride >= width, "
+                      "got width " +
+                      to_text(a.block_table_width) + " and batch stride " +
+                      to_text(a.block_table_batch_stride));
+    }
+    if (a.block_table_width > INT32_MAX / a.page_size) {
+      return fail(SAMATTN_INVALID_ARGUMENT, s + ": block_table_width x page_size must be < 2^31");
+    }
+  } else if (a.page_size != 0 || a.block_table_width != 0) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                s + ": page_size and block_table_width need block_table");
+  }
+  if (a.k_new != nullptr || a.v_new != nullptr) {
+    if (a.k_new == nullptr || a.v_new == nullptr) {
+      return fail(SAMATTN_INVALID_ARGUMENT, s + ": k_new and v_new go together");
+    }
+    if (a.seqused_k == nullptr) {
+      return fail(SAMATTN_INVALID_ARGUMENT,
+                  s + ": k_new needs seqused_k (the cache rows the new keys are written after)");
+    }
+    if (a.seqlen_new < 1 || a.seqlen_new > INT32_MAX) {
+      return fail(SAMATTN_INVALID_ARGUMENT,
+                  s + ": seqlen_new must be in 1..2^31-1 with k_new, got " + to_text(a.seqlen_new));
+    }
+  } else if (a.seqlen_new != 0) {
+    return fail(SAMATTN_INVALID_ARGUMENT, s + ": seqlen_new needs k_new and v_new");
+  }
+  if (a.rotary_cos != nullptr || a.rotary_sin != nullptr || a.rotary_dim != 0) {
+    if (a.rotary_cos == nullptr || a.rotary_sin == nullptr || a.k_new == nullptr) {
+      return fail(SAMATTN_INVALID_ARGUMENT,
+                  s + ": rotary embedding needs rotary_cos, rotary_sin and k_new / v_new");
+    }
+    if (a.rotary_dim < 2 || a.rotary_dim % 2 != 0 || a.rotary_dim > a.headdim) {
+      return fail(SAMATTN_INVALID_ARGUMENT,
+                  s + ": rotary_dim must be even and in 2..headdim (" + to_text(a.headdim) +
+                      "), got " + to_text(a.rotary_dim));
+    }
+    if (a.rotary_seqlen < 1 || a.rotary_seqlen > INT32_MAX) {
+      return fail(SAMATTN_INVALID_ARGUMENT,
+                  s + ": rotary_seqlen must be >= 1, got " + to_text(a.rotary_seqlen));
+    }
+    const uintptr_t element = static_cast<uintptr_t>(dtype_size(a.dtype));
+    if (!aligned(a.rotary_cos, element) || !aligned(a.rotary_sin, element)) {
+      return fail(SAMATTN_INVALID_ARGUMENT,
+                  s + ": rotary_cos and rotary_sin must be aligned to their elements");
+    }
+  }
+  if (a.rotary_interleaved != 0 && a.rotary_interleaved != 1) {
+    return fail(SAMATTN_INVALID_ARGUMENT, s + ": rotary_interleaved must be 0 or 1, got " +
+                                              to_text(a.rotary_interleaved));
+  }
+  return SAMATTN_OK;
+}
+
 // Checks a forward call's arguments (no device access). `empty`: there is no
 // output element, so nothing to compute.
 int check_attention_forward_args(Subject* subject, const samattn_attention_args& a, bool* empty) {
@@ -197,10 +316,13 @@ int check_attention_forward_args(Subject* subject, const samattn_attention_args&
   // The longest sequence a CTA sees.
   const int64_t longest_q = varlen ? a.max_seqlen_q : a.seqlen_q;
   const int64_t longest_k = varlen ? a.max_seqlen_k : a.seqlen_k;
+  status = check_attention_cache(s, a);
+  if (status != SAMATTN_OK) return status;
   *empty = a.batch == 0 || a.nheads == 0 || longest_q == 0;
   if (*empty) return SAMATTN_OK;
 
-  const bool keys = longest_k > 0;  // K and V are read only when some sequence has keys
+  const bool cache = uses_cache(a);
+  const bool keys = cache || longest_k > 0;  // K and V are read only when some sequence has keys
   const AttentionOperand operands[] = {
       {"q", a.q, a.q_batch_stride, a.q_seq_stride, a.q_head_stride, a.seqlen_q, a.nheads, false},
       {"k", a.k, a.k_batch_stride, a.k_seq_stride, a.k_head_stride, a.seqlen_k, a.nheads_k, true},
@@ -209,8 +331,35 @@ int check_attention_forward_args(Subject* subject, const samattn_attention_args&
   constexpr int kOutput = 3;  // o
   for (int i = 0; i < 4; ++i) {
     if (operands[i].key_side && !keys) continue;
+    if (operands[i].key_side && cache) continue;  // checked as caches below
     status = check_attention_operand(s, operands[i], varlen, a, /*output=*/i == kOutput);
     if (status != SAMATTN_OK) return status;
+  }
+  if (cache) {
+    // The caches: (kv_cache_batch, rows, nheads_k, headdim), rows = page_size when paged.
+    samattn_attention_args extents = a;
+    extents.batch = a.kv_cache_batch;
+    const int64_t rows = a.block_table != nullptr ? a.page_size : a.seqlen_k;
+    const AttentionOperand caches[] = {
+        {"k", a.k, a.k_batch_stride, a.k_seq_stride, a.k_head_stride, rows, a.nheads_k, true},
+        {"v", a.v, a.v_batch_stride, a.v_seq_stride, a.v_head_stride, rows, a.nheads_k, true}};
+    for (const AttentionOperand& x : caches) {
+      status = check_attention_operand(s, x, /*varlen=*/false, extents, /*output=*/a.k_new != nullptr);
+      if (status != SAMATTN_OK) return status;
+    }
+    if (a.k_new != nullptr) {
+      const AttentionOperand news[] = {{"k_new", a.k_new, a.k_new_batch_stride, a.k_new_seq_stride,
+                                        a.k_new_head_stride, a.seqlen_new, a.nheads_k, true},
+                                       {"v_new", a.v_new, a.v_new_batch_stride, a.v_new_seq_stride,
+                                        a.v_new_head_stride, a.seqlen_new, a.nheads_k, true}};
+      for (const AttentionOperand& x : news) {
+        status = check_attention_operand(s, x, /*varlen=*/false, a, /*output=*/false);
+        if (status != SAMATTN_OK) return status;
+      }
+    }
+  }
+  if (a.workspace != nullptr && !aligned(a.workspace, 256)) {
+    return fail(SAMATTN_INVALID_ARGUMENT, s + ": workspace must be 256-byte aligned");
   }
   return a.lse != nullptr ? check_attention_lse(s, a, varlen) : SAMATTN_OK;
 }
@@ -304,6 +453,40 @@ void fill_forward(const samattn_attention_args& a, int sm_count, int max_smem_pe
   p->stream = static_cast<cudaStream_t>(a.stream);
   p->sm_count = sm_count;
   p->max_smem_per_block = max_smem_per_block;
+  p->workspace = a.workspace;
+  p->workspace_bytes = a.workspace_bytes < 0 ? 0 : static_cast<size_t>(a.workspace_bytes);
+  p->num_splits = static_cast<int>(a.num_splits);
+
+  // The caches; a decode-shaped call without them reads k and v as a cache
+  // of seqlen_k rows per sequence.
+  KVCacheView& c = p->cache;
+  c.enabled = uses_cache(a);
+  c.kv_cache_batch = static_cast<int>(c.enabled ? a.kv_cache_batch : a.batch);
+  c.capacity = static_cast<int>(c.enabled ? cache_capacity(a) : a.seqlen_k);
+  if (!c.enabled) return;
+  c.seqused_k = a.seqused_k;
+  c.leftpad_k = a.leftpad_k;
+  c.kv_batch_idx = a.kv_batch_idx;
+  c.block_table = a.block_table;
+  c.block_table_batch_stride = a.block_table_batch_stride;
+  c.page_size = a.block_table != nullptr ? static_cast<int>(a.page_size) : 0;
+  c.k_new = {a.k_new, a.k_new_batch_stride, a.k_new_seq_stride, a.k_new_head_stride};
+  c.v_new = {a.v_new, a.v_new_batch_stride, a.v_new_seq_stride, a.v_new_head_stride};
+  c.seqlen_new = static_cast<int>(a.seqlen_new);
+  c.rotary_cos = a.rotary_cos;
+  c.rotary_sin = a.rotary_sin;
+  c.rotary_dim = static_cast<int>(a.rotary_dim);
+  c.rotary_seqlen = static_cast<int>(a.rotary_seqlen);
+  c.rotary_interleaved = a.rotary_interleaved != 0;
+  c.rotary_q_per_row = a.causal != 0 || a.window_left >= 0 || a.window_right >= 0;
+  // The batch stride steps over cache sequences or pages (with varlen too:
+  // paged prefill); fixed-length windows are bounded by the capacity.
+  p->k.batch_stride = a.k_batch_stride;
+  p->v.batch_stride = a.v_batch_stride;
+  if (!varlen) {
+    p->seqlen_k = c.capacity;
+    set_scores(*p, a.softmax_scale, a.softcap, a.causal != 0, a.window_left, a.window_right);
+  }
 }
 
 // The backward's: the forward's plus the gradients, packed row counts
@@ -358,7 +541,9 @@ int attention_forward_op(const samattn_attention_args* args, int32_t* family_use
   bool empty = false;
   const int status = check_attention_forward_args(&subject, a, &empty);
   if (status != SAMATTN_OK || empty) return status;
-  const OpCall call{subject, a.dtype, a.family, a.device, false, nullptr, 0, ""};
+  const OpCall call{subject,     a.dtype,          a.family,
+                    a.device,    false,            a.workspace,
+                    a.workspace_bytes, "samattn_attention_forward_workspace_size"};
   return run_op<Op::attention_forward>(
       call,
       [&](const DeviceInfo& device) {
@@ -397,6 +582,26 @@ int attention_backward_op(const samattn_attention_args* args, int32_t* family_us
         return backward_problem(a, device.sm_count, device.max_smem_per_block);
       },
       family_used);
+}
+
+int attention_forward_workspace_size_op(const samattn_attention_args* args, int64_t* bytes) {
+  Subject subject{"samattn attention_forward_workspace_size"};
+  if (args == nullptr || bytes == nullptr) {
+    return fail(SAMATTN_INVALID_ARGUMENT, subject + ": args or bytes is NULL");
+  }
+  *bytes = 0;
+  int status = check_attention_sizes(&subject, *args, /*backward=*/false);
+  if (status != SAMATTN_OK) return status;
+  status = check_attention_cache(subject, *args);
+  if (status != SAMATTN_OK) return status;
+  if (args->batch == 0 || args->nheads == 0 || args->seqlen_q == 0) return SAMATTN_OK;
+  // The split count follows the device's SM count and the tile its shared memory allows.
+  const DeviceInfo* device = nullptr;
+  status = device_info(args->device, subject, &device);
+  if (status != SAMATTN_OK) return status;
+  *bytes = registered_workspace_bytes<Op::attention_forward>(
+      forward_problem(*args, device->sm_count, device->max_smem_per_block));
+  return SAMATTN_OK;
 }
 
 int attention_backward_workspace_size_op(const samattn_attention_args* args, int64_t* bytes) {

@@ -57,6 +57,12 @@ SAMATTN_EXPORT int samattn_attention_forward(const samattn_attention_args* args,
                    [&] { return samattn::attention_forward_op(args, family_used); });
 }
 
+SAMATTN_EXPORT int samattn_attention_forward_workspace_size(const samattn_attention_args* args,
+                                                            int64_t* bytes) {
+  return catch_all("samattn_attention_forward_workspace_size",
+                   [&] { return samattn::attention_forward_workspace_size_op(args, bytes); });
+}
+
 SAMATTN_EXPORT int samattn_attention_backward(const samattn_attention_args* args,
                                               int32_t* family_used) {
   return catch_all("samattn_attention_backward",

@@ -14,6 +14,7 @@ int gemm_plan_op(const samattn_gemm_args* args, int32_t cc_major, int32_t cc_min
                  int32_t sm_count, int32_t* family, char* text, int32_t capacity);
 int softmax_op(const samattn_softmax_args* args, bool backward, int32_t* family_used);
 int attention_forward_op(const samattn_attention_args* args, int32_t* family_used);
+int attention_forward_workspace_size_op(const samattn_attention_args* args, int64_t* bytes);
 int attention_backward_op(const samattn_attention_args* args, int32_t* family_used);
 int attention_backward_workspace_size_op(const samattn_attention_args* args, int64_t* bytes);
 int attention_plan_op(const samattn_attention_args* args, int32_t backward, int32_t cc_major,

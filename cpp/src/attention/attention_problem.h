@@ -48,6 +48,29 @@ constexpr AttentionWindow normalize_window(bool causal, int64_t left, int64_t ri
   return {static_cast<int>(left), static_cast<int>(right)};
 }
 
+// The KV-cache fields of a forward (all null / 0: none). Sequence b attends
+// cache rows [leftpad_k[b], seqused_k[b] + seqlen_new) of cache sequence
+// kv_batch_idx[b] (each clamped into the cache by the kernels), after
+// k_new / v_new are written at rows seqused_k[b] + i with rotary embedding.
+struct KVCacheView {
+  bool enabled;  // any field below set: k and v are caches
+  const int32_t* seqused_k;
+  const int32_t* leftpad_k;
+  const int32_t* kv_batch_idx;
+  const int32_t* block_table;  // paged when not null
+  int64_t block_table_batch_stride;
+  int page_size;       // paged: rows per page (multiple of 16); else 0
+  int kv_cache_batch;  // leading extent of k and v: sequences, or pages
+  int capacity;        // rows one sequence may hold: seqlen_k, or pages x page_size
+  SeqHeadView k_new, v_new;
+  int seqlen_new;
+  const void* rotary_cos;  // (rotary_seqlen, rotary_dim / 2), q's dtype
+  const void* rotary_sin;
+  int rotary_dim, rotary_seqlen;
+  bool rotary_interleaved;
+  bool rotary_q_per_row;  // causal or a window: query row i at seqused_k[b] + i
+};
+
 // Forward: o = softmax(scale q k^T + mask) v per (batch, query head).
 struct AttentionForwardProblem {
   DType dtype;  // f16 or bf16; output and inputs share it
@@ -77,9 +100,20 @@ struct AttentionForwardProblem {
   float* lse;
   int64_t lse_batch_stride, lse_head_stride, lse_seq_stride;
 
+  // Inference: K and V are caches (samattn.h, samattn_attention_args); read
+  // by the kvcache kernel only (uses_kvcache_kernel in kvcache_plan.h).
+  KVCacheView cache;
+  int num_splits;  // requested: 0 = heuristic, >= 1 forced
+
   cudaStream_t stream;
   int sm_count;            // multiprocessors of the device
   int max_smem_per_block;  // cudaDevAttrMaxSharedMemoryPerBlockOptin, bytes
+
+  // Caller-owned device scratch, 256-byte aligned; the library allocates
+  // nothing. Forward: flash_fwd_workspace_bytes() (split keys, rotary q);
+  // backward: flash_bwd_workspace_bytes().
+  void* workspace;
+  size_t workspace_bytes;
 };
 
 // Sets the score parameters of `p`, whose seqlen_q and seqlen_k (the maxima,
@@ -108,11 +142,6 @@ struct AttentionBackwardProblem : AttentionForwardProblem {
 
   // true: dq is accumulated in a fixed order, bit-identical run to run.
   bool deterministic;
-
-  // Caller-owned device scratch of at least flash_bwd_workspace_bytes()
-  // bytes, 256-byte aligned; the library allocates nothing.
-  void* workspace;
-  size_t workspace_bytes;
 };
 
 // Whether the kernels may move rows as 16-byte vectors (8 elements): the head
@@ -129,7 +158,9 @@ inline bool forward_vectors(const AttentionForwardProblem& p) {
   auto view = [](const SeqHeadView& t, bool varlen) {
     return vector_aligned(t.ptr, t.batch_stride, t.seq_stride, t.head_stride, varlen);
   };
-  return p.headdim % 8 == 0 && view(p.q, varlen_q) && view(p.k, varlen_k) && view(p.v, varlen_k) &&
+  // Caches step over sequences or pages by their batch stride, varlen or not.
+  const bool packed_k = varlen_k && !p.cache.enabled;
+  return p.headdim % 8 == 0 && view(p.q, varlen_q) && view(p.k, packed_k) && view(p.v, packed_k) &&
          vector_aligned(p.o.ptr, p.o.batch_stride, p.o.seq_stride, p.o.head_stride, varlen_q);
 }
 inline bool backward_vectors(const AttentionBackwardProblem& p) {

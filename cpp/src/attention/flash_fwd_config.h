@@ -18,11 +18,14 @@ using Family = ::samattn::Family;
 // head dims), the family (sm80: mma.sync m16n8k16 + cp.async; sm75: the
 // same kernel with an m16n8k8 atom and synchronous loads) and the
 // shared-memory stages of K and V (2: tiles load a whole key tile ahead;
-// cp.async only).
+// cp.async only); kKVCache: the inference kernel (TileUse::kvcache), which
+// reads K and V from caches (paged or not, per-sequence lengths), splits the
+// key range over CTAs and packs the query heads of a KV head into one tile.
 template <DType T, int kHeadDim, int kBlockM, int kBlockN, int kWarps, bool kQInRegs, Family F,
-          int kKVStages = 1>
+          int kKVStages = 1, bool kKVCache = false>
 struct FlashFwdConfig {
   static_assert(kKVStages == 1 || (kKVStages == 2 && F == Family::sm80), "1 or 2 (sm80) stages");
+  static constexpr Family kFamily = F;
   // Q (reused to stage O), kKVStages K and V tiles of 16-bit elements.
   static constexpr int kSmemBytes = (kBlockM + 2 * kKVStages * kBlockN) * kHeadDim * 2;
 };

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "attention/flash_fwd_config.h"
+#include "attention/kvcache_plan.h"
 #include "attention/sm75/flash_sm75_tiles.h"
 #include "attention/sm80/flash_sm80_tiles.h"
 
@@ -81,6 +82,29 @@ inline bool plan_flash(int headdim, int min_smem, int max_smem_per_block, Family
   return false;
 }
 
+// The plan of the kvcache kernel for a problem with cache features (others
+// fall back to the prefill kernel): a row for its head dim that fits the
+// device, and 16-byte vectors (caches are updated in place, never copied).
+template <const auto& kTiles>
+bool plan_kvcache(const AttentionForwardProblem& problem, std::string* why) {
+  if (!problem.cache.enabled) return true;
+  if (!forward_vectors(problem)) {
+    if (why != nullptr) {
+      *why =
+          "the KV-cache kernel moves 16-byte vectors: the head dim must be a multiple of 8 and "
+          "q, the caches and out 16-byte aligned with strides that are multiples of 8 elements";
+    }
+    return false;
+  }
+  if (kvcache_tile(kTiles, problem) != nullptr) return true;
+  if (why != nullptr) {
+    *why = "no KV-cache kernel for head dim " + std::to_string(problem.headdim) +
+           " that fits the " + std::to_string(problem.max_smem_per_block) +
+           " bytes of shared memory per block of this GPU";
+  }
+  return false;
+}
+
 // Whether a problem runs a short, unmasked key loop: no causal or window
 // bound and at most 1536 keys (24 tiles of 64), where the sm80 rows marked
 // TileUse::short_keys measured faster (up to 2k keys; slower with a mask and
@@ -94,14 +118,16 @@ inline bool short_key_loop(const AttentionForwardProblem& problem) {
 // (SAMATTN_ATTENTION_HEAD_DIMS) are never instantiated, so never named.
 template <DType T, Family F, const auto& kTiles, size_t I>
 bool run_flash_fwd_row(const AttentionForwardProblem& problem, int head_dim, bool short_keys,
-                       cudaError_t* result) {
+                       bool kvcache, cudaError_t* result) {
   constexpr FlashFwdTile row = kTiles[I];
   if constexpr (!head_dim_built(row.head_dim)) {
     return false;
   } else {
+    constexpr bool kKVCacheRow = row.use == TileUse::kvcache;
     using Config = FlashFwdConfig<T, row.head_dim, row.block_m, row.block_n, row.warps,
-                                  row.q_in_regs, F, row.kv_stages>;
-    if (row.head_dim != head_dim || (row.use == TileUse::short_keys && !short_keys) ||
+                                  row.q_in_regs, F, row.kv_stages, kKVCacheRow>;
+    if (row.head_dim != head_dim || kKVCacheRow != kvcache ||
+        (row.use == TileUse::short_keys && !short_keys) ||
         problem.max_smem_per_block < Config::kSmemBytes) {
       return false;
     }
@@ -114,9 +140,13 @@ template <DType T, Family F, const auto& kTiles, size_t... I>
 cudaError_t run_flash_fwd_rows(const AttentionForwardProblem& problem, std::index_sequence<I...>) {
   const int head_dim = padded_headdim(problem.headdim);
   const bool short_keys = short_key_loop(problem);
+  // Decode-shaped calls without cache features stay on the prefill kernel
+  // where no kvcache row fits (kvcache_workspace_bytes makes the same choice).
+  const bool kvcache = uses_kvcache_kernel(problem) &&
+                       (problem.cache.enabled || kvcache_tile(kTiles, problem) != nullptr);
   cudaError_t result = cudaErrorNotSupported;
   // The first row, in table order, that the problem may use.
-  (run_flash_fwd_row<T, F, kTiles, I>(problem, head_dim, short_keys, &result) || ...);
+  (run_flash_fwd_row<T, F, kTiles, I>(problem, head_dim, short_keys, kvcache, &result) || ...);
   return result;
 }
 

@@ -50,6 +50,22 @@ struct FlashFwdParams {
   float scale_log2;   // log2(e) * softmax_scale, or log2(e) with softcap
   float softcap;      // 0: off
   float softcap_pre;  // softmax_scale / softcap
+
+  // The kvcache kernel only (FlashFwdConfig's kKVCache; see KVCacheView).
+  // Grid (m tiles x splits, heads or KV heads, batch). Query row R of a
+  // (batch, grid head) is query R / group of head grid head x group + R % group.
+  int nheads;
+  int group;           // query heads packed per KV head (1: not packed)
+  int num_splits;      // > 1: results go to the partials, combined after
+  float* o_partial;    // fp32 (splits, batch, nheads, seqlen_q, headdim)
+  float* lse_partial;  // fp32 (splits, batch, nheads, seqlen_q)
+  const int32_t* seqused_k;
+  const int32_t* leftpad_k;
+  const int32_t* kv_batch_idx;
+  const int32_t* block_table;
+  int64_t block_table_stride;
+  int page_size;  // 0: not paged
+  int kv_cache_batch, capacity, seqlen_new;
 };
 
 // How a tile's rows move between global and shared memory. 16-byte vectors
@@ -136,6 +152,61 @@ __device__ inline void store_tile(TiledCopy const& tiled_copy, STile const& s, G
   }
 }
 
+// Global -> shared copy of a (rows, head dim) tile whose rows lie anywhere:
+// row r < rows_left starts at row_ptr(r) (paged caches, packed query heads).
+// 16-byte vectors only; `chunk` is the layout of one vector of tiled_copy's
+// source partition; other arguments as load_tile's.
+template <bool kAsync, class TiledCopy, class Chunk, class RowPtr, class STile, class Coords,
+          class ColOk>
+__device__ inline void load_rows(TiledCopy const& tiled_copy, Chunk const& chunk,
+                                 RowPtr const& row_ptr, STile&& s, Coords const& coords,
+                                 ColOk const& col_ok, int rows_left) {
+  using namespace cute;
+  Tensor dst = tiled_copy.get_slice(threadIdx.x).partition_D(s);
+  CUTE_UNROLL
+  for (int i = 0; i < size<1>(dst); ++i) {
+    const int row = get<0>(coords(0, i, 0));
+    const bool row_ok = row < rows_left;
+    const auto* base = row_ptr(row_ok ? row : 0);  // row 0 exists: rows_left > 0
+    CUTE_UNROLL
+    for (int j = 0; j < size<2>(dst); ++j) {
+      const bool ok = row_ok && col_ok(j);
+      Tensor src = make_tensor(make_gmem_ptr(base + get<1>(coords(0, i, j))), chunk);
+      if constexpr (kAsync) {
+        copy(tiled_copy.with(ok), src, dst(_, i, j));
+      } else if (ok) {
+        copy(tiled_copy, src, dst(_, i, j));
+      } else {
+        clear(dst(_, i, j));
+      }
+    }
+  }
+}
+
+// Shared -> global copy of the in-range rows of a tile s to rows anywhere
+// (row r at row_ptr(r)); arguments as load_rows'.
+template <class TiledCopy, class Chunk, class STile, class RowPtr, class Coords, class ColOk>
+__device__ inline void store_rows(TiledCopy const& tiled_copy, Chunk const& chunk, STile const& s,
+                                  RowPtr const& row_ptr, Coords const& coords,
+                                  ColOk const& col_ok, int rows_left) {
+  using namespace cute;
+  Tensor src = tiled_copy.get_slice(threadIdx.x).partition_S(s);
+  CUTE_UNROLL
+  for (int i = 0; i < size<1>(src); ++i) {
+    const int row = get<0>(coords(0, i, 0));
+    if (row < rows_left) {
+      auto* base = row_ptr(row);
+      CUTE_UNROLL
+      for (int j = 0; j < size<2>(src); ++j) {
+        if (col_ok(j)) {
+          Tensor dst = make_tensor(make_gmem_ptr(base + get<1>(coords(0, i, j))), chunk);
+          copy(tiled_copy, src(_, i, j), dst);
+        }
+      }
+    }
+  }
+}
+
 // Zeros to the in-range part of a (rows, head dim) tile g (arguments as
 // store_tile's).
 template <class TiledCopy, class GTile, class Coords, class ColOk>
@@ -212,17 +283,26 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(FlashFwd
   constexpr int kHeadDim = Traits::kHeadDim;
   constexpr bool kAsync = Traits::kAsyncCopy;
 
+  constexpr bool kKVCache = Traits::kKVCache;
+  static_assert(!kKVCache || kVectors, "the kvcache kernel moves 16-byte vectors only");
+
   // Causal and windowed CTAs with high m_block have the most key tiles:
-  // launch them first so that the tail of the grid is short.
-  const int m_block = gridDim.x - 1 - blockIdx.x;
-  const int head = blockIdx.y;
+  // launch them first so that the tail of the grid is short. The kvcache
+  // grid interleaves each query tile's key splits.
+  const int num_splits = kKVCache ? p.num_splits : 1;
+  const int m_block = kKVCache ? int(blockIdx.x) / num_splits : int(gridDim.x - 1 - blockIdx.x);
+  const int split = kKVCache ? int(blockIdx.x) % num_splits : 0;
+  const int group = kKVCache ? p.group : 1;  // query heads per KV head in this tile
+  const int head0 = blockIdx.y * group;      // the tile's first query head
+  const int head = head0;                    // (not packed: the only one)
   const int batch = blockIdx.z;
-  const int kv_head = head / p.kv_group;
+  const int kv_head = head0 / p.kv_group;
 
   // This sequence's extents and the offsets of its first row.
   int seqlen_q = p.seqlen_q;
   int seqlen_k = p.seqlen_k;
   int64_t q_row0 = 0, k_row0 = 0;
+  int kv_batch = batch;
   bool varlen_q = p.cu_seqlens_q != nullptr;
   if (varlen_q) {
     q_row0 = p.cu_seqlens_q[batch];
@@ -232,20 +312,44 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(FlashFwd
     k_row0 = p.cu_seqlens_k[batch];
     seqlen_k = p.cu_seqlens_k[batch + 1] - p.cu_seqlens_k[batch];
   }
+  bool varlen_k = p.cu_seqlens_k != nullptr;
+  if constexpr (kKVCache) {
+    // Cache rows [start, end) of cache sequence kv_batch, every index clamped
+    // into the cache (the host cannot check device values). Paged caches
+    // (with varlen: paged prefill) address each sequence through its pages.
+    int end = p.seqused_k != nullptr ? p.seqused_k[batch] + p.seqlen_new : seqlen_k;
+    end = min(max(end, 0), p.capacity);
+    const int start = p.leftpad_k != nullptr ? min(max(p.leftpad_k[batch], 0), end) : 0;
+    seqlen_k = end - start;
+    k_row0 = start;
+    varlen_k = false;
+    if (p.kv_batch_idx != nullptr) kv_batch = min(max(p.kv_batch_idx[batch], 0), p.kv_cache_batch - 1);
+  }
+  const int rows_q = seqlen_q * group;  // query rows of this (batch, grid head)
   const int m0 = m_block * kBlockM;
-  if (m0 >= seqlen_q) return;
-  const int rows_left = seqlen_q - m0;
+  if (m0 >= rows_q) return;
+  const int rows_left = rows_q - m0;
+  // Tile row r holds query (m0 + r) / group of head head0 + (m0 + r) % group.
+  const auto query_of = [group](int row) { return row / group; };
 
   const AttentionMask mask{seqlen_q, seqlen_k, p.window_left, p.window_right};
   int n_begin, n_end;
-  mask.key_tiles(m0, kBlockM, kBlockN, n_begin, n_end);
+  const int last_query = query_of(min(m0 + kBlockM, rows_q) - 1);
+  mask.key_tiles_of_rows(query_of(m0), last_query, kBlockN, n_begin, n_end);
+  if (num_splits > 1) {
+    // This CTA's contiguous share of the key tiles its rows attend.
+    const int per_split = (n_end - n_begin + num_splits - 1) / num_splits;
+    n_begin += split * per_split;
+    n_end = min(n_end, n_begin + per_split);
+  }
 
   // Global views: (seq, head dim) of this (batch, head), tiled.
   const int64_t q_base = (varlen_q ? q_row0 * p.q_seq : batch * p.q_batch) + head * p.q_head;
   const int64_t o_base = (varlen_q ? q_row0 * p.o_seq : batch * p.o_batch) + head * p.o_head;
-  const bool varlen_k = p.cu_seqlens_k != nullptr;
-  const int64_t k_base = (varlen_k ? k_row0 * p.k_seq : batch * p.k_batch) + kv_head * p.k_head;
-  const int64_t v_base = (varlen_k ? k_row0 * p.v_seq : batch * p.v_batch) + kv_head * p.v_head;
+  const int64_t k_base =
+      (varlen_k ? k_row0 * p.k_seq : kv_batch * p.k_batch + k_row0 * p.k_seq) + kv_head * p.k_head;
+  const int64_t v_base =
+      (varlen_k ? k_row0 * p.v_seq : kv_batch * p.v_batch + k_row0 * p.v_seq) + kv_head * p.v_head;
   auto tile_q = Shape<Int<kBlockM>, Int<kHeadDim>>{};
   auto tile_kv = Shape<Int<kBlockN>, Int<kHeadDim>>{};
   Tensor mQ = make_tensor(make_gmem_ptr(static_cast<Element const*>(p.q) + q_base),
@@ -279,13 +383,67 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(FlashFwd
   const GmemAccess access{kVectors, p.headdim};
   Tensor tOcO = store_thr.partition_D(cQ);
 
+  // The kvcache kernel's rows: query and output rows of packed heads, and
+  // the cache rows of paged K and V. One 16-byte vector's layout serves all.
+  const auto chunk = load_thr.partition_S(gQ)(_, 0, 0).layout();
+  const auto q_row = [&](int r) {
+    const int row = m0 + r;
+    return static_cast<Element const*>(p.q) + (q_base - head * p.q_head) +
+           int64_t(query_of(row)) * p.q_seq + int64_t(head0 + row % group) * p.q_head;
+  };
+  const auto o_row = [&](int r) {
+    const int row = m0 + r;
+    return static_cast<Element*>(p.o) + (o_base - head * p.o_head) +
+           int64_t(query_of(row)) * p.o_seq + int64_t(head0 + row % group) * p.o_head;
+  };
+  // Key `key` of the sequence in a paged cache: (page, row in page), the page
+  // clamped into the cache.
+  const auto page_of = [&](int key, int& row_in_page) {
+    row_in_page = key % p.page_size;
+    const int page = p.block_table[batch * p.block_table_stride + key / p.page_size];
+    return int64_t(min(max(page, 0), p.kv_cache_batch - 1));
+  };
+
   const bool write_lse = p.lse != nullptr;
   float* lse =
       write_lse ? p.lse + (varlen_q ? q_row0 * p.lse_seq : batch * p.lse_batch) + head * p.lse_head
                 : nullptr;
+  // Split partials: row (split, batch, head, query) of the fp32 scratch.
+  const auto partial_row = [&](int r) {
+    const int row = m0 + r;
+    return ((int64_t(split) * gridDim.z + batch) * p.nheads + head0 + row % group) *
+               int64_t(p.seqlen_q) +
+           query_of(row);
+  };
+  // The kvcache kernel's LSE of tile row r (fixed-length or varlen queries).
+  const auto lse_at = [&](int r) -> float& {
+    const int row = m0 + r;
+    return p.lse[(varlen_q ? q_row0 * p.lse_seq : batch * p.lse_batch) +
+                 int64_t(head0 + row % group) * p.lse_head + int64_t(query_of(row)) * p.lse_seq];
+  };
 
   if (n_begin >= n_end) {
-    // No row of this tile attends any key: output 0 and LSE +inf.
+    // No row of this tile attends any key (of this split): output 0 and LSE
+    // +inf (split partials: -inf, a share that adds nothing).
+    if constexpr (kKVCache) {
+      const int rows = min(kBlockM, rows_left);
+      if (num_splits > 1) {
+        for (int i = threadIdx.x; i < rows * p.headdim; i += Traits::kThreads) {
+          p.o_partial[partial_row(i / p.headdim) * p.headdim + i % p.headdim] = 0.0f;
+        }
+        for (int r = threadIdx.x; r < rows; r += Traits::kThreads) {
+          p.lse_partial[partial_row(r)] = -INFINITY;
+        }
+      } else {
+        for (int i = threadIdx.x; i < rows * p.headdim; i += Traits::kThreads) {
+          o_row(i / p.headdim)[i % p.headdim] = Element(0);
+        }
+        if (write_lse) {
+          for (int r = threadIdx.x; r < rows; r += Traits::kThreads) lse_at(r) = INFINITY;
+        }
+      }
+      return;
+    }
     store_zero_tile(gmem_store, gO, tOcO, tQcolok, rows_left, access);
     if (write_lse) {
       for (int r = threadIdx.x; r < min(kBlockM, rows_left); r += Traits::kThreads) {
@@ -344,22 +502,41 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(FlashFwd
   // is empty, which keeps the wait counts fixed: 2 (kStages - 1) groups may
   // stay in flight.
   constexpr int kStages = Traits::kKVStages;
-  auto load_k = [&](int n, int stage) {
-    if (n >= n_begin) {
-      load_tile<kAsync>(gmem_load, gK(_, _, n), sK(_, _, stage), tKVcKV, tKVcolok,
-                        seqlen_k - n * kBlockN, access);
+  // Key tile n of K or V (view g, base pointer, strides) into `stage`.
+  auto load_kv = [&](auto const& g, Element const* base, int64_t page_stride, int64_t row_stride,
+                     int n, auto&& s_stage) {
+    if constexpr (kKVCache) {
+      if (p.page_size > 0) {
+        const auto row = [&](int r) {
+          int in_page;
+          const int64_t page = page_of(n * kBlockN + r, in_page);
+          return base + page * page_stride + int64_t(in_page) * row_stride;
+        };
+        load_rows<kAsync>(gmem_load, chunk, row, s_stage, tKVcKV, tKVcolok,
+                          seqlen_k - n * kBlockN);
+        return;
+      }
     }
+    load_tile<kAsync>(gmem_load, g(_, _, n), s_stage, tKVcKV, tKVcolok, seqlen_k - n * kBlockN,
+                      access);
+  };
+  // Paged: the head's column of the cache; the page and row added per row.
+  Element const* k_head_base = static_cast<Element const*>(p.k) + kv_head * p.k_head;
+  Element const* v_head_base = static_cast<Element const*>(p.v) + kv_head * p.v_head;
+  auto load_k = [&](int n, int stage) {
+    if (n >= n_begin) load_kv(gK, k_head_base, p.k_batch, p.k_seq, n, sK(_, _, stage));
     cp_async_fence();
   };
   auto load_v = [&](int n, int stage) {
-    if (n >= n_begin) {
-      load_tile<kAsync>(gmem_load, gV(_, _, n), sV(_, _, stage), tKVcKV, tKVcolok,
-                        seqlen_k - n * kBlockN, access);
-    }
+    if (n >= n_begin) load_kv(gV, v_head_base, p.v_batch, p.v_seq, n, sV(_, _, stage));
     cp_async_fence();
   };
   int n_block = n_end - 1;
-  load_tile<kAsync>(gmem_load, gQ, sQ, tQcQ, tQcolok, rows_left, access);
+  if constexpr (kKVCache) {
+    load_rows<kAsync>(gmem_load, chunk, q_row, sQ, tQcQ, tQcolok, rows_left);
+  } else {
+    load_tile<kAsync>(gmem_load, gQ, sQ, tQcQ, tQcolok, rows_left, access);
+  }
   cp_async_fence();
   load_k(n_block, 0);
   CUTE_UNROLL
@@ -394,8 +571,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(FlashFwd
     }
     Tensor scores = rowcol_view(acc_s);
     const int n0 = n_block * kBlockN;
-    if (mask.tile_needs_mask(m0, kBlockM, n0, kBlockN)) {
-      mask.apply(scores, tScS, m0, n0);
+    if (mask.rows_need_mask(query_of(m0), query_of(m0 + kBlockM - 1), n0, kBlockN)) {
+      mask.apply(scores, tScS, m0, n0, query_of);
     }
     softmax.template update<kFirstTile>(scores, acc_o_rc, p.scale_log2);
     Tensor probs = convert_fragment<Element>(acc_s);
@@ -427,20 +604,52 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(FlashFwd
   // warp reads any more: the last tile's barriers follow its last Q read).
   float row_lse[kRows];
   softmax.finalize(acc_o_rc, p.scale_log2, row_lse);
+  if constexpr (kKVCache) {
+    if (num_splits > 1) {
+      // This split's share, normalized by its own sum, straight from the
+      // registers; the combine kernel weighs the shares by their LSE.
+      Tensor tOcO_rc = rowcol_view(thr_mma.partition_C(cQ));
+      CUTE_UNROLL
+      for (int r = 0; r < kRows; ++r) {
+        const int row = get<0>(tOcO_rc(r, 0));
+        if (row >= rows_left) continue;
+        const int64_t at = partial_row(row);
+        float* o_part = p.o_partial + at * p.headdim;
+        CUTE_UNROLL
+        for (int c = 0; c < size<1>(acc_o_rc); ++c) {
+          const int col = get<1>(tOcO_rc(0, c));
+          if (col < p.headdim) o_part[col] = acc_o_rc(r, c);
+        }
+        if (threadIdx.x % 4 == 0) {
+          p.lse_partial[at] = row_lse[r] == INFINITY ? -INFINITY : row_lse[r];
+        }
+      }
+      return;
+    }
+  }
   Tensor out = convert_fragment<Element>(acc_o);
   Tensor sO = make_tensor(make_smem_ptr(smem_q), typename Traits::SmemLayoutQ{});
   auto smem_copy_o = make_tiled_copy_C(typename Traits::SmemCopyAtomO{}, tiled_mma);
   auto smem_thr_o = smem_copy_o.get_slice(threadIdx.x);
   copy(smem_copy_o, smem_thr_o.retile_S(out), smem_thr_o.partition_D(sO));
   __syncthreads();
-  store_tile(gmem_store, sO, gO, tOcO, tQcolok, rows_left, access);
+  if constexpr (kKVCache) {
+    store_rows(gmem_store, chunk, sO, o_row, tOcO, tQcolok, rows_left);
+  } else {
+    store_tile(gmem_store, sO, gO, tOcO, tQcolok, rows_left, access);
+  }
 
   if (write_lse && threadIdx.x % 4 == 0) {
     Tensor tOcO_rc = rowcol_view(thr_mma.partition_C(cQ));
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
       const int row = get<0>(tOcO_rc(r, 0));
-      if (row < rows_left) lse[(m0 + row) * p.lse_seq] = row_lse[r];
+      if (row >= rows_left) continue;
+      if constexpr (kKVCache) {
+        lse_at(row) = row_lse[r];
+      } else {
+        lse[(m0 + row) * p.lse_seq] = row_lse[r];
+      }
     }
   }
 }

@@ -7,9 +7,65 @@
 #include "attention/flash_fwd_config.h"
 #include "attention/flash_fwd_kernel.cuh"
 #include "attention/flash_fwd_traits.h"
+#include "attention/kvcache_aux.cuh"
+#include "attention/kvcache_plan.h"
 #include "common/launch_setup.h"
 
 namespace samattn::attention {
+
+// The kvcache kernel: append (and rotate), the attention over the caches with
+// the keys split over `splits` CTAs per query tile, and the combine of the
+// splits. Every launch goes to problem.stream, in that order.
+template <class Traits>
+cudaError_t run_flash_fwd_kvcache(const AttentionForwardProblem& problem, FlashFwdParams p) {
+  constexpr Family F = Traits::Config::kFamily;
+  if (!forward_vectors(problem)) return cudaErrorNotSupported;  // the plan declines these
+  const KVCacheGrid grid = kvcache_grid(problem, Traits::kBlockM, Traits::kBlockN);
+  const KVCacheWorkspace layout = kvcache_workspace_layout(problem, grid);
+  char* workspace = static_cast<char*>(problem.workspace);
+  if (layout.total > 0 && (workspace == nullptr || problem.workspace_bytes < layout.total ||
+                           reinterpret_cast<uintptr_t>(workspace) % 256 != 0)) {
+    return cudaErrorInvalidValue;  // the API checked the workspace against the same layout
+  }
+  const KVCacheView& cache = problem.cache;
+  if (cache.rotary_cos != nullptr && cache.rotary_dim > 0) {
+    // q rotated into the workspace, contiguous (batch, seqlen_q, nheads, headdim).
+    p.q = workspace + layout.q_rotated;
+    p.q_head = problem.headdim;
+    p.q_seq = int64_t(problem.nheads) * problem.headdim;
+    p.q_batch = p.q_seq * problem.seqlen_q;
+  }
+  cudaError_t status = kvcache_append<F>(problem, workspace + layout.q_rotated);
+  if (status != cudaSuccess) return status;
+
+  p.nheads = problem.nheads;
+  p.group = grid.group;
+  p.num_splits = grid.splits;
+  p.o_partial = grid.splits > 1 ? reinterpret_cast<float*>(workspace + layout.o_partial) : nullptr;
+  p.lse_partial =
+      grid.splits > 1 ? reinterpret_cast<float*>(workspace + layout.lse_partial) : nullptr;
+  p.seqused_k = cache.seqused_k;
+  p.leftpad_k = cache.leftpad_k;
+  p.kv_batch_idx = cache.kv_batch_idx;
+  p.block_table = cache.block_table;
+  p.block_table_stride = cache.block_table_batch_stride;
+  p.page_size = cache.block_table != nullptr ? cache.page_size : 0;
+  p.kv_cache_batch = cache.kv_cache_batch;
+  p.capacity = cache.capacity;
+  p.seqlen_new = cache.k_new.ptr != nullptr ? cache.seqlen_new : 0;
+  p.seqlen_k = cache.capacity;  // fixed-length caches: every row unless seqused_k says
+
+  auto kernel = flash_fwd_kernel<Traits, true>;
+  constexpr int kSmem = Traits::kSmemBytes;
+  status = allow_dynamic_smem<flash_fwd_kernel<Traits, true>>(kSmem);
+  if (status != cudaSuccess) return status;
+  dim3 blocks(static_cast<unsigned>(grid.m_blocks * grid.splits),
+              static_cast<unsigned>(grid.heads), static_cast<unsigned>(problem.batch));
+  kernel<<<blocks, Traits::kThreads, kSmem, problem.stream>>>(p);
+  status = cudaGetLastError();
+  if (status != cudaSuccess || grid.splits == 1) return status;
+  return split_combine<F>(problem, grid.splits, p.o_partial, p.lse_partial);
+}
 
 template <class Config>
 cudaError_t run_flash_fwd(const AttentionForwardProblem& problem) {
@@ -51,17 +107,20 @@ cudaError_t run_flash_fwd(const AttentionForwardProblem& problem) {
   p.softcap = problem.softcap;
   p.softcap_pre = problem.softcap_pre;
   p.scale_log2 = problem.scale_log2;
-
-  const bool vectors = forward_vectors(problem);
-  auto kernel = vectors ? flash_fwd_kernel<Traits, true> : flash_fwd_kernel<Traits, false>;
-  constexpr int kSmem = Traits::kSmemBytes;
-  const cudaError_t allowed = vectors ? allow_dynamic_smem<flash_fwd_kernel<Traits, true>>(kSmem)
-                                      : allow_dynamic_smem<flash_fwd_kernel<Traits, false>>(kSmem);
-  if (allowed != cudaSuccess) return allowed;
-  dim3 grid(static_cast<unsigned>(m_blocks), static_cast<unsigned>(problem.nheads),
-            static_cast<unsigned>(problem.batch));
-  kernel<<<grid, Traits::kThreads, kSmem, problem.stream>>>(p);
-  return cudaGetLastError();
+  if constexpr (Traits::kKVCache) {
+    return run_flash_fwd_kvcache<Traits>(problem, p);
+  } else {
+    const bool vectors = forward_vectors(problem);
+    auto kernel = vectors ? flash_fwd_kernel<Traits, true> : flash_fwd_kernel<Traits, false>;
+    constexpr int kSmem = Traits::kSmemBytes;
+    const cudaError_t allowed = vectors ? allow_dynamic_smem<flash_fwd_kernel<Traits, true>>(kSmem)
+                                        : allow_dynamic_smem<flash_fwd_kernel<Traits, false>>(kSmem);
+    if (allowed != cudaSuccess) return allowed;
+    dim3 grid(static_cast<unsigned>(m_blocks), static_cast<unsigned>(problem.nheads),
+              static_cast<unsigned>(problem.batch));
+    kernel<<<grid, Traits::kThreads, kSmem, problem.stream>>>(p);
+    return cudaGetLastError();
+  }
 }
 
 }  // namespace samattn::attention

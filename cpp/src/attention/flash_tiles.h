@@ -27,6 +27,10 @@ enum class TileUse {
   any,
   // only for a short, unmasked key loop (short_key_loop in flash_fwd_dispatch.h)
   short_keys,
+  // the inference kernel (FlashFwdConfig's kKVCache): KV caches, paged K/V,
+  // split keys, query heads of a KV head packed into one tile; used for those
+  // features and for decode-shaped calls (uses_kvcache_kernel)
+  kvcache,
 };
 
 // One forward kernel (FlashFwdConfig's parameters, flash_fwd_config.h).
@@ -52,7 +56,8 @@ constexpr bool tile_head_dim_known(int head_dim) {
 
 constexpr bool same_tile(const FlashFwdTile& a, const FlashFwdTile& b) {
   return a.head_dim == b.head_dim && a.block_m == b.block_m && a.block_n == b.block_n &&
-         a.warps == b.warps && a.q_in_regs == b.q_in_regs && a.kv_stages == b.kv_stages;
+         a.warps == b.warps && a.q_in_regs == b.q_in_regs && a.kv_stages == b.kv_stages &&
+         (a.use == TileUse::kvcache) == (b.use == TileUse::kvcache);
 }
 constexpr bool same_tile(const FlashBwdTile& a, const FlashBwdTile& b) {
   return a.head_dim == b.head_dim && a.block_m == b.block_m && a.block_n == b.block_n &&

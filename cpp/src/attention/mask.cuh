@@ -15,6 +15,10 @@
 namespace samattn::attention {
 
 struct AttentionMask {
+  struct Identity {
+    CUTE_HOST_DEVICE int operator()(int row) const { return row; }
+  };
+
   int seqlen_q, seqlen_k;
   int window_left, window_right;  // -1 = unbounded
 
@@ -35,8 +39,12 @@ struct AttentionMask {
   // empty when no row attends anything.
   CUTE_HOST_DEVICE void key_tiles(int m0, int block_m, int block_n, int& n_begin,
                                   int& n_end) const {
-    const int last_row = min(m0 + block_m, seqlen_q) - 1;
-    const int first = first_key(m0);
+    key_tiles_of_rows(m0, min(m0 + block_m, seqlen_q) - 1, block_n, n_begin, n_end);
+  }
+  // The same for query rows first_row..last_row.
+  CUTE_HOST_DEVICE void key_tiles_of_rows(int first_row, int last_row, int block_n, int& n_begin,
+                                          int& n_end) const {
+    const int first = first_key(first_row);
     const int end = key_end(last_row);
     if (end <= first) {
       n_begin = n_end = 0;
@@ -49,17 +57,24 @@ struct AttentionMask {
   // Whether some element of the (m0, n0) tile is masked: the tile crosses the
   // sequence end, the upper (causal) diagonal or the lower window diagonal.
   CUTE_HOST_DEVICE bool tile_needs_mask(int m0, int block_m, int n0, int block_n) const {
-    return n0 + block_n > key_end(m0) || n0 < first_key(m0 + block_m - 1);
+    return rows_need_mask(m0, m0 + block_m - 1, n0, block_n);
+  }
+  // The same for query rows first_row..last_row.
+  CUTE_HOST_DEVICE bool rows_need_mask(int first_row, int last_row, int n0, int block_n) const {
+    return n0 + block_n > key_end(first_row) || n0 < first_key(last_row);
   }
 
   // Sets masked scores to -inf. scores: (rows, cols) view of the thread's
-  // fragment; coords: its (row, col) coordinates within the tile.
-  template <class Scores, class Coords>
-  __device__ void apply(Scores& scores, Coords const& coords, int m0, int n0) const {
+  // fragment; coords: its (row, col) coordinates within the tile; query_of
+  // maps a tile row m0 + r to its query row (rows of packed query heads
+  // share one).
+  template <class Scores, class Coords, class QueryOf = Identity>
+  __device__ void apply(Scores& scores, Coords const& coords, int m0, int n0,
+                        QueryOf query_of = {}) const {
     using namespace cute;
     CUTE_UNROLL
     for (int r = 0; r < size<0>(scores); ++r) {
-      const int row = m0 + get<0>(coords(r, 0));
+      const int row = query_of(m0 + get<0>(coords(r, 0)));
       const int lo = first_key(row);
       const int hi = key_end(row);
       CUTE_UNROLL

@@ -39,6 +39,13 @@ inline constexpr FlashFwdTile kSm75FwdTiles[] = {
     // re-read from shared memory (O alone is 96 / 128 registers).
     {192, 64, 32, 4, false, 1, TileUse::any},
     {256, 64, 32, 4, false, 1, TileUse::any},
+    // Inference (the kvcache kernel): 64-row query tiles, within 64 KB.
+    {32, 64, 64, 4, true, 1, TileUse::kvcache},
+    {64, 64, 64, 4, true, 1, TileUse::kvcache},
+    {96, 64, 64, 4, true, 1, TileUse::kvcache},
+    {128, 64, 64, 4, true, 1, TileUse::kvcache},
+    {192, 64, 32, 4, false, 1, TileUse::kvcache},
+    {256, 64, 32, 4, false, 1, TileUse::kvcache},
 };
 static_assert(tiles_valid(kSm75FwdTiles));
 

@@ -4,9 +4,14 @@
 #include <string>
 
 #include "attention/flash_fwd_dispatch.h"
+#include "attention/kvcache_aux.cuh"
 #include "common/registry.h"
 
 namespace samattn {
+namespace attention {
+SAMATTN_INSTANTIATE_KVCACHE_AUX(Family::sm80)
+}  // namespace attention
+
 
 cudaError_t attention_forward_sm80(const AttentionForwardProblem& problem) {
   switch (problem.dtype) {
@@ -23,14 +28,22 @@ cudaError_t attention_forward_sm80(const AttentionForwardProblem& problem) {
 namespace {
 
 bool plan(const AttentionForwardProblem& problem, std::string* why) {
+  if (problem.cache.enabled && head_dim_built(padded_headdim(problem.headdim))) {
+    return attention::plan_kvcache<attention::kSm80FwdTiles>(problem, why);
+  }
   return attention::plan_flash(
       problem.headdim,
       attention::min_fwd_smem<Family::sm80, attention::kSm80FwdTiles>(problem.headdim),
       problem.max_smem_per_block, Family::sm80, /*backward=*/false, why);
 }
 
+// The kvcache kernel's scratch (split keys, rotated q); 0 for the others.
+size_t workspace_bytes(const AttentionForwardProblem& problem) {
+  return attention::kvcache_workspace_bytes(attention::kSm80FwdTiles, problem);
+}
+
 [[maybe_unused]] const bool kRegistered = register_kernels<Op::attention_forward>(
-    {Family::sm80, &plan, nullptr, &attention_forward_sm80});
+    {Family::sm80, &plan, &workspace_bytes, &attention_forward_sm80});
 
 }  // namespace
 }  // namespace samattn

@@ -42,6 +42,19 @@ inline constexpr FlashFwdTile kSm80FwdTiles[] = {
     // 72 / 96 KB.
     {192, 64, 64, 4, false, 1, TileUse::any},
     {256, 64, 64, 4, false, 1, TileUse::any},
+    // Inference (the kvcache kernel). Decode is bound by reading the cache:
+    // 64-row query tiles (a decode tile holds the query heads of one KV head,
+    // seqlen_q x group rows), two K/V stages so that each CTA keeps a whole
+    // key tile of loads in flight, two CTAs per SM on 9.0 up to d = 128
+    // (20 / 40 / 60 / 80 KB). Single-stage rows serve GPUs with 99 KB.
+    {32, 64, 64, 4, true, 2, TileUse::kvcache},
+    {64, 64, 64, 4, true, 2, TileUse::kvcache},
+    {96, 64, 64, 4, false, 2, TileUse::kvcache},
+    {128, 64, 64, 4, false, 2, TileUse::kvcache},
+    {192, 64, 64, 4, false, 2, TileUse::kvcache},
+    {192, 64, 64, 4, false, 1, TileUse::kvcache},
+    {256, 64, 64, 4, false, 2, TileUse::kvcache},
+    {256, 64, 64, 4, false, 1, TileUse::kvcache},
 };
 static_assert(tiles_valid(kSm80FwdTiles));
 
