@@ -550,6 +550,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(FlashFwd
     copy(smem_copy_q, tSsQ, tSrQ_view);
   }
 
+  // Decode tiles hold few rows (seqlen_q x group): in the kvcache kernel a
+  // warp whose 16 rows all lie past the end skips its MMAs (its shared-memory
+  // reads of K and V, the larger cost), keeping only the loads and barriers.
+  static_assert(!kKVCache || kBlockM == 16 * Traits::kWarps, "one 16-row slice per warp");
+  const bool warp_has_rows = !kKVCache || int(threadIdx.x / 32) * 16 < rows_left;
+
   auto key_tile = [&](int n_block, auto stage_c, auto first_tile) {
     constexpr bool kFirstTile = decltype(first_tile)::value;
     constexpr int stage = decltype(stage_c)::value;
@@ -562,8 +568,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(FlashFwd
     constexpr int v_stage = stage == 0 ? kStages - 1 : stage - 1;
     load_v(n_block - kStages + 1, v_stage);
 
-    gemm_from_smem<Traits::kQInRegs>(tiled_mma, acc_s, tSrQ, tSsQ, tSrQ_view, smem_copy_q, tSrK,
-                                     tSsK(_, _, _, stage), tSrK_view, smem_copy_k);
+    if (warp_has_rows) {
+      gemm_from_smem<Traits::kQInRegs>(tiled_mma, acc_s, tSrQ, tSsQ, tSrQ_view, smem_copy_q, tSrK,
+                                       tSsK(_, _, _, stage), tSrK_view, smem_copy_k);
+    }
 
     if (p.softcap > 0.0f) {
       CUTE_UNROLL
@@ -585,8 +593,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(FlashFwd
     __syncthreads();
     load_k(n_block - kStages, stage);
 
-    gemm_from_smem<true>(tiled_mma, acc_o, tOrP, tOrP, tOrP, smem_copy_q, tOrVt,
-                         tOsVt(_, _, _, stage), tOrVt_view, smem_copy_v);
+    if (warp_has_rows) {
+      gemm_from_smem<true>(tiled_mma, acc_o, tOrP, tOrP, tOrP, smem_copy_q, tOrVt,
+                           tOsVt(_, _, _, stage), tOrVt_view, smem_copy_v);
+    }
   };
 
   // Stages are compile-time constants (immediate shared-memory offsets): with
