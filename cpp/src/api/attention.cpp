@@ -251,7 +251,8 @@ int check_attention_cache(const Subject& s, const samattn_attention_args& a) {
     }
     if (a.block_table_width < 1 || a.block_table_batch_stride < a.block_table_width) {
       return fail(SAMATTN_INVALID_ARGUMENT,
-                  s + ": block_table must be (batch, width >= 1) with a batch stride >= width, "
+                  s +
+                      ": block_table must be (batch, width >= 1) with a batch stride >= width, "
                       "got width " +
                       to_text(a.block_table_width) + " and batch stride " +
                       to_text(a.block_table_batch_stride));
@@ -260,8 +261,7 @@ int check_attention_cache(const Subject& s, const samattn_attention_args& a) {
       return fail(SAMATTN_INVALID_ARGUMENT, s + ": block_table_width x page_size must be < 2^31");
     }
   } else if (a.page_size != 0 || a.block_table_width != 0) {
-    return fail(SAMATTN_INVALID_ARGUMENT,
-                s + ": page_size and block_table_width need block_table");
+    return fail(SAMATTN_INVALID_ARGUMENT, s + ": page_size and block_table_width need block_table");
   }
   if (a.k_new != nullptr || a.v_new != nullptr) {
     if (a.k_new == nullptr || a.v_new == nullptr) {
@@ -284,9 +284,9 @@ int check_attention_cache(const Subject& s, const samattn_attention_args& a) {
                   s + ": rotary embedding needs rotary_cos, rotary_sin and k_new / v_new");
     }
     if (a.rotary_dim < 2 || a.rotary_dim % 2 != 0 || a.rotary_dim > a.headdim) {
-      return fail(SAMATTN_INVALID_ARGUMENT,
-                  s + ": rotary_dim must be even and in 2..headdim (" + to_text(a.headdim) +
-                      "), got " + to_text(a.rotary_dim));
+      return fail(SAMATTN_INVALID_ARGUMENT, s + ": rotary_dim must be even and in 2..headdim (" +
+                                                to_text(a.headdim) + "), got " +
+                                                to_text(a.rotary_dim));
     }
     if (a.rotary_seqlen < 1 || a.rotary_seqlen > INT32_MAX) {
       return fail(SAMATTN_INVALID_ARGUMENT,
@@ -299,8 +299,8 @@ int check_attention_cache(const Subject& s, const samattn_attention_args& a) {
     }
   }
   if (a.rotary_interleaved != 0 && a.rotary_interleaved != 1) {
-    return fail(SAMATTN_INVALID_ARGUMENT, s + ": rotary_interleaved must be 0 or 1, got " +
-                                              to_text(a.rotary_interleaved));
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                s + ": rotary_interleaved must be 0 or 1, got " + to_text(a.rotary_interleaved));
   }
   return SAMATTN_OK;
 }
@@ -344,7 +344,8 @@ int check_attention_forward_args(Subject* subject, const samattn_attention_args&
         {"k", a.k, a.k_batch_stride, a.k_seq_stride, a.k_head_stride, rows, a.nheads_k, true},
         {"v", a.v, a.v_batch_stride, a.v_seq_stride, a.v_head_stride, rows, a.nheads_k, true}};
     for (const AttentionOperand& x : caches) {
-      status = check_attention_operand(s, x, /*varlen=*/false, extents, /*output=*/a.k_new != nullptr);
+      status =
+          check_attention_operand(s, x, /*varlen=*/false, extents, /*output=*/a.k_new != nullptr);
       if (status != SAMATTN_OK) return status;
     }
     if (a.k_new != nullptr) {
@@ -541,9 +542,9 @@ int attention_forward_op(const samattn_attention_args* args, int32_t* family_use
   bool empty = false;
   const int status = check_attention_forward_args(&subject, a, &empty);
   if (status != SAMATTN_OK || empty) return status;
-  const OpCall call{subject,     a.dtype,          a.family,
-                    a.device,    false,            a.workspace,
-                    a.workspace_bytes, "samattn_attention_forward_workspace_size"};
+  const OpCall call{
+      subject, a.dtype,     a.family,          a.device,
+      false,   a.workspace, a.workspace_bytes, "samattn_attention_forward_workspace_size"};
   return run_op<Op::attention_forward>(
       call,
       [&](const DeviceInfo& device) {

@@ -187,8 +187,8 @@ __device__ inline void load_rows(TiledCopy const& tiled_copy, Chunk const& chunk
 // (row r at row_ptr(r)); arguments as load_rows'.
 template <class TiledCopy, class Chunk, class STile, class RowPtr, class Coords, class ColOk>
 __device__ inline void store_rows(TiledCopy const& tiled_copy, Chunk const& chunk, STile const& s,
-                                  RowPtr const& row_ptr, Coords const& coords,
-                                  ColOk const& col_ok, int rows_left) {
+                                  RowPtr const& row_ptr, Coords const& coords, ColOk const& col_ok,
+                                  int rows_left) {
   using namespace cute;
   Tensor src = tiled_copy.get_slice(threadIdx.x).partition_S(s);
   CUTE_UNROLL
@@ -323,7 +323,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(FlashFwd
     seqlen_k = end - start;
     k_row0 = start;
     varlen_k = false;
-    if (p.kv_batch_idx != nullptr) kv_batch = min(max(p.kv_batch_idx[batch], 0), p.kv_cache_batch - 1);
+    if (p.kv_batch_idx != nullptr)
+      kv_batch = min(max(p.kv_batch_idx[batch], 0), p.kv_cache_batch - 1);
   }
   const int rows_q = seqlen_q * group;  // query rows of this (batch, grid head)
   const int m0 = m_block * kBlockM;
@@ -512,8 +513,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(FlashFwd
           const int64_t page = page_of(n * kBlockN + r, in_page);
           return base + page * page_stride + int64_t(in_page) * row_stride;
         };
-        load_rows<kAsync>(gmem_load, chunk, row, s_stage, tKVcKV, tKVcolok,
-                          seqlen_k - n * kBlockN);
+        load_rows<kAsync>(gmem_load, chunk, row, s_stage, tKVcKV, tKVcolok, seqlen_k - n * kBlockN);
         return;
       }
     }

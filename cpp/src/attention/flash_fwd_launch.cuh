@@ -7,7 +7,7 @@
 #include "attention/flash_fwd_config.h"
 #include "attention/flash_fwd_kernel.cuh"
 #include "attention/flash_fwd_traits.h"
-#include "attention/kvcache_aux.cuh"
+#include "attention/kvcache_aux.h"
 #include "attention/kvcache_plan.h"
 #include "common/launch_setup.h"
 
@@ -59,8 +59,8 @@ cudaError_t run_flash_fwd_kvcache(const AttentionForwardProblem& problem, FlashF
   constexpr int kSmem = Traits::kSmemBytes;
   status = allow_dynamic_smem<flash_fwd_kernel<Traits, true>>(kSmem);
   if (status != cudaSuccess) return status;
-  dim3 blocks(static_cast<unsigned>(grid.m_blocks * grid.splits),
-              static_cast<unsigned>(grid.heads), static_cast<unsigned>(problem.batch));
+  dim3 blocks(static_cast<unsigned>(grid.m_blocks * grid.splits), static_cast<unsigned>(grid.heads),
+              static_cast<unsigned>(problem.batch));
   kernel<<<blocks, Traits::kThreads, kSmem, problem.stream>>>(p);
   status = cudaGetLastError();
   if (status != cudaSuccess || grid.splits == 1) return status;
@@ -113,8 +113,9 @@ cudaError_t run_flash_fwd(const AttentionForwardProblem& problem) {
     const bool vectors = forward_vectors(problem);
     auto kernel = vectors ? flash_fwd_kernel<Traits, true> : flash_fwd_kernel<Traits, false>;
     constexpr int kSmem = Traits::kSmemBytes;
-    const cudaError_t allowed = vectors ? allow_dynamic_smem<flash_fwd_kernel<Traits, true>>(kSmem)
-                                        : allow_dynamic_smem<flash_fwd_kernel<Traits, false>>(kSmem);
+    const cudaError_t allowed = vectors
+                                    ? allow_dynamic_smem<flash_fwd_kernel<Traits, true>>(kSmem)
+                                    : allow_dynamic_smem<flash_fwd_kernel<Traits, false>>(kSmem);
     if (allowed != cudaSuccess) return allowed;
     dim3 grid(static_cast<unsigned>(m_blocks), static_cast<unsigned>(problem.nheads),
               static_cast<unsigned>(problem.batch));

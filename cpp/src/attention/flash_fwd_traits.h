@@ -25,10 +25,10 @@ struct FlashFwdTraits;
 
 template <DType T, int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, bool kQInRegs_, Family F,
           int kKVStages_, bool kKVCache_>
-struct FlashFwdTraits<
-    FlashFwdConfig<T, kHeadDim_, kBlockM_, kBlockN_, kWarps_, kQInRegs_, F, kKVStages_, kKVCache_>> {
-  using Config =
-      FlashFwdConfig<T, kHeadDim_, kBlockM_, kBlockN_, kWarps_, kQInRegs_, F, kKVStages_, kKVCache_>;
+struct FlashFwdTraits<FlashFwdConfig<T, kHeadDim_, kBlockM_, kBlockN_, kWarps_, kQInRegs_, F,
+                                     kKVStages_, kKVCache_>> {
+  using Config = FlashFwdConfig<T, kHeadDim_, kBlockM_, kBlockN_, kWarps_, kQInRegs_, F, kKVStages_,
+                                kKVCache_>;
   using Element = typename ElementOf<T>::type;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kBlockM_;

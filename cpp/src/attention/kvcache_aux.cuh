@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "attention/attention_problem.h"
+#include "attention/kvcache_aux.h"
 #include "attention/kvcache_plan.h"
 
 namespace samattn::attention {
@@ -90,9 +91,8 @@ __global__ void kvcache_append_kernel(const AppendParams<Element> a) {
         k_off = page * a.k_batch + in_page * a.k_seq;
         v_off = page * a.v_batch + in_page * a.v_seq;
       } else {
-        const int kb = a.kv_batch_idx == nullptr
-                           ? b
-                           : min(max(a.kv_batch_idx[b], 0), a.kv_cache_batch - 1);
+        const int kb =
+            a.kv_batch_idx == nullptr ? b : min(max(a.kv_batch_idx[b], 0), a.kv_cache_batch - 1);
         k_off = kb * a.k_batch + int64_t(pos) * a.k_seq;
         v_off = kb * a.v_batch + int64_t(pos) * a.v_seq;
       }
@@ -118,7 +118,11 @@ __global__ void kvcache_append_kernel(const AppendParams<Element> a) {
 }
 
 // Sums the split partials of each output row, weighted by exp(lse_s - lse)
-// with lse = log sum_s exp(lse_s): one warp per (batch, head, query) row.
+// with lse = log sum_s exp(lse_s): one block per (batch, head, query) row,
+// one thread per head-dim column. The weights go through shared memory once;
+// the column loop then issues its partial loads in batches (they are
+// independent), which hides the L2 latency that a serial loop over the
+// splits would pay once per split.
 template <class Element>
 struct CombineParams {
   const float* o_partial;
@@ -130,51 +134,56 @@ struct CombineParams {
   int batch, nheads, seqlen_q, headdim, splits;
 };
 
+constexpr int kCombineThreads = 128;  // one per split for the weights; columns in passes
+
 template <class Element>
-__global__ void split_combine_kernel(const CombineParams<Element> c) {
-  const int lane = threadIdx.x % 32;
+__global__ void __launch_bounds__(kCombineThreads)
+    split_combine_kernel(const CombineParams<Element> c) {
+  static_assert(kMaxSplits <= kCombineThreads, "one thread per split for the weights");
+  __shared__ float weight[kMaxSplits];
+  __shared__ float reduce[kCombineThreads / 32];
   const int64_t rows = int64_t(c.batch) * c.nheads * c.seqlen_q;
-  const int64_t row = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32;
-  if (row >= rows) return;
+  const int64_t row = blockIdx.x;
   const int q = int(row % c.seqlen_q);
   const int h = int(row / c.seqlen_q % c.nheads);
   const int b = int(row / c.seqlen_q / c.nheads);
-  float max_lse = -INFINITY;
-  for (int s = lane; s < c.splits; s += 32) max_lse = fmaxf(max_lse, c.lse_partial[s * rows + row]);
-  for (int offset = 16; offset > 0; offset /= 2) {
-    max_lse = fmaxf(max_lse, __shfl_xor_sync(0xffffffffu, max_lse, offset));
-  }
+  const int t = threadIdx.x, lane = t % 32, warp = t / 32;
+  const float mine = t < c.splits ? c.lse_partial[t * rows + row] : -INFINITY;
+  // Block max, then block sum of exp(lse_s - max).
+  float v = mine;
+  for (int offset = 16; offset > 0; offset /= 2)
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  if (lane == 0) reduce[warp] = v;
+  __syncthreads();
+  float max_lse = reduce[0];
+  for (int w = 1; w < kCombineThreads / 32; ++w) max_lse = fmaxf(max_lse, reduce[w]);
+  __syncthreads();
   Element* out = c.o + b * c.o_batch + q * c.o_seq + h * c.o_head;
   if (max_lse == -INFINITY) {  // no split saw a key: 0 and LSE +inf, as unsplit
-    for (int col = lane; col < c.headdim; col += 32) out[col] = Element(0.0f);
-    if (c.lse != nullptr && lane == 0) {
+    for (int col = t; col < c.headdim; col += kCombineThreads) out[col] = Element(0.0f);
+    if (c.lse != nullptr && t == 0)
       c.lse[b * c.lse_batch + h * c.lse_head + q * c.lse_seq] = INFINITY;
-    }
     return;
   }
+  v = t < c.splits ? __expf(mine - max_lse) : 0.0f;
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  if (lane == 0) reduce[warp] = v;
+  __syncthreads();
   float sum = 0.0f;
-  for (int s = lane; s < c.splits; s += 32) sum += __expf(c.lse_partial[s * rows + row] - max_lse);
-  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  for (int w = 0; w < kCombineThreads / 32; ++w) sum += reduce[w];
   const float lse = max_lse + __logf(sum);
-  for (int col = lane; col < c.headdim; col += 32) {
+  if (t < c.splits) weight[t] = __expf(mine - lse);
+  __syncthreads();
+  const float* partial = c.o_partial + row * c.headdim;
+  const int64_t split_stride = rows * c.headdim;
+  for (int col = t; col < c.headdim; col += kCombineThreads) {
     float acc = 0.0f;
-    for (int s = 0; s < c.splits; ++s) {
-      const float weight = __expf(c.lse_partial[s * rows + row] - lse);
-      if (weight > 0.0f) acc += weight * c.o_partial[(s * rows + row) * c.headdim + col];
-    }
+#pragma unroll 8
+    for (int s = 0; s < c.splits; ++s) acc += weight[s] * partial[s * split_stride + col];
     out[col] = static_cast<Element>(acc);
   }
-  if (c.lse != nullptr && lane == 0) c.lse[b * c.lse_batch + h * c.lse_head + q * c.lse_seq] = lse;
+  if (c.lse != nullptr && t == 0) c.lse[b * c.lse_batch + h * c.lse_head + q * c.lse_seq] = lse;
 }
-
-// Launches the append on problem.stream when there is anything to append or
-// rotate; q_rotated: the workspace piece for the rotated q.
-template <Family F>
-cudaError_t kvcache_append(const AttentionForwardProblem& problem, void* q_rotated);
-// Launches the combine of `splits` partials into problem.o and problem.lse.
-template <Family F>
-cudaError_t split_combine(const AttentionForwardProblem& problem, int splits,
-                          const float* o_partial, const float* lse_partial);
 
 template <class Element>
 cudaError_t launch_kvcache_append(const AttentionForwardProblem& p, void* q_rotated) {
@@ -223,9 +232,10 @@ cudaError_t launch_kvcache_append(const AttentionForwardProblem& p, void* q_rota
   a.rotary_seqlen = c.rotary_seqlen;
   a.interleaved = c.rotary_interleaved;
   a.q_per_row = c.rotary_q_per_row;
-  const int64_t items = int64_t(p.batch) * (int64_t(a.seqlen_new) * p.nheads_k +
-                                            (rotary ? int64_t(p.seqlen_q) * p.nheads : 0)) *
-                        (p.headdim / 2);
+  const int64_t items =
+      int64_t(p.batch) *
+      (int64_t(a.seqlen_new) * p.nheads_k + (rotary ? int64_t(p.seqlen_q) * p.nheads : 0)) *
+      (p.headdim / 2);
   if (items == 0) return cudaSuccess;
   constexpr int kThreads = 256;
   const int64_t blocks = std::min<int64_t>((items + kThreads - 1) / kThreads, 65535);
@@ -252,27 +262,24 @@ cudaError_t launch_split_combine(const AttentionForwardProblem& p, int splits,
   c.seqlen_q = p.seqlen_q;
   c.headdim = p.headdim;
   c.splits = splits;
-  const int64_t threads = int64_t(p.batch) * p.nheads * p.seqlen_q * 32;
-  constexpr int kThreads = 128;
-  split_combine_kernel<Element>
-      <<<unsigned((threads + kThreads - 1) / kThreads), kThreads, 0, p.stream>>>(c);
+  const int64_t rows = int64_t(p.batch) * p.nheads * p.seqlen_q;
+  split_combine_kernel<Element><<<unsigned(rows), kCombineThreads, 0, p.stream>>>(c);
   return cudaGetLastError();
 }
 
 // The definitions a family's flash_fwd_<family>.cu instantiates.
-#define SAMATTN_INSTANTIATE_KVCACHE_AUX(FAMILY)                                                \
-  template <>                                                                                  \
-  cudaError_t kvcache_append<FAMILY>(const AttentionForwardProblem& problem, void* q_rotated) { \
-    return problem.dtype == DType::bf16                                                        \
-               ? launch_kvcache_append<__nv_bfloat16>(problem, q_rotated)                      \
-               : launch_kvcache_append<__half>(problem, q_rotated);                            \
-  }                                                                                            \
-  template <>                                                                                  \
-  cudaError_t split_combine<FAMILY>(const AttentionForwardProblem& problem, int splits,        \
-                                    const float* o_partial, const float* lse_partial) {        \
-    return problem.dtype == DType::bf16                                                        \
-               ? launch_split_combine<__nv_bfloat16>(problem, splits, o_partial, lse_partial)  \
-               : launch_split_combine<__half>(problem, splits, o_partial, lse_partial);        \
+#define SAMATTN_INSTANTIATE_KVCACHE_AUX(FAMILY)                                                    \
+  template <>                                                                                      \
+  cudaError_t kvcache_append<FAMILY>(const AttentionForwardProblem& problem, void* q_rotated) {    \
+    return problem.dtype == DType::bf16 ? launch_kvcache_append<__nv_bfloat16>(problem, q_rotated) \
+                                        : launch_kvcache_append<__half>(problem, q_rotated);       \
+  }                                                                                                \
+  template <>                                                                                      \
+  cudaError_t split_combine<FAMILY>(const AttentionForwardProblem& problem, int splits,            \
+                                    const float* o_partial, const float* lse_partial) {            \
+    return problem.dtype == DType::bf16                                                            \
+               ? launch_split_combine<__nv_bfloat16>(problem, splits, o_partial, lse_partial)      \
+               : launch_split_combine<__half>(problem, splits, o_partial, lse_partial);            \
   }
 
 }  // namespace samattn::attention

@@ -40,12 +40,12 @@ inline bool packs_query_heads(const AttentionForwardProblem& p) {
 constexpr int kMaxSplits = 128;
 
 struct KVCacheGrid {
-  int group;      // query heads per tile row group: kv_group when packed, else 1
-  int heads;      // grid y: KV heads when packed, else query heads
-  int rows;       // query rows of one (batch, grid head): seqlen_q x group
-  int m_blocks;   // query tiles per (batch, grid head)
-  int n_blocks;   // key tiles of the longest sequence
-  int splits;     // CTAs per query tile, each a contiguous share of its key tiles
+  int group;     // query heads per tile row group: kv_group when packed, else 1
+  int heads;     // grid y: KV heads when packed, else query heads
+  int rows;      // query rows of one (batch, grid head): seqlen_q x group
+  int m_blocks;  // query tiles per (batch, grid head)
+  int n_blocks;  // key tiles of the longest sequence
+  int splits;    // CTAs per query tile, each a contiguous share of its key tiles
 };
 
 // The grid of the kvcache kernel with block_m x block_n tiles. With
@@ -69,7 +69,8 @@ inline KVCacheGrid kvcache_grid(const AttentionForwardProblem& p, int block_m, i
   } else {
     const int64_t ctas = int64_t(p.batch) * g.heads * g.m_blocks;
     const int64_t target = 2 * int64_t(std::max(p.sm_count, 1));
-    const int64_t wanted = ctas * 5 >= target * 4 ? 1 : (target + ctas - 1) / std::max<int64_t>(ctas, 1);
+    const int64_t wanted =
+        ctas * 5 >= target * 4 ? 1 : (target + ctas - 1) / std::max<int64_t>(ctas, 1);
     g.splits = static_cast<int>(std::min<int64_t>(wanted, max_splits));
   }
   g.splits = std::max(g.splits, 1);

@@ -13,7 +13,6 @@ namespace attention {
 SAMATTN_INSTANTIATE_KVCACHE_AUX(Family::sm75)
 }  // namespace attention
 
-
 cudaError_t attention_forward_sm75(const AttentionForwardProblem& problem) {
   if (problem.dtype != DType::f16) return cudaErrorNotSupported;
   return attention::run_flash_fwd_sm75_dtype<DType::f16>(problem);

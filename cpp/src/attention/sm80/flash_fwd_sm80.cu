@@ -12,7 +12,6 @@ namespace attention {
 SAMATTN_INSTANTIATE_KVCACHE_AUX(Family::sm80)
 }  // namespace attention
 
-
 cudaError_t attention_forward_sm80(const AttentionForwardProblem& problem) {
   switch (problem.dtype) {
     case DType::f16:
