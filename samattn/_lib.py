@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 from typing import TypeVar
 
-ABI_VERSION = 4
+ABI_VERSION = 5
 
 # Status codes.
 OK = 0
@@ -115,8 +115,8 @@ class SoftmaxArgs(_Args):
 
 
 class AttentionArgs(_Args):
-    """samattn_attention_args; the dout/dq/dk/dv fields, `deterministic` and the workspace
-    are the backward's."""
+    """samattn_attention_args; the dout/dq/dk/dv fields and `deterministic` are the
+    backward's, the fields after `workspace_bytes` the KV cache's (forward only)."""
 
     _fields_ = [
         ("struct_size", ctypes.c_int64),
@@ -179,6 +179,30 @@ class AttentionArgs(_Args):
         ("stream", ctypes.c_void_p),
         ("workspace", ctypes.c_void_p),
         ("workspace_bytes", ctypes.c_int64),
+        # Inference (ABI 5): the KV cache, forward only; all NULL / 0 = off.
+        ("seqused_k", ctypes.c_void_p),
+        ("leftpad_k", ctypes.c_void_p),
+        ("kv_batch_idx", ctypes.c_void_p),
+        ("block_table", ctypes.c_void_p),
+        ("block_table_batch_stride", ctypes.c_int64),
+        ("block_table_width", ctypes.c_int64),
+        ("page_size", ctypes.c_int64),
+        ("kv_cache_batch", ctypes.c_int64),
+        ("k_new", ctypes.c_void_p),
+        ("k_new_batch_stride", ctypes.c_int64),
+        ("k_new_seq_stride", ctypes.c_int64),
+        ("k_new_head_stride", ctypes.c_int64),
+        ("v_new", ctypes.c_void_p),
+        ("v_new_batch_stride", ctypes.c_int64),
+        ("v_new_seq_stride", ctypes.c_int64),
+        ("v_new_head_stride", ctypes.c_int64),
+        ("seqlen_new", ctypes.c_int64),
+        ("rotary_cos", ctypes.c_void_p),
+        ("rotary_sin", ctypes.c_void_p),
+        ("rotary_dim", ctypes.c_int64),
+        ("rotary_seqlen", ctypes.c_int64),
+        ("rotary_interleaved", ctypes.c_int32),
+        ("num_splits", ctypes.c_int32),
     ]
 
 
@@ -229,6 +253,10 @@ SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "samattn_softmax_forward": (ctypes.c_int, [ctypes.POINTER(SoftmaxArgs), _i32_p]),
     "samattn_softmax_backward": (ctypes.c_int, [ctypes.POINTER(SoftmaxArgs), _i32_p]),
     "samattn_attention_forward": (ctypes.c_int, [ctypes.POINTER(AttentionArgs), _i32_p]),
+    "samattn_attention_forward_workspace_size": (
+        ctypes.c_int,
+        [ctypes.POINTER(AttentionArgs), ctypes.POINTER(ctypes.c_int64)],
+    ),
     "samattn_attention_backward": (ctypes.c_int, [ctypes.POINTER(AttentionArgs), _i32_p]),
     "samattn_attention_backward_workspace_size": (
         ctypes.c_int,
