@@ -805,10 +805,15 @@ def kvcache(
     """Validate flash_attn_with_kvcache's arguments (shapes, dtypes, layouts, devices; an
     int cache_seqlens' value too); return the sizes. Device integer tensors' values are
     checked by the CUDA implementation (kvcache_values)."""
-    _check_attention_tensors(op, q, k_cache, v_cache, 4, "(batch, seqlen, nheads, headdim)")
-    batch, seqlen_q, nheads, headdim = q.shape
     paged = block_table is not None
     layout = _PAGED_LAYOUT if paged else _CACHE_LAYOUT
+    for name, t, t_layout in (
+        ("q", q, _FIXED_LAYOUT), ("k_cache", k_cache, layout), ("v_cache", v_cache, layout)
+    ):  # fmt: skip
+        require_tensor(t, f"{op}: {name}")
+        if t.dim() != 4:
+            raise ValueError(f"{op}: {name} must be 4-D {t_layout}, got shape {_shape(t)}")
+    batch, seqlen_q, nheads, headdim = q.shape
     _, nheads_k, _ = _check_heads_and_dims(
         op, q, k_cache, v_cache, layout, names=("k_cache", "v_cache")
     )
