@@ -12,6 +12,14 @@ Ops (namespace ``samattn``)::
         -> (Tensor out, Tensor softmax_lse)
     flash_attn_backward(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out,
         Tensor softmax_lse, <the forward's other arguments>) -> (Tensor dq, Tensor dk, Tensor dv)
+    flash_attn_with_kvcache(Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor? k,
+        Tensor? v, Tensor? rotary_cos, Tensor? rotary_sin, Tensor? cache_seqlens,
+        Tensor? cache_batch_idx, Tensor? cache_leftpad, Tensor? block_table,
+        float softmax_scale, bool causal, int window_left, int window_right, float softcap,
+        bool rotary_interleaved, int num_splits) -> (Tensor out, Tensor softmax_lse)
+
+flash_attn_forward also takes ``Tensor? block_table=None`` last: paged prefill (varlen,
+k and v paged caches, forward only).
 
 Fixed length when cu_seqlens_q/k are None: q (batch, seqlen_q, nheads, headdim), k and v
 (batch, seqlen_k, nheads_k, headdim), softmax_lse (batch, nheads, seqlen_q). Varlen: packed
@@ -25,6 +33,10 @@ return_attn_probs=True) is treated as a constant: a gradient flowing into it is 
 ``deterministic=True`` makes the backward bit-identical run to run. The backward op returns
 contiguous dq, dk, dv; its scratch memory comes from torch's caching allocator, so it can be
 captured in CUDA graphs.
+
+Inference (docs/inference.md): flash_attn_with_kvcache and paged prefill are forward only.
+Their integer arguments' values are checked in eager mode with one device-to-host copy
+(samattn.set_value_checks turns that off); unchecked, the kernels clamp every cache index.
 """
 
 # No `from __future__ import annotations`: torch.library reads these annotations at
