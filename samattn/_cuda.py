@@ -7,6 +7,7 @@ current stream of the tensors' device.
 from __future__ import annotations
 
 import ctypes
+import operator
 
 import torch
 
@@ -464,6 +465,7 @@ def flash_attn_kvcache(
     _cache_pointers(op, {"k_cache": k_cache, "v_cache": v_cache})
     seqlens_known = cache_seqlens is not None and not isinstance(cache_seqlens, torch.Tensor)
     if seqlens_known:  # an int, checked by _checks.kvcache
+        cache_seqlens = operator.index(cache_seqlens)
         seqlens_values = [cache_seqlens] * sizes.batch
         cache_seqlens = q.new_full((sizes.batch,), cache_seqlens, dtype=torch.int32)
     ints = [cache_seqlens, cache_leftpad, cache_batch_idx]
@@ -495,8 +497,8 @@ def flash_attn_kvcache(
         keep += (block_table,)
     kvcache = (
         _pointer(cache_seqlens), _pointer(cache_leftpad), _pointer(cache_batch_idx), *table,
-        sizes.page_size, sizes.kv_cache_batch, *new[:4], *new[4:], sizes.seqlen_new, *rotary,
-        sizes.rotary_dim, sizes.rotary_seqlen, int(rotary_interleaved), num_splits,
+        sizes.page_size, sizes.kv_cache_batch, *new, sizes.seqlen_new, *rotary,
+        sizes.rotary_dim, sizes.rotary_seqlen, int(rotary_interleaved), operator.index(num_splits),
     )  # fmt: skip
     shape = _checks.AttentionShape(
         sizes.batch, sizes.nheads, sizes.nheads_k, sizes.seqlen_q, sizes.capacity,
