@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import operator
+import os
 from typing import NamedTuple
 
 import torch
@@ -357,30 +358,37 @@ def _check_attention_tensors(
 
 
 def _check_heads_and_dims(
-    op: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str
+    op: str,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    layout: str,
+    names: tuple[str, str] = ("k", "v"),
 ) -> tuple[int, int, int]:
-    """(nheads, nheads_k, headdim) of q, k, v whose last two modes are (heads, headdim)."""
+    """(nheads, nheads_k, headdim) of q, k, v whose last two modes are (heads, headdim);
+    `names` are k's and v's in messages."""
     nheads, headdim = q.shape[-2], q.shape[-1]
     nheads_k = k.shape[-2]
+    k_name, v_name = names
     if _shape(v)[:-1] != _shape(k)[:-1]:
         raise ValueError(
-            f"{op}: k and v must agree on all but the head dim, got k {_shape(k)} and "
-            f"v {_shape(v)} ({layout})"
+            f"{op}: {k_name} and {v_name} must agree on all but the head dim, got {k_name} "
+            f"{_shape(k)} and {v_name} {_shape(v)} ({layout})"
         )
-    for name, t in (("k", k), ("v", v)):
+    for name, t in zip(names, (k, v)):
         if t.shape[-1] != headdim:
             raise ValueError(
                 f"{op}: {name} has head dim {t.shape[-1]} but q has {headdim}; samattn needs "
-                "one head dim for q, k and v"
+                f"one head dim for q, {k_name} and {v_name}"
             )
     _check_head_dim(op, headdim, "q.shape[-1]")
     if nheads_k < 1 or nheads % nheads_k != 0:
         raise ValueError(
-            f"{op}: q has {nheads} heads and k, v have {nheads_k}; the number of query heads "
-            "must be a multiple of the number of key/value heads (GQA / MQA)"
+            f"{op}: q has {nheads} heads and {k_name}, {v_name} have {nheads_k}; the number "
+            "of query heads must be a multiple of the number of key/value heads (GQA / MQA)"
         )
     _check_attention_dtype(q, f"{op}: q")
-    for name, t in (("k", k), ("v", v)):
+    for name, t in zip(names, (k, v)):
         _check_same_dtype(t, f"{op}: {name}", q, "q")
     return nheads, nheads_k, headdim
 
@@ -439,10 +447,11 @@ def _has_values(t: torch.Tensor) -> bool:
 
 
 def cu_seqlens_values(
-    op: str, name: str, values: list[int], total: int, max_seqlen: int, max_name: str
+    op: str, name: str, values: list[int], total: int | None, max_seqlen: int, max_name: str
 ) -> None:
     """Check the offsets of a varlen batch: non-decreasing from >= 0, within the packed
-    tensor's `total` rows, no sequence longer than max_seqlen."""
+    tensor's `total` rows (None: they index no tensor, only their lengths count), no
+    sequence longer than max_seqlen."""
     if values and values[0] < 0:
         raise ValueError(f"{op}: {name}[0] must be >= 0, got {values[0]}")
     lengths = [end - start for start, end in zip(values, values[1:])]
@@ -452,7 +461,7 @@ def cu_seqlens_values(
                 f"{op}: {name} must be non-decreasing, but {name}[{b + 1}] = {values[b + 1]} < "
                 f"{name}[{b}] = {values[b]}"
             )
-    if values and values[-1] > total:
+    if values and total is not None and values[-1] > total:
         raise ValueError(
             f"{op}: {name}[-1] = {values[-1]} exceeds the {total} tokens of the packed tensor"
         )
@@ -482,6 +491,30 @@ def flash_attn_varlen(
     _check_attention_tensors(op, q, k, v, 3, _PACKED_LAYOUT)
     nheads, nheads_k, headdim = _check_heads_and_dims(op, q, k, v, _PACKED_LAYOUT)
     total_q, total_k = q.shape[0], k.shape[0]
+    batch = _varlen_offsets(
+        op, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, total_q,
+        (total_k, f"the {total_k} tokens of the packed tensor"),
+    )  # fmt: skip
+    _check_devices(
+        op, {"q": q, "k": k, "v": v, "cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k}
+    )
+    return AttentionShape(batch, nheads, nheads_k, total_q, total_k, headdim, varlen=True)
+
+
+def _varlen_offsets(
+    op: str,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    total_q: int,
+    limit_k: tuple[int, str],
+    paged: bool = False,
+) -> int:
+    """The batch of varlen offsets, checked: int32 (batch + 1,) tensors, max_seqlen_q
+    within q's packed rows and max_seqlen_k within limit_k (bound, what it is); their
+    values too where they are readable for free. A packed k is indexed by cu_seqlens_k;
+    a paged one (limit_k a sequence's capacity) only takes its lengths."""
     for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
         require_tensor(cu, f"{op}: {name}")
         if cu.dtype != torch.int32:
@@ -495,30 +528,76 @@ def flash_attn_varlen(
             f"{op}: cu_seqlens_q has {cu_seqlens_q.shape[0]} offsets but cu_seqlens_k has "
             f"{cu_seqlens_k.shape[0]}; both must have batch + 1"
         )
-    batch = cu_seqlens_q.shape[0] - 1
-    for name, value, total in (
-        ("max_seqlen_q", max_seqlen_q, total_q),
-        ("max_seqlen_k", max_seqlen_k, total_k),
-    ):
+    limits = (
+        ("max_seqlen_q", max_seqlen_q, total_q, f"the {total_q} tokens of the packed tensor"),
+        ("max_seqlen_k", max_seqlen_k, *limit_k),
+    )
+    for name, value, bound, what in limits:
         if not _is_int(value):
             raise TypeError(f"{op}: {name} must be an int, got {type(value).__name__}")
         if value < 0:
             raise ValueError(f"{op}: {name} must be >= 0, got {value}")
-        if value > total:
-            raise ValueError(
-                f"{op}: {name} = {value} exceeds the {total} tokens of the packed tensor"
-            )
+        if value > bound:
+            raise ValueError(f"{op}: {name} = {value} exceeds {what}")
     for name, cu, total, max_seqlen in (
         ("cu_seqlens_q", cu_seqlens_q, total_q, max_seqlen_q),
-        ("cu_seqlens_k", cu_seqlens_k, total_k, max_seqlen_k),
+        ("cu_seqlens_k", cu_seqlens_k, None if paged else limit_k[0], max_seqlen_k),
     ):
         if _has_values(cu):
             max_name = "max_seqlen_q" if name.endswith("q") else "max_seqlen_k"
             cu_seqlens_values(op, name, cu.tolist(), total, max_seqlen, max_name)
+    return cu_seqlens_q.shape[0] - 1
+
+
+_PAGED_LAYOUT = "(num_blocks, page_block_size, nheads_k, headdim)"
+
+
+def flash_attn_varlen_paged(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    block_table: torch.Tensor,
+    op: str = "samattn.flash_attn_varlen_func",
+) -> AttentionShape:
+    """Validate paged prefill (flash_attn_varlen_func with block_table): packed q, paged
+    k and v caches, offsets whose k lengths index each sequence's pages. The sizes'
+    seqlen_k is a sequence's capacity, max_blocks * page_block_size."""
+    require_tensor(q, f"{op}: q")
+    if q.dim() != 3:
+        raise ValueError(f"{op}: q must be 3-D {_PACKED_LAYOUT}, got shape {_shape(q)}")
+    for name, t in (("k", k), ("v", v)):
+        require_tensor(t, f"{op}: {name}")
+        if t.dim() != 4:
+            raise ValueError(
+                f"{op}: with block_table, {name} must be a 4-D paged cache {_PAGED_LAYOUT}, "
+                f"got shape {_shape(t)}"
+            )
+    nheads, nheads_k, headdim = _check_heads_and_dims(op, q, k, v, _PAGED_LAYOUT)
+    page_size = _check_page_size(op, k)
+    batch_table, width = _check_block_table(op, block_table)
+    batch = _varlen_offsets(
+        op, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, q.shape[0],
+        (width * page_size, f"a sequence's capacity of {width * page_size} rows "
+         f"(block_table's {width} pages of {page_size})"), paged=True,
+    )  # fmt: skip
+    if batch_table != batch:
+        raise ValueError(
+            f"{op}: block_table has {batch_table} rows but cu_seqlens_q describes {batch} "
+            "sequences; block_table must be (batch, max_blocks)"
+        )
+    _check_cache_layout(op, {"k": k, "v": v})
     _check_devices(
-        op, {"q": q, "k": k, "v": v, "cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k}
+        op,
+        {"q": q, "k": k, "v": v, "cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k,
+         "block_table": block_table},
+    )  # fmt: skip
+    return AttentionShape(
+        batch, nheads, nheads_k, q.shape[0], width * page_size, headdim, varlen=True
     )
-    return AttentionShape(batch, nheads, nheads_k, total_q, total_k, headdim, varlen=True)
 
 
 def attention_sizes(
@@ -530,10 +609,17 @@ def attention_sizes(
     max_seqlen_q: int,
     max_seqlen_k: int,
     op: str | None = None,
+    block_table: torch.Tensor | None = None,
 ) -> AttentionShape:
     """The validated sizes of an attention forward's inputs: fixed length when both
-    cu_seqlens are None, varlen when both are given. `op` names the public function in
+    cu_seqlens are None, varlen when both are given, paged varlen with a block_table
+    (then seqlen_k is a sequence's capacity). `op` names the public function in
     messages (None: flash_attn_func or flash_attn_varlen_func)."""
+    if block_table is not None:
+        return flash_attn_varlen_paged(
+            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, block_table,
+            op or "samattn.flash_attn_varlen_func",
+        )  # fmt: skip
     if cu_seqlens_q is None and cu_seqlens_k is None:
         sizes = flash_attn_quick(q, k, v)
         return sizes or flash_attn(q, k, v, op or "samattn.flash_attn_func")
@@ -576,6 +662,336 @@ def flash_attn_backward(
     if softmax_lse.dtype != torch.float32:
         raise TypeError(f"{op}: softmax_lse must have dtype torch.float32, got {softmax_lse.dtype}")
     _check_devices(op, {"q": q, "dout": dout, "out": out, "softmax_lse": softmax_lse})
+
+
+# ----------------------------------------------------------- KV cache ----
+def needs_grad(*tensors: torch.Tensor | None) -> bool:
+    """Whether autograd would record a call on these tensors."""
+    return torch.is_grad_enabled() and any(
+        isinstance(t, torch.Tensor) and t.requires_grad for t in tensors
+    )
+
+
+_VALUE_CHECKS_ENV = "SAMATTN_VALUE_CHECKS"
+_value_checks = os.environ.get(_VALUE_CHECKS_ENV, "1").strip() != "0"
+
+
+def set_value_checks(enabled: bool) -> None:
+    """Turn the eager checks of integer arguments' values on or off, process-wide.
+
+    With them on (the default, unless ``SAMATTN_VALUE_CHECKS=0`` is in the environment at
+    import), an eager call that takes device integer tensors (cu_seqlens, cache_seqlens,
+    cache_leftpad, cache_batch_idx, block_table) copies their values to the host once
+    and raises ValueError for a value outside the cache or the packed tensors. The copy
+    synchronizes with the GPU, which a serving loop may not afford: turned off, bad
+    values are not reported, but the kernels still clamp every index into the tensors
+    (no out-of-bounds access; the results of the bad sequences are then meaningless).
+    Never done while a CUDA graph is being captured, nor on fake tensors under
+    torch.compile's tracing.
+    """
+    global _value_checks
+    if not isinstance(enabled, bool):
+        raise TypeError(f"samattn.set_value_checks: enabled must be a bool, got {enabled!r}")
+    _value_checks = enabled
+
+
+def value_checks_enabled() -> bool:
+    """Whether eager calls check device integer arguments' values (set_value_checks)."""
+    return _value_checks
+
+
+_CACHE_LAYOUT = "(batch_cache, seqlen_cache, nheads_k, headdim)"
+_NEW_LAYOUT = "(batch, seqlen_new, nheads_k, headdim)"
+_CACHE_VECTOR = 8  # elements of a 16-byte vector of fp16 / bf16
+# Page sizes are multiples of this (the kernels' key tile).
+PAGE_SIZE_MULTIPLE = 16
+
+
+def _check_page_size(op: str, cache: torch.Tensor) -> int:
+    page_size = cache.shape[1]
+    if page_size < 1 or page_size % PAGE_SIZE_MULTIPLE != 0:
+        raise ValueError(
+            f"{op}: a paged cache's page_block_size (k_cache.shape[1]) must be a positive "
+            f"multiple of {PAGE_SIZE_MULTIPLE}, got {page_size}"
+        )
+    return page_size
+
+
+def _check_block_table(op: str, block_table: torch.Tensor) -> tuple[int, int]:
+    """(batch, max_blocks) of an int32 block table."""
+    require_tensor(block_table, f"{op}: block_table")
+    if block_table.dtype != torch.int32:
+        raise TypeError(f"{op}: block_table must have dtype torch.int32, got {block_table.dtype}")
+    if block_table.dim() != 2:
+        raise ValueError(
+            f"{op}: block_table must be 2-D (batch, max_blocks), got shape {_shape(block_table)}"
+        )
+    return block_table.shape[0], block_table.shape[1]
+
+
+def _check_cache_layout(op: str, caches: dict[str, torch.Tensor]) -> None:
+    """Caches are read (and updated) in place, never copied: they must allow the kernels'
+    16-byte vectors. The pointers' alignment is checked where they exist (_cuda)."""
+    for name, t in caches.items():
+        headdim = t.shape[-1]
+        if headdim % _CACHE_VECTOR != 0:
+            raise ValueError(
+                f"{op}: {name} has head dim {headdim}; a KV cache needs a head dim that is a "
+                f"multiple of {_CACHE_VECTOR} (rows of 16-byte vectors)"
+            )
+        strides = t.stride()
+        # A stride of a mode of size 1 is never stepped over: it may be anything.
+        if strides[-1] != 1 or any(
+            s % _CACHE_VECTOR != 0 and n != 1 for n, s in zip(t.shape[:-1], strides[:-1])
+        ):
+            raise ValueError(
+                f"{op}: {name} has strides {tuple(strides)}; a KV cache is used in place, so "
+                f"its head dim must be contiguous and its other strides multiples of "
+                f"{_CACHE_VECTOR} elements (16 bytes)"
+            )
+
+
+class KVCacheShape(NamedTuple):
+    """Sizes of one flash_attn_with_kvcache call. kv_cache_batch is k_cache.shape[0]
+    (sequences, or pages when paged); capacity the rows a sequence can hold
+    (seqlen_cache, or max_blocks * page_size); page_size 0 when not paged; seqlen_new
+    and rotary_dim 0 without new keys or rotary."""
+
+    batch: int
+    seqlen_q: int
+    nheads: int
+    nheads_k: int
+    headdim: int
+    kv_cache_batch: int
+    capacity: int
+    page_size: int
+    block_table_width: int
+    seqlen_new: int
+    rotary_dim: int
+    rotary_seqlen: int
+
+    @property
+    def out_shape(self) -> tuple[int, int, int, int]:
+        return (self.batch, self.seqlen_q, self.nheads, self.headdim)
+
+    @property
+    def lse_shape(self) -> tuple[int, int, int]:
+        return (self.batch, self.nheads, self.seqlen_q)
+
+
+def _check_per_sequence(op: str, name: str, t: torch.Tensor, batch: int) -> None:
+    require_tensor(t, f"{op}: {name}")
+    if t.dtype != torch.int32:
+        raise TypeError(f"{op}: {name} must have dtype torch.int32, got {t.dtype}")
+    if _shape(t) != (batch,):
+        raise ValueError(f"{op}: {name} must have shape (batch,) = ({batch},), got {_shape(t)}")
+
+
+def kvcache(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    k: torch.Tensor | None,
+    v: torch.Tensor | None,
+    rotary_cos: torch.Tensor | None,
+    rotary_sin: torch.Tensor | None,
+    cache_seqlens: torch.Tensor | int | None,
+    cache_batch_idx: torch.Tensor | None,
+    cache_leftpad: torch.Tensor | None,
+    block_table: torch.Tensor | None,
+    num_splits: int,
+    op: str = "samattn.flash_attn_with_kvcache",
+) -> KVCacheShape:
+    """Validate flash_attn_with_kvcache's arguments (shapes, dtypes, layouts, devices; an
+    int cache_seqlens' value too); return the sizes. Device integer tensors' values are
+    checked by the CUDA implementation (kvcache_values)."""
+    paged = block_table is not None
+    layout = _PAGED_LAYOUT if paged else _CACHE_LAYOUT
+    for name, t, t_layout in (
+        ("q", q, _FIXED_LAYOUT), ("k_cache", k_cache, layout), ("v_cache", v_cache, layout)
+    ):  # fmt: skip
+        require_tensor(t, f"{op}: {name}")
+        if t.dim() != 4:
+            raise ValueError(f"{op}: {name} must be 4-D {t_layout}, got shape {_shape(t)}")
+    batch, seqlen_q, nheads, headdim = q.shape
+    _, nheads_k, _ = _check_heads_and_dims(
+        op, q, k_cache, v_cache, layout, names=("k_cache", "v_cache")
+    )
+    kv_cache_batch = k_cache.shape[0]
+    width = page_size = 0
+    if paged:
+        page_size = _check_page_size(op, k_cache)
+        batch_table, width = _check_block_table(op, block_table)
+        if batch_table != batch:
+            raise ValueError(
+                f"{op}: block_table has {batch_table} rows but q has batch {batch}; "
+                "block_table must be (batch, max_blocks)"
+            )
+        capacity = width * page_size
+        for name, t in (("cache_batch_idx", cache_batch_idx), ("cache_leftpad", cache_leftpad)):
+            if t is not None:
+                raise ValueError(
+                    f"{op}: {name} cannot be combined with block_table (a paged cache's "
+                    "sequences are its block_table rows, starting at row 0)"
+                )
+    else:
+        capacity = k_cache.shape[1]
+        if cache_batch_idx is None and kv_cache_batch < batch:
+            raise ValueError(
+                f"{op}: k_cache holds {kv_cache_batch} sequences but q has batch {batch}; "
+                "without cache_batch_idx, batch entry b uses cache sequence b"
+            )
+    seqlen_new = 0
+    if (k is None) != (v is None):
+        raise ValueError(f"{op}: k and v (the new keys and values) must both be given or both None")
+    if k is not None:
+        for name, t in (("k", k), ("v", v)):
+            require_tensor(t, f"{op}: {name}")
+            expected = (batch, t.shape[1] if t.dim() == 4 else -1, nheads_k, headdim)
+            if t.dim() != 4 or _shape(t) != expected:
+                raise ValueError(
+                    f"{op}: {name} must be 4-D {_NEW_LAYOUT} = ({batch}, seqlen_new, {nheads_k}, "
+                    f"{headdim}), got shape {_shape(t)}"
+                )
+            _check_same_dtype(t, f"{op}: {name}", q, "q")
+        if k.shape[1] != v.shape[1]:
+            raise ValueError(
+                f"{op}: k has {k.shape[1]} new rows but v has {v.shape[1]}; they must agree"
+            )
+        seqlen_new = k.shape[1]
+        if seqlen_new > capacity:
+            raise ValueError(
+                f"{op}: k has {seqlen_new} new rows but a cache sequence holds {capacity}"
+            )
+        if cache_seqlens is None:
+            raise ValueError(
+                f"{op}: appending k and v needs cache_seqlens (where each sequence's new rows go)"
+            )
+    rotary_dim = rotary_seqlen = 0
+    if (rotary_cos is None) != (rotary_sin is None):
+        raise ValueError(f"{op}: rotary_cos and rotary_sin must both be given or both None")
+    if rotary_cos is not None:
+        if k is None:
+            raise ValueError(
+                f"{op}: rotary_cos / rotary_sin apply to q and the new k: they need k and v"
+            )
+        for name, t in (("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin)):
+            require_tensor(t, f"{op}: {name}")
+            if t.dim() != 2 or _shape(t) != _shape(rotary_cos):
+                raise ValueError(
+                    f"{op}: rotary_cos and rotary_sin must be 2-D (seqlen_ro, rotary_dim / 2) of "
+                    f"one shape, got {_shape(rotary_cos)} and {_shape(rotary_sin)}"
+                )
+            _check_same_dtype(t, f"{op}: {name}", q, "q")
+        rotary_seqlen, rotary_dim = rotary_cos.shape[0], 2 * rotary_cos.shape[1]
+        if not 0 < rotary_dim <= headdim:
+            raise ValueError(
+                f"{op}: rotary_dim (2 * rotary_cos.shape[1]) must be in 2..{headdim} (the head "
+                f"dim), got {rotary_dim}"
+            )
+        if rotary_seqlen < capacity:
+            raise ValueError(
+                f"{op}: rotary_cos has {rotary_seqlen} positions but a cache sequence holds "
+                f"{capacity}; seqlen_ro must cover the cache"
+            )
+    if isinstance(cache_seqlens, torch.Tensor):
+        _check_per_sequence(op, "cache_seqlens", cache_seqlens, batch)
+    elif cache_seqlens is not None:
+        if not _is_int(cache_seqlens):
+            raise TypeError(
+                f"{op}: cache_seqlens must be an int, an int32 tensor (batch,) or None, got "
+                f"{type(cache_seqlens).__name__}"
+            )
+        if not isinstance(cache_seqlens, torch.SymInt):
+            kvcache_values(
+                op, KVCacheShape(batch, seqlen_q, nheads, nheads_k, headdim, kv_cache_batch,
+                                 capacity, page_size, width, seqlen_new, rotary_dim,
+                                 rotary_seqlen),
+                [operator.index(cache_seqlens)] * batch, None, None, None,
+            )  # fmt: skip
+    for name, t in (("cache_batch_idx", cache_batch_idx), ("cache_leftpad", cache_leftpad)):
+        if t is not None:
+            _check_per_sequence(op, name, t, batch)
+    if isinstance(num_splits, bool) or not _is_int(num_splits):
+        raise TypeError(f"{op}: num_splits must be an int, got {type(num_splits).__name__}")
+    if not 0 <= num_splits <= _INT32_MAX:
+        raise ValueError(f"{op}: num_splits must be >= 0 (0: chosen for you), got {num_splits}")
+    caches = {"k_cache": k_cache, "v_cache": v_cache}
+    _check_cache_layout(op, caches)
+    tensors = {"q": q, **caches}
+    optional = {
+        "k": k, "v": v, "rotary_cos": rotary_cos, "rotary_sin": rotary_sin,
+        "cache_seqlens": cache_seqlens, "cache_batch_idx": cache_batch_idx,
+        "cache_leftpad": cache_leftpad, "block_table": block_table,
+    }  # fmt: skip
+    tensors.update((n, t) for n, t in optional.items() if isinstance(t, torch.Tensor))
+    _check_devices(op, tensors)
+    return KVCacheShape(
+        batch, seqlen_q, nheads, nheads_k, headdim, kv_cache_batch, capacity, page_size, width,
+        seqlen_new, rotary_dim, rotary_seqlen,
+    )  # fmt: skip
+
+
+def kvcache_values(
+    op: str,
+    sizes: KVCacheShape,
+    cache_seqlens: list[int] | None,
+    cache_leftpad: list[int] | None,
+    cache_batch_idx: list[int] | None,
+    block_table: list[int] | None,
+) -> None:
+    """Check the values of flash_attn_with_kvcache's integer arguments (host lists;
+    block_table flattened row by row): every index the kernels would take inside the
+    cache. Pure: the CUDA implementation copies the values once and calls it."""
+    new = sizes.seqlen_new
+    for b in range(sizes.batch):
+        if cache_seqlens is None:
+            end = sizes.capacity
+        else:
+            used = cache_seqlens[b]
+            if used < 0:
+                raise ValueError(f"{op}: cache_seqlens[{b}] = {used} is negative")
+            end = used + new
+            if end > sizes.capacity:
+                plus = f" plus the {new} new rows" if new else ""
+                raise ValueError(
+                    f"{op}: cache_seqlens[{b}] = {used}{plus} exceeds the {sizes.capacity} rows "
+                    "a cache sequence holds"
+                )
+        if cache_leftpad is not None and not 0 <= cache_leftpad[b] <= end:
+            raise ValueError(
+                f"{op}: cache_leftpad[{b}] = {cache_leftpad[b]} is outside [0, {end}] (the "
+                "sequence's rows in use)"
+            )
+        if cache_batch_idx is not None and not 0 <= cache_batch_idx[b] < sizes.kv_cache_batch:
+            raise ValueError(
+                f"{op}: cache_batch_idx[{b}] = {cache_batch_idx[b]} is outside "
+                f"[0, {sizes.kv_cache_batch}) (the cache's sequences)"
+            )
+        if block_table is not None:
+            pages = -(-end // sizes.page_size)
+            row = block_table[b * sizes.block_table_width : b * sizes.block_table_width + pages]
+            _check_pages(op, b, row, sizes.kv_cache_batch)
+
+
+def _check_pages(op: str, b: int, pages: list[int], num_blocks: int) -> None:
+    for j, page in enumerate(pages):
+        if not 0 <= page < num_blocks:
+            raise ValueError(
+                f"{op}: block_table[{b}][{j}] = {page} is outside [0, {num_blocks}) (the "
+                "cache's pages); the entries of the pages in use must index the cache"
+            )
+
+
+def paged_varlen_values(
+    op: str, lengths_k: list[int], page_size: int, width: int, num_blocks: int,
+    block_table: list[int],
+) -> None:  # fmt: skip
+    """Check the block_table entries of paged prefill's pages in use (host lists;
+    block_table flattened row by row), given each sequence's key count."""
+    for b, length in enumerate(lengths_k):
+        pages = -(-length // page_size)
+        _check_pages(op, b, block_table[b * width : b * width + pages], num_blocks)
 
 
 def sdpa_fallback_reason(

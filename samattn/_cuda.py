@@ -7,6 +7,7 @@ current stream of the tensors' device.
 from __future__ import annotations
 
 import ctypes
+import operator
 
 import torch
 
@@ -83,22 +84,31 @@ def gemm(
         return out
     args, _keep = _gemm_args(a, b, c, alpha, beta, sizes, out.data_ptr())
     args.stream = _stream(out)
+    _run_with_workspace("samattn_gemm", "samattn_gemm_workspace_size", args, a)
+    return out
+
+
+def _run_with_workspace(
+    function_name: str, size_function_name: str, args: ctypes.Structure, like: torch.Tensor
+) -> None:
+    """Call an op of the library that may answer NEEDS_WORKSPACE (nothing launched): most
+    calls need none, so its size is asked only then, and the call made again with one."""
     library = _lib.lib()
+    function = getattr(library, function_name)
     args_ref = ctypes.byref(args)
     family = ctypes.c_int32()  # FAMILY_AUTO until the library sets it
-    # Most GEMMs need no workspace: ask for its size only when the library says so.
-    status = library.samattn_gemm(args_ref, ctypes.byref(family))
+    status = function(args_ref, ctypes.byref(family))
     if status == _lib.NEEDS_WORKSPACE:
         needed = ctypes.c_int64(0)
-        _lib.check(library.samattn_gemm_workspace_size(args_ref, ctypes.byref(needed)))
-        # From torch's caching allocator, so it is cheap, stream-ordered and
-        # capturable in CUDA graphs; freed when the kernel is done with it.
-        workspace = a.new_empty(needed.value, dtype=torch.uint8)
+        size_function = getattr(library, size_function_name)
+        _lib.check(size_function(args_ref, ctypes.byref(needed)))
+        # From torch's caching allocator, so it is cheap, stream-ordered, 512-byte aligned
+        # and capturable in CUDA graphs; freed (stream-ordered) once the kernels are done.
+        workspace = like.new_empty(needed.value, dtype=torch.uint8)
         args.workspace, args.workspace_bytes = workspace.data_ptr(), needed.value
-        status = library.samattn_gemm(args_ref, ctypes.byref(family))
+        status = function(args_ref, ctypes.byref(family))
     _lib.check(status)
     _lib.set_last_family(family.value)
-    return out
 
 
 def gemm_plan(
@@ -219,6 +229,29 @@ def _seq_head_strides(t: torch.Tensor) -> tuple[int, int, int]:
     )
 
 
+def _checking_values() -> bool:
+    """Whether to check device integer arguments' values now: not when switched off
+    (samattn.set_value_checks), nor while a CUDA graph is being captured, where the
+    device-to-host copy is not allowed."""
+    return _checks.value_checks_enabled() and not torch.cuda.is_current_stream_capturing()
+
+
+def _host_values(tensors: list[torch.Tensor | None]) -> list[list[int] | None]:
+    """The values of these device integer tensors as host lists (None stays None), read
+    with one device-to-host copy."""
+    present = [t.reshape(-1) for t in tensors if t is not None]
+    flat = torch.cat(present).tolist() if present else []
+    values: list[list[int] | None] = []
+    start = 0
+    for t in tensors:
+        if t is None:
+            values.append(None)
+            continue
+        values.append(flat[start : start + t.numel()])
+        start += t.numel()
+    return values
+
+
 def _check_cu_seqlens_on_device(
     op: str | None,
     cu_seqlens_q: torch.Tensor,
@@ -226,26 +259,32 @@ def _check_cu_seqlens_on_device(
     sizes: _checks.AttentionShape,
     max_seqlen_q: int,
     max_seqlen_k: int,
+    block_table: torch.Tensor | None = None,
+    page_size: int = 0,
+    num_blocks: int = 0,
 ) -> None:
-    """Bad offsets would make the kernels read and write outside the tensors, and the library
-    cannot read device memory: check them here (one small device-to-host copy). Skipped while
-    a CUDA graph is being captured, where a copy is not allowed."""
-    if torch.cuda.is_current_stream_capturing():
-        return
+    """Bad offsets (or block table entries) would make the kernels read and write outside
+    the tensors, and the library cannot read device memory: check them here (one small
+    device-to-host copy), unless _checking_values() says not now."""
     op = op or "samattn.flash_attn_varlen_func"
-    both = torch.cat([cu_seqlens_q, cu_seqlens_k]).tolist()
-    values_q, values_k = both[: sizes.batch + 1], both[sizes.batch + 1 :]
+    values_q, values_k, table = _host_values([cu_seqlens_q, cu_seqlens_k, block_table])
     _checks.cu_seqlens_values(
         op, "cu_seqlens_q", values_q, sizes.seqlen_q, max_seqlen_q, "max_seqlen_q"
     )
-    _checks.cu_seqlens_values(
-        op, "cu_seqlens_k", values_k, sizes.seqlen_k, max_seqlen_k, "max_seqlen_k"
-    )
+    # Paged: cu_seqlens_k gives lengths only (each sequence's keys are in its pages).
+    total_k = None if block_table is not None else sizes.seqlen_k
+    _checks.cu_seqlens_values(op, "cu_seqlens_k", values_k, total_k, max_seqlen_k, "max_seqlen_k")
+    if block_table is not None:
+        lengths = [end - start for start, end in zip(values_k, values_k[1:])]
+        width = block_table.shape[1]
+        _checks.paged_varlen_values(op, lengths, page_size, width, num_blocks, table)
 
 
 # The forward leaves the backward's tensors (dout, dq, dk, dv and their strides) NULL / 0.
 # Pointers are packed as integers, NULL as 0.
 _NO_GRADIENTS = (0, 0, 0, 0) * 4
+# The KV-cache fields (seqused_k ... num_splits), all off: 23 values.
+_NO_KVCACHE = (0,) * 23
 
 
 def _attention_args(
@@ -267,19 +306,25 @@ def _attention_args(
     softcap: float,
     gradients: tuple[torch.Tensor, ...] = (),
     deterministic: bool = False,
+    kvcache: tuple[int, ...] | None = None,
 ) -> tuple[_lib.AttentionArgs, tuple[torch.Tensor, ...]]:
     """The C arguments of the forward, or of the backward when `gradients` holds
     (dout, dq, dk, dv); and the tensors they point to (q, k, v as the kernels read them,
-    the contiguous offsets), to keep alive until the launch."""
-    q, k, v = _attention_operand(q), _attention_operand(k), _attention_operand(v)
+    the contiguous offsets), to keep alive until the launch. With `kvcache` (the 23
+    KV-cache fields) k and v are caches, used in place as they are (checked by
+    _cache_pointers); varlen offsets are then the caller's to check."""
+    q = _attention_operand(q)
+    if kvcache is None:
+        k, v = _attention_operand(k), _attention_operand(v)
     keep: tuple[torch.Tensor, ...] = (q, k, v)
     cu_q = cu_k = 0
     if sizes.varlen:
         cu_seqlens_q = cu_seqlens_q.contiguous()
         cu_seqlens_k = cu_seqlens_k.contiguous()
-        _check_cu_seqlens_on_device(
-            op, cu_seqlens_q, cu_seqlens_k, sizes, max_seqlen_q, max_seqlen_k
-        )
+        if kvcache is None and _checking_values():
+            _check_cu_seqlens_on_device(
+                op, cu_seqlens_q, cu_seqlens_k, sizes, max_seqlen_q, max_seqlen_k
+            )
         cu_q, cu_k = cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr()
         keep += (cu_seqlens_q, cu_seqlens_k)
     else:
@@ -308,6 +353,7 @@ def _attention_args(
         softmax_scale, softcap, window_left, window_right,
         *backward,
         int(deterministic), 0, _stream(q), 0, 0,
+        *(kvcache or _NO_KVCACHE),
     )  # fmt: skip
     return args, keep
 
@@ -326,24 +372,145 @@ def flash_attn_forward(
     window_right: int,
     softcap: float,
     op: str | None = None,
+    block_table: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(out, softmax_lse) of FlashAttention on the GPU; see samattn.flash_attn_func.
-    `op` names the public function in error messages."""
+    `op` names the public function in error messages. With block_table (paged prefill,
+    varlen only) k and v are paged caches (num_blocks, page_size, nheads_k, headdim)."""
     sizes = _checks.attention_sizes(
-        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, op
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, op, block_table
     )
     # out has q's shape (fixed length and varlen alike) and is contiguous.
     out = torch.empty_like(q) if q.is_contiguous() else q.new_empty(sizes.out_shape)
     lse = q.new_empty(sizes.lse_shape, dtype=torch.float32)
     if out.numel() == 0:
         return out, lse
+    kvcache = keep_table = None
+    if block_table is not None:
+        _cache_pointers(op or "samattn.flash_attn_varlen_func", {"k": k, "v": v})
+        keep_table = _rows_contiguous(block_table)
+        num_blocks, page_size = k.shape[0], k.shape[1]
+        if _checking_values():
+            _check_cu_seqlens_on_device(
+                op, cu_seqlens_q, cu_seqlens_k, sizes, max_seqlen_q, max_seqlen_k,
+                keep_table, page_size, num_blocks,
+            )  # fmt: skip
+        kvcache = (
+            0, 0, 0, keep_table.data_ptr(), keep_table.stride(0), keep_table.shape[1],
+            page_size, num_blocks, *_NO_KVCACHE[8:],
+        )  # fmt: skip
     args, _keep = _attention_args(
         op, sizes, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-        softmax_scale, causal, window_left, window_right, softcap,
+        softmax_scale, causal, window_left, window_right, softcap, kvcache=kvcache,
     )  # fmt: skip
-    family = ctypes.c_int32()  # FAMILY_AUTO until the library sets it
-    _lib.check(_lib.lib().samattn_attention_forward(ctypes.byref(args), ctypes.byref(family)))
-    _lib.set_last_family(family.value)
+    # Decode-shaped problems split the keys over CTAs, which needs a workspace.
+    _run_with_workspace(
+        "samattn_attention_forward", "samattn_attention_forward_workspace_size", args, q
+    )
+    return out, lse
+
+
+def _pointer(t: torch.Tensor | None) -> int:
+    return 0 if t is None else t.data_ptr()
+
+
+def _rows_contiguous(t: torch.Tensor) -> torch.Tensor:
+    """A 2-D integer table whose rows the library reads with a unit inner stride."""
+    return t if t.stride(-1) == 1 or t.shape[-1] <= 1 else t.contiguous()
+
+
+def _cache_pointers(op: str, caches: dict[str, torch.Tensor]) -> None:
+    """Caches are used in place: their pointers must allow 16-byte vectors (the layout
+    was checked by _checks, which has no pointers on fake tensors)."""
+    for name, t in caches.items():
+        if t.data_ptr() % _VECTOR_BYTES != 0:
+            raise ValueError(
+                f"{op}: {name} starts at an address that is not 16-byte aligned (a view at an "
+                "odd offset?); a KV cache is used in place, so it must allow 16-byte vectors"
+            )
+
+
+def flash_attn_kvcache(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    k: torch.Tensor | None,
+    v: torch.Tensor | None,
+    rotary_cos: torch.Tensor | None,
+    rotary_sin: torch.Tensor | None,
+    cache_seqlens: torch.Tensor | int | None,
+    cache_batch_idx: torch.Tensor | None,
+    cache_leftpad: torch.Tensor | None,
+    block_table: torch.Tensor | None,
+    softmax_scale: float,
+    causal: bool,
+    window_left: int,
+    window_right: int,
+    softcap: float,
+    rotary_interleaved: bool,
+    num_splits: int,
+    op: str = "samattn.flash_attn_with_kvcache",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out, softmax_lse) of attention over a KV cache on the GPU, appending k and v into
+    the caches in place first; see samattn.flash_attn_with_kvcache (whose arguments
+    these are, normalized: scale and window bounds resolved)."""
+    sizes = _checks.kvcache(
+        q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+        cache_leftpad, block_table, num_splits, op,
+    )  # fmt: skip
+    out = torch.empty_like(q) if q.is_contiguous() else q.new_empty(sizes.out_shape)
+    lse = q.new_empty(sizes.lse_shape, dtype=torch.float32)
+    if out.numel() == 0 and sizes.seqlen_new == 0:
+        return out, lse
+    _cache_pointers(op, {"k_cache": k_cache, "v_cache": v_cache})
+    seqlens_known = cache_seqlens is not None and not isinstance(cache_seqlens, torch.Tensor)
+    if seqlens_known:  # an int, checked by _checks.kvcache
+        cache_seqlens = operator.index(cache_seqlens)
+        seqlens_values = [cache_seqlens] * sizes.batch
+        cache_seqlens = q.new_full((sizes.batch,), cache_seqlens, dtype=torch.int32)
+    ints = [cache_seqlens, cache_leftpad, cache_batch_idx]
+    cache_seqlens, cache_leftpad, cache_batch_idx = (
+        None if t is None else t.contiguous() for t in ints
+    )
+    if block_table is not None:
+        block_table = _rows_contiguous(block_table)
+    if _checking_values():
+        tensors = [None if seqlens_known else cache_seqlens, cache_leftpad, cache_batch_idx]
+        values = _host_values([*tensors, block_table])
+        if seqlens_known:
+            values[0] = seqlens_values
+        _checks.kvcache_values(op, sizes, *values)
+    keep: tuple[torch.Tensor | None, ...] = (cache_seqlens, cache_leftpad, cache_batch_idx)
+    new = (0,) * 8
+    if k is not None:
+        k, v = _attention_operand(k), _attention_operand(v)
+        new = (k.data_ptr(), *_seq_head_strides(k), v.data_ptr(), *_seq_head_strides(v))
+        keep += (k, v)
+    rotary = (0, 0)
+    if rotary_cos is not None:
+        rotary_cos, rotary_sin = rotary_cos.contiguous(), rotary_sin.contiguous()
+        rotary = (rotary_cos.data_ptr(), rotary_sin.data_ptr())
+        keep += (rotary_cos, rotary_sin)
+    table = (0, 0, 0)
+    if block_table is not None:
+        table = (block_table.data_ptr(), block_table.stride(0), block_table.shape[1])
+        keep += (block_table,)
+    kvcache = (
+        _pointer(cache_seqlens), _pointer(cache_leftpad), _pointer(cache_batch_idx), *table,
+        sizes.page_size, sizes.kv_cache_batch, *new, sizes.seqlen_new, *rotary,
+        sizes.rotary_dim, sizes.rotary_seqlen, int(rotary_interleaved), operator.index(num_splits),
+    )  # fmt: skip
+    shape = _checks.AttentionShape(
+        sizes.batch, sizes.nheads, sizes.nheads_k, sizes.seqlen_q, sizes.capacity,
+        sizes.headdim, varlen=False,
+    )  # fmt: skip
+    args, _keep = _attention_args(
+        op, shape, q, k_cache, v_cache, out, lse, None, None, 0, 0, softmax_scale, causal,
+        window_left, window_right, softcap, kvcache=kvcache,
+    )  # fmt: skip
+    _run_with_workspace(
+        "samattn_attention_forward", "samattn_attention_forward_workspace_size", args, q
+    )
     return out, lse
 
 

@@ -12,6 +12,14 @@ Ops (namespace ``samattn``)::
         -> (Tensor out, Tensor softmax_lse)
     flash_attn_backward(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out,
         Tensor softmax_lse, <the forward's other arguments>) -> (Tensor dq, Tensor dk, Tensor dv)
+    flash_attn_with_kvcache(Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor? k,
+        Tensor? v, Tensor? rotary_cos, Tensor? rotary_sin, Tensor? cache_seqlens,
+        Tensor? cache_batch_idx, Tensor? cache_leftpad, Tensor? block_table,
+        float softmax_scale, bool causal, int window_left, int window_right, float softcap,
+        bool rotary_interleaved, int num_splits) -> (Tensor out, Tensor softmax_lse)
+
+flash_attn_forward also takes ``Tensor? block_table=None`` last: paged prefill (varlen,
+k and v paged caches, forward only).
 
 Fixed length when cu_seqlens_q/k are None: q (batch, seqlen_q, nheads, headdim), k and v
 (batch, seqlen_k, nheads_k, headdim), softmax_lse (batch, nheads, seqlen_q). Varlen: packed
@@ -25,6 +33,10 @@ return_attn_probs=True) is treated as a constant: a gradient flowing into it is 
 ``deterministic=True`` makes the backward bit-identical run to run. The backward op returns
 contiguous dq, dk, dv; its scratch memory comes from torch's caching allocator, so it can be
 captured in CUDA graphs.
+
+Inference (docs/inference.md): flash_attn_with_kvcache and paged prefill are forward only.
+Their integer arguments' values are checked in eager mode with one device-to-host copy
+(samattn.set_value_checks turns that off); unchecked, the kernels clamp every cache index.
 """
 
 # No `from __future__ import annotations`: torch.library reads these annotations at
@@ -44,6 +56,7 @@ __all__ = [
     "flash_attn_varlen_func",
     "flash_attn_varlen_kvpacked_func",
     "flash_attn_varlen_qkvpacked_func",
+    "flash_attn_with_kvcache",
     "scaled_dot_product_attention",
 ]
 
@@ -68,6 +81,7 @@ def _flash_attn_forward(
     window_right: int,
     softcap: float,
     deterministic: bool,
+    block_table: Optional[Tensor] = None,
 ) -> tuple[Tensor, Tensor]:
     # `deterministic` is the backward's; it is an argument here so that autograd sees it.
     return _cuda.flash_attn_forward(
@@ -83,6 +97,7 @@ def _flash_attn_forward(
         window_left,
         window_right,
         softcap,
+        block_table=block_table,
     )
 
 
@@ -101,8 +116,11 @@ def _flash_attn_forward_fake(
     window_right: int,
     softcap: float,
     deterministic: bool,
+    block_table: Optional[Tensor] = None,
 ) -> tuple[Tensor, Tensor]:
-    sizes = _checks.attention_sizes(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    sizes = _checks.attention_sizes(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, None, block_table
+    )
     out = q.new_empty(sizes.out_shape)
     lse = q.new_empty(sizes.lse_shape, dtype=torch.float32)
     return out, lse
@@ -175,13 +193,16 @@ def _forward_setup_context(ctx, inputs, output) -> None:
     q, k, v, cu_seqlens_q, cu_seqlens_k = inputs[:5]
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k)
-    ctx.scalars = inputs[5:]
+    ctx.scalars = inputs[5:13]
+    ctx.paged = len(inputs) > 13 and inputs[13] is not None
     ctx.family = _family.requested_family()
 
 
 def _forward_grad(ctx, grad_out: Tensor, grad_lse: Optional[Tensor]):
     # softmax_lse is an output for the backward's use; its gradient is ignored
     # (flash-attn's convention, documented in the module docstring).
+    if ctx.paged:
+        raise NotImplementedError(_PAGED_BACKWARD)
     q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
     inputs = (grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, *ctx.scalars)
     with _family._forced_code(ctx.family):
@@ -189,8 +210,14 @@ def _forward_grad(ctx, grad_out: Tensor, grad_lse: Optional[Tensor]):
             dq, dk, dv = _cuda.flash_attn_backward(*inputs)
         else:
             dq, dk, dv = torch.ops.samattn.flash_attn_backward(*inputs)
-    return (dq, dk, dv) + (None,) * 10
+    return (dq, dk, dv) + (None,) * 11
 
+
+_PAGED_BACKWARD = (
+    "samattn.flash_attn_varlen_func: block_table (paged KV cache) is forward only; the "
+    "backward through a paged cache is not supported (call it under torch.no_grad(), or on "
+    "tensors that do not require grad)"
+)
 
 _flash_attn_forward.register_autograd(_forward_grad, setup_context=_forward_setup_context)
 
@@ -226,20 +253,27 @@ def _attention(
     alibi_slopes: Optional[Tensor],
     deterministic: bool,
     return_attn_probs: bool,
+    block_table: Optional[Tensor] = None,
 ) -> AttentionResult:
     if dropout_p != 0.0 or alibi_slopes is not None or type(dropout_p) is not float:
         _checks.not_implemented_attention_features(op, dropout_p, alibi_slopes)
-    route = _eager.route(q, k, v, cu_seqlens_q, cu_seqlens_k)
+    route = _eager.route(q, k, v, cu_seqlens_q, cu_seqlens_k, block_table)
     if route == _eager.DISPATCH:
         # Everything the kernels would reject, checked first with this function's name.
         for name, t in (("q", q), ("k", k), ("v", v)):
             _checks.require_tensor(t, f"{op}: {name}")
-        if cu_seqlens_q is None:
+        if block_table is not None:
+            _checks.flash_attn_varlen_paged(
+                q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, block_table, op
+            )
+        elif cu_seqlens_q is None:
             _checks.flash_attn(q, k, v, op)
         else:
             _checks.flash_attn_varlen(
                 q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, op
             )
+    if block_table is not None and _checks.needs_grad(q, k, v):
+        raise NotImplementedError(_PAGED_BACKWARD)
     scale, left, right = _checks.attention_scalars(
         op, softmax_scale, window_size, softcap, q.shape[-1]
     )
@@ -247,7 +281,7 @@ def _attention(
     if route == _eager.DIRECT:
         out, lse = _cuda.flash_attn_forward(
             q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal,
-            left, right, softcap, op,
+            left, right, softcap, op, block_table,
         )  # fmt: skip
     else:
         apply = (
@@ -255,9 +289,10 @@ def _attention(
             if route == _eager.AUTOGRAD
             else torch.ops.samattn.flash_attn_forward
         )
+        paged = () if block_table is None else (block_table,)
         out, lse = apply(
             q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal,
-            left, right, softcap, bool(deterministic),
+            left, right, softcap, bool(deterministic), *paged,
         )  # fmt: skip
     return (out, lse, None) if return_attn_probs else out
 
@@ -360,9 +395,19 @@ def flash_attn_varlen_func(
         k, v: (total_k, nheads_k, headdim), likewise with cu_seqlens_k.
         cu_seqlens_q, cu_seqlens_k: torch.int32, (batch + 1,), non-decreasing offsets on the
             tensors' device. They are checked against the tensors (one small device-to-host
-            copy per call, skipped while a CUDA graph is captured).
+            copy per call, skipped while a CUDA graph is captured or when turned off with
+            samattn.set_value_checks(False)).
         max_seqlen_q, max_seqlen_k: ints bounding every sequence's length.
-        block_table: must be None (paged KV cache is not implemented).
+        block_table: None, or paged prefill (forward only): (batch, max_blocks) torch.int32,
+            and then k and v are paged caches (num_blocks, page_block_size, nheads_k,
+            headdim), page_block_size a multiple of 16, headdim a multiple of 8, read in
+            place (strides multiples of 8 elements, 16-byte aligned). Sequence b's key j
+            is row j % page_block_size of page block_table[b][j // page_block_size];
+            cu_seqlens_k gives only each sequence's key count (cu_seqlens_k[b + 1] -
+            cu_seqlens_k[b]), at most max_blocks * page_block_size. The entries of the
+            pages in use are checked like the offsets (samattn.set_value_checks); the
+            kernels clamp page indices into the cache. A gradient through a paged cache
+            is not supported: NotImplementedError when q, k or v requires grad.
         The other arguments are flash_attn_func's; causal and the window align each
         sequence's own bottom-right corner.
 
@@ -371,11 +416,6 @@ def flash_attn_varlen_func(
         softmax_lse (nheads, total_q) float32. Rows outside every sequence are not written
         (their gradients are 0).
     """
-    if block_table is not None:
-        raise NotImplementedError(
-            "samattn.flash_attn_varlen_func: block_table (paged KV cache) is not implemented; "
-            "pass block_table=None"
-        )
     return _attention(
         "samattn.flash_attn_varlen_func",
         q,
@@ -393,6 +433,7 @@ def flash_attn_varlen_func(
         alibi_slopes,
         deterministic,
         return_attn_probs,
+        block_table,
     )
 
 
@@ -498,6 +539,190 @@ def flash_attn_varlen_kvpacked_func(
         softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
         return_attn_probs,
     )  # fmt: skip
+
+
+# -------------------------------------------------------------- KV cache ----
+@torch.library.custom_op("samattn::flash_attn_with_kvcache", mutates_args=("k_cache", "v_cache"))
+def _flash_attn_with_kvcache(
+    q: Tensor,
+    k_cache: Tensor,
+    v_cache: Tensor,
+    k: Optional[Tensor],
+    v: Optional[Tensor],
+    rotary_cos: Optional[Tensor],
+    rotary_sin: Optional[Tensor],
+    cache_seqlens: Optional[Tensor],
+    cache_batch_idx: Optional[Tensor],
+    cache_leftpad: Optional[Tensor],
+    block_table: Optional[Tensor],
+    softmax_scale: float,
+    causal: bool,
+    window_left: int,
+    window_right: int,
+    softcap: float,
+    rotary_interleaved: bool,
+    num_splits: int,
+) -> tuple[Tensor, Tensor]:
+    return _cuda.flash_attn_kvcache(
+        q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+        cache_leftpad, block_table, softmax_scale, causal, window_left, window_right, softcap,
+        rotary_interleaved, num_splits,
+    )  # fmt: skip
+
+
+@_flash_attn_with_kvcache.register_fake
+def _flash_attn_with_kvcache_fake(
+    q: Tensor,
+    k_cache: Tensor,
+    v_cache: Tensor,
+    k: Optional[Tensor],
+    v: Optional[Tensor],
+    rotary_cos: Optional[Tensor],
+    rotary_sin: Optional[Tensor],
+    cache_seqlens: Optional[Tensor],
+    cache_batch_idx: Optional[Tensor],
+    cache_leftpad: Optional[Tensor],
+    block_table: Optional[Tensor],
+    softmax_scale: float,
+    causal: bool,
+    window_left: int,
+    window_right: int,
+    softcap: float,
+    rotary_interleaved: bool,
+    num_splits: int,
+) -> tuple[Tensor, Tensor]:
+    sizes = _checks.kvcache(
+        q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+        cache_leftpad, block_table, num_splits,
+    )  # fmt: skip
+    return q.new_empty(sizes.out_shape), q.new_empty(sizes.lse_shape, dtype=torch.float32)
+
+
+def flash_attn_with_kvcache(
+    q: Tensor,
+    k_cache: Tensor,
+    v_cache: Tensor,
+    k: Optional[Tensor] = None,
+    v: Optional[Tensor] = None,
+    rotary_cos: Optional[Tensor] = None,
+    rotary_sin: Optional[Tensor] = None,
+    cache_seqlens: Optional[Union[Tensor, int]] = None,
+    cache_batch_idx: Optional[Tensor] = None,
+    cache_leftpad: Optional[Tensor] = None,
+    block_table: Optional[Tensor] = None,
+    softmax_scale: Optional[float] = None,
+    causal: bool = False,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    rotary_interleaved: bool = True,
+    alibi_slopes: Optional[Tensor] = None,
+    num_splits: int = 0,
+    return_softmax_lse: bool = False,
+) -> Union[Tensor, tuple[Tensor, Tensor]]:
+    """Attention of new queries over a KV cache, for inference (flash-attn 2's function).
+
+    If k and v are given, they are first written into the caches in place, at rows
+    cache_seqlens[b] to cache_seqlens[b] + seqlen_new - 1 of each sequence (after rotary
+    embedding when rotary_cos and rotary_sin are given); then q attends each sequence's
+    keys, rows cache_leftpad[b] (default 0) to cache_seqlens[b] + seqlen_new - 1 (the
+    whole cache without cache_seqlens), seen as keys 0, 1, ... of that sequence: causal
+    and the window are aligned to the bottom-right corner, as in flash_attn_func. One
+    call does a decode step (seqlen_q = seqlen_new = 1) or a chunk of a prefill.
+
+    Args:
+        q: (batch, seqlen_q, nheads, headdim), torch.float16 or torch.bfloat16.
+        k_cache, v_cache: (batch_cache, seqlen_cache, nheads_k, headdim), or with
+            block_table paged caches (num_blocks, page_block_size, nheads_k, headdim),
+            page_block_size a positive multiple of 16. q's dtype; nheads a multiple of
+            nheads_k (GQA / MQA). They are read and updated in place, never copied, so
+            they must allow the kernels' 16-byte vectors: headdim a multiple of 8 (at
+            most 256), head dim contiguous, other strides multiples of 8 elements,
+            16-byte aligned (ValueError otherwise).
+        k, v: None, or the new keys and values (batch, seqlen_new, nheads_k, headdim),
+            appended to the caches in place; they need cache_seqlens.
+        rotary_cos, rotary_sin: None, or (seqlen_ro, rotary_dim / 2) in q's dtype,
+            seqlen_ro covering the cache (>= seqlen_cache, or max_blocks *
+            page_block_size), rotary_dim even and <= headdim (flash-attn asks for a
+            multiple of 16; any even size works here). Only with k and v: rotary
+            embedding of the first rotary_dim channels of q and of the new k. New key i
+            of sequence b takes position cache_seqlens[b] + i; query row i takes the
+            same position when causal or a window is set, else every query row takes
+            cache_seqlens[b]. rotary_interleaved rotates channel pairs (2c, 2c + 1),
+            otherwise (c, c + rotary_dim / 2) (GPT-NeoX style).
+        cache_seqlens: None, an int (every sequence), or (batch,) torch.int32: the rows
+            of each cache sequence in use before the append.
+        cache_batch_idx: None, or (batch,) torch.int32: the cache sequence of each batch
+            entry (default b; batch_cache must then be >= batch). Not with block_table.
+        cache_leftpad: None, or (batch,) torch.int32: each sequence's first cache row
+            (left padding). Not with block_table.
+        block_table: None, or (batch, max_blocks) torch.int32: sequence b's row j is row
+            j % page_block_size of page block_table[b][j // page_block_size].
+        softmax_scale, causal, window_size, softcap: as in flash_attn_func, relative to
+            each sequence's key count.
+        alibi_slopes: must be None (ALiBi comes with the "attention features" issue:
+            NotImplementedError).
+        num_splits: how many CTAs share one query tile's keys (split-KV, combined by
+            log-sum-exp); 0 lets samattn choose from the problem and the SM count, 1
+            never splits. The result does not depend on it beyond rounding.
+        return_softmax_lse: also return softmax_lse.
+
+    Integer values are checked in eager mode (one device-to-host copy of the integer
+    tensors per call; see samattn.set_value_checks to turn it off for serving):
+    cache_seqlens[b] >= 0 and cache_seqlens[b] + seqlen_new within the cache,
+    cache_leftpad[b] within [0, that end], cache_batch_idx[b] in [0, batch_cache), and
+    the block_table entries of the pages in use in [0, num_blocks). Unchecked (inside
+    CUDA graph capture, or switched off), the kernels clamp every row and page index
+    into the cache and never read or write outside it.
+
+    No gradient: this is an inference function. Inputs that require grad are computed
+    on as they are, and the outputs do not require grad (as in flash-attn).
+
+    Returns:
+        out (batch, seqlen_q, nheads, headdim), contiguous, in q's dtype; with
+        return_softmax_lse ``(out, softmax_lse)``, softmax_lse (batch, nheads, seqlen_q)
+        float32. A query that sees no key gets out = 0 and softmax_lse = +inf.
+
+    Raises:
+        ValueError / TypeError for bad arguments (naming the argument), NotImplementedError
+        for ALiBi, samattn.UnsupportedError when this GPU, kernel family or build cannot
+        run it.
+    """
+    op = "samattn.flash_attn_with_kvcache"
+    if alibi_slopes is not None:
+        raise NotImplementedError(
+            f"{op}: alibi_slopes is not implemented yet in samattn (it comes with the "
+            '"attention features" issue); pass alibi_slopes=None'
+        )
+    _checks.require_tensor(q, f"{op}: q")
+    headdim = q.shape[-1] if q.dim() == 4 else 1  # for the default scale; shapes checked below
+    scale, left, right = _checks.attention_scalars(op, softmax_scale, window_size, softcap, headdim)
+    causal, softcap, interleaved = bool(causal), float(softcap), bool(rotary_interleaved)
+    seqlens_tensor = cache_seqlens if isinstance(cache_seqlens, Tensor) else None
+    route = _eager.route(
+        q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, seqlens_tensor, cache_batch_idx,
+        cache_leftpad, block_table,
+    )  # fmt: skip
+    if route != _eager.DISPATCH:
+        # The CUDA implementation records no autograd graph (inference only).
+        out, lse = _cuda.flash_attn_kvcache(
+            q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+            cache_leftpad, block_table, scale, causal, left, right, softcap, interleaved,
+            num_splits, op,
+        )  # fmt: skip
+    else:
+        sizes = _checks.kvcache(
+            q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+            cache_leftpad, block_table, num_splits, op,
+        )  # fmt: skip
+        if cache_seqlens is not None and seqlens_tensor is None:
+            cache_seqlens = q.new_full((sizes.batch,), cache_seqlens, dtype=torch.int32)
+        with torch.no_grad():  # the op has no autograd formula: inference only
+            out, lse = torch.ops.samattn.flash_attn_with_kvcache(
+                q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
+                cache_batch_idx, cache_leftpad, block_table, scale, causal, left, right,
+                softcap, interleaved, int(num_splits),
+            )  # fmt: skip
+    return (out, lse) if return_softmax_lse else out
 
 
 # ------------------------------------------------------------------ SDPA ----

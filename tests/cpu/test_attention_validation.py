@@ -241,7 +241,11 @@ BAD_VARLEN = {
         ValueError,
         "q has 4 heads and k, v have 3",
     ),
-    "block_table": (dict(block_table=meta(2, 4)), NotImplementedError, "block_table"),
+    "block_table with packed k": (
+        dict(block_table=meta(2, 4, dtype=torch.int32)),
+        ValueError,
+        "with block_table, k must be a 4-D paged cache",
+    ),
 }
 
 

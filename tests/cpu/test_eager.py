@@ -73,6 +73,9 @@ def test_attention_args_fields(monkeypatch):
         dout=dout.data_ptr(), dq=dq.data_ptr(), dk=dk.data_ptr(), dk_head_stride=64,
         dv=dv.data_ptr(), dv_seq_stride=256, deterministic=1, stream=0x5000,
         workspace=None, workspace_bytes=0,
+        # No KV cache: every inference field off.
+        seqused_k=None, block_table=None, page_size=0, kv_cache_batch=0, k_new=None,
+        seqlen_new=0, rotary_cos=None, rotary_dim=0, num_splits=0,
     )  # fmt: skip
     assert {name: getattr(args, name) for name in expected} == expected
     assert keep[0] is q  # read in place

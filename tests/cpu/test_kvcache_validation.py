@@ -1,0 +1,567 @@
+"""Inference attention without a GPU: flash_attn_with_kvcache's and paged prefill's
+argument validation (on "meta" tensors, through the fake implementations), the checks of
+integer values (pure functions on host lists), the value-check switch, the packing of the
+KV-cache fields of the C struct, and the op under torch.compile.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import samattn
+from samattn import _checks, _cuda, _lib
+
+F16, BF16, I32 = torch.float16, torch.bfloat16, torch.int32
+OP = "samattn.flash_attn_with_kvcache"
+
+
+def meta(*shape: int, dtype: torch.dtype = F16) -> torch.Tensor:
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def ints(*shape: int) -> torch.Tensor:
+    return meta(*shape, dtype=I32)
+
+
+# A decode problem: batch 2, 8 query heads over 2 kv heads, d 128, caches of 4 x 256 rows.
+B, H, HK, D, SQ = 2, 8, 2, 128, 1
+
+
+def call(**changes):
+    """flash_attn_with_kvcache on valid meta inputs, with `changes` by argument name."""
+    args = dict(q=meta(B, SQ, H, D), k_cache=meta(4, 256, HK, D), v_cache=meta(4, 256, HK, D))
+    args.update(changes)
+    return samattn.flash_attn_with_kvcache(**args)
+
+
+def new_kv(s: int = 1, hk: int = HK, d: int = D, dtype: torch.dtype = F16) -> dict:
+    return dict(k=meta(B, s, hk, d, dtype=dtype), v=meta(B, s, hk, d, dtype=dtype))
+
+
+def paged(num_blocks: int = 10, page: int = 16, width: int = 3) -> dict:
+    return dict(
+        k_cache=meta(num_blocks, page, HK, D),
+        v_cache=meta(num_blocks, page, HK, D),
+        block_table=ints(B, width),
+    )
+
+
+def rotary(seqlen: int = 256, dim: int = D, dtype: torch.dtype = F16) -> dict:
+    return dict(
+        rotary_cos=meta(seqlen, dim // 2, dtype=dtype),
+        rotary_sin=meta(seqlen, dim // 2, dtype=dtype),
+    )
+
+
+# --------------------------------------------------------- valid shapes ----
+VALID = {
+    "attend only": dict(),
+    "int cache_seqlens": dict(cache_seqlens=100),
+    "append": dict(cache_seqlens=ints(B), **new_kv()),
+    "append 16 rows, causal": dict(cache_seqlens=ints(B), causal=True, **new_kv(16)),
+    "rotary": dict(cache_seqlens=ints(B), **new_kv(), **rotary()),
+    "rotary half, not interleaved": dict(
+        cache_seqlens=ints(B), rotary_interleaved=False, **new_kv(), **rotary(dim=D // 2)
+    ),
+    "rotary dim 2": dict(cache_seqlens=ints(B), **new_kv(), **rotary(dim=2)),
+    "cache_batch_idx": dict(cache_batch_idx=ints(B), cache_seqlens=ints(B)),
+    "cache_leftpad": dict(cache_leftpad=ints(B), cache_seqlens=ints(B)),
+    "paged": dict(cache_seqlens=ints(B), **paged()),
+    "paged, page 256, append, rotary": dict(
+        cache_seqlens=ints(B), **paged(page=256, width=2), **new_kv(), **rotary(512)
+    ),
+    "window, softcap, num_splits": dict(window_size=(64, 0), softcap=30.0, num_splits=16),
+    "MQA": dict(k_cache=meta(4, 256, 1, D), v_cache=meta(4, 256, 1, D)),
+    "bf16": dict(
+        q=meta(B, SQ, H, D, dtype=BF16),
+        k_cache=meta(4, 256, HK, D, dtype=BF16),
+        v_cache=meta(4, 256, HK, D, dtype=BF16),
+    ),
+    "more cache sequences than batch": dict(k_cache=meta(9, 64, HK, D), v_cache=meta(9, 64, HK, D)),
+}
+
+
+@pytest.mark.parametrize("case", VALID)
+def test_valid_calls_give_shapes(case):
+    changes = VALID[case]
+    out, lse = call(return_softmax_lse=True, **changes)
+    q = changes.get("q", meta(B, SQ, H, D))
+    assert out.shape == q.shape and out.dtype == q.dtype and out.device.type == "meta"
+    assert lse.shape == (B, H, SQ) and lse.dtype == torch.float32
+    assert call(**changes).shape == q.shape  # out alone without return_softmax_lse
+
+
+# --------------------------------------------------------- bad arguments ----
+BAD = {
+    "q not a tensor": (dict(q=[1.0]), TypeError, "q must be a torch.Tensor"),
+    "q 3-D": (dict(q=meta(B, H, D)), ValueError, "q must be 4-D"),
+    "k_cache 3-D": (dict(k_cache=meta(4, 256, D)), ValueError, "k_cache must be 4-D"),
+    "caches differ": (
+        dict(v_cache=meta(4, 128, HK, D)),
+        ValueError,
+        "k_cache and v_cache must agree",
+    ),
+    "head dims differ": (
+        dict(k_cache=meta(4, 256, HK, 64), v_cache=meta(4, 256, HK, 64)),
+        ValueError,
+        "k_cache has head dim 64 but q has 128",
+    ),
+    "GQA not divisible": (
+        dict(k_cache=meta(4, 256, 3, D), v_cache=meta(4, 256, 3, D)),
+        ValueError,
+        "q has 8 heads and k_cache, v_cache have 3",
+    ),
+    "float32": (
+        dict(q=meta(B, SQ, H, D, dtype=torch.float32)),
+        TypeError,
+        "q has dtype torch.float32",
+    ),
+    "cache dtype": (
+        dict(k_cache=meta(4, 256, HK, D, dtype=BF16)),
+        TypeError,
+        "k_cache has dtype torch.bfloat16 but q has torch.float16",
+    ),
+    "head dim not a multiple of 8": (
+        dict(q=meta(B, SQ, H, 36), k_cache=meta(4, 256, HK, 36), v_cache=meta(4, 256, HK, 36)),
+        ValueError,
+        "k_cache has head dim 36; a KV cache needs a head dim that is a multiple of 8",
+    ),
+    "cache head dim not contiguous": (
+        dict(k_cache=meta(4, 256, D, HK).transpose(2, 3)),
+        ValueError,
+        "k_cache has strides",
+    ),
+    "cache sequence stride off 16 bytes": (
+        dict(v_cache=meta(4, 256, HK, D + 4)[..., :D]),
+        ValueError,
+        "v_cache has strides",
+    ),
+    "fewer cache sequences than batch": (
+        dict(k_cache=meta(1, 256, HK, D), v_cache=meta(1, 256, HK, D)),
+        ValueError,
+        "k_cache holds 1 sequences but q has batch 2",
+    ),
+    "k without v": (dict(k=meta(B, 1, HK, D), cache_seqlens=3), ValueError, "k and v"),
+    "append without cache_seqlens": (new_kv(), ValueError, "appending k and v needs cache_seqlens"),
+    "k wrong heads": (
+        dict(cache_seqlens=3, **new_kv(hk=1)),
+        ValueError,
+        "k must be 4-D (batch, seqlen_new, nheads_k, headdim) = (2, seqlen_new, 2, 128)",
+    ),
+    "k and v rows differ": (
+        dict(cache_seqlens=3, k=meta(B, 2, HK, D), v=meta(B, 3, HK, D)),
+        ValueError,
+        "k has 2 new rows but v has 3",
+    ),
+    "k dtype": (
+        dict(cache_seqlens=3, **new_kv(dtype=BF16)),
+        TypeError,
+        "k has dtype torch.bfloat16 but q has torch.float16",
+    ),
+    "more new rows than the cache": (
+        dict(cache_seqlens=0, **new_kv(300)),
+        ValueError,
+        "k has 300 new rows but a cache sequence holds 256",
+    ),
+    "rotary without k": (
+        dict(cache_seqlens=3, **rotary()),
+        ValueError,
+        "rotary_cos / rotary_sin apply to q and the new k: they need k and v",
+    ),
+    "only rotary_cos": (
+        dict(cache_seqlens=3, rotary_cos=meta(256, 64), **new_kv()),
+        ValueError,
+        "rotary_cos and rotary_sin must both be given",
+    ),
+    "rotary shapes differ": (
+        dict(cache_seqlens=3, rotary_cos=meta(256, 64), rotary_sin=meta(256, 32), **new_kv()),
+        ValueError,
+        "must be 2-D (seqlen_ro, rotary_dim / 2) of one shape",
+    ),
+    "rotary dim > head dim": (
+        dict(cache_seqlens=3, **new_kv(), **rotary(dim=2 * D)),
+        ValueError,
+        "rotary_dim (2 * rotary_cos.shape[1]) must be in 2..128",
+    ),
+    "rotary too short": (
+        dict(cache_seqlens=3, **new_kv(), **rotary(seqlen=100)),
+        ValueError,
+        "rotary_cos has 100 positions but a cache sequence holds 256",
+    ),
+    "rotary dtype": (
+        dict(cache_seqlens=3, **new_kv(), **rotary(dtype=BF16)),
+        TypeError,
+        "rotary_cos has dtype torch.bfloat16",
+    ),
+    "cache_seqlens int64": (
+        dict(cache_seqlens=meta(B, dtype=torch.int64)),
+        TypeError,
+        "cache_seqlens must have dtype torch.int32, got torch.int64",
+    ),
+    "cache_seqlens shape": (
+        dict(cache_seqlens=ints(B + 1)),
+        ValueError,
+        "cache_seqlens must have shape (batch,) = (2,), got (3,)",
+    ),
+    "cache_seqlens float": (dict(cache_seqlens=3.0), TypeError, "cache_seqlens must be an int"),
+    "cache_seqlens bool": (dict(cache_seqlens=True), TypeError, "cache_seqlens must be an int"),
+    "int cache_seqlens negative": (dict(cache_seqlens=-1), ValueError, "cache_seqlens[0] = -1"),
+    "int cache_seqlens beyond the cache": (
+        dict(cache_seqlens=256, **new_kv()),
+        ValueError,
+        "cache_seqlens[0] = 256 plus the 1 new rows exceeds the 256 rows",
+    ),
+    "cache_batch_idx int64": (
+        dict(cache_batch_idx=meta(B, dtype=torch.int64)),
+        TypeError,
+        "cache_batch_idx must have dtype torch.int32",
+    ),
+    "cache_leftpad shape": (
+        dict(cache_leftpad=ints(B, 1)),
+        ValueError,
+        "cache_leftpad must have shape (batch,)",
+    ),
+    "block_table int64": (
+        {**paged(), "block_table": meta(B, 3, dtype=torch.int64)},
+        TypeError,
+        "block_table must have dtype torch.int32, got torch.int64",
+    ),
+    "block_table 1-D": (
+        {**paged(), "block_table": ints(B)},
+        ValueError,
+        "block_table must be 2-D (batch, max_blocks)",
+    ),
+    "block_table rows": (
+        {**paged(), "block_table": ints(B + 1, 3)},
+        ValueError,
+        "block_table has 3 rows but q has batch 2",
+    ),
+    "page size not a multiple of 16": (
+        paged(page=24),
+        ValueError,
+        "page_block_size (k_cache.shape[1]) must be a positive multiple of 16, got 24",
+    ),
+    "block_table and cache_leftpad": (
+        dict(cache_leftpad=ints(B), **paged()),
+        ValueError,
+        "cache_leftpad cannot be combined with block_table",
+    ),
+    "block_table and cache_batch_idx": (
+        dict(cache_batch_idx=ints(B), **paged()),
+        ValueError,
+        "cache_batch_idx cannot be combined with block_table",
+    ),
+    "num_splits negative": (dict(num_splits=-1), ValueError, "num_splits must be >= 0"),
+    "num_splits float": (dict(num_splits=2.0), TypeError, "num_splits must be an int"),
+    "window floats": (dict(window_size=(1.5, 0)), ValueError, "window_size must be a pair"),
+    "softcap negative": (dict(softcap=-1.0), ValueError, "softcap must be finite and >= 0"),
+    "alibi": (
+        dict(alibi_slopes=meta(H, dtype=torch.float32)),
+        NotImplementedError,
+        '"attention features"',
+    ),
+    "cpu cache": (
+        dict(k_cache=torch.empty(4, 256, HK, D, dtype=F16)),
+        ValueError,
+        "need CUDA tensors, but k_cache is on cpu",
+    ),
+    "cpu cache_seqlens": (
+        dict(cache_seqlens=torch.zeros(B, dtype=I32)),
+        ValueError,
+        "cache_seqlens is on cpu",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", BAD)
+def test_bad_arguments_raise_naming_them(case):
+    changes, error, fragment = BAD[case]
+    with pytest.raises(error) as info:
+        call(**changes)
+    message = str(info.value)
+    assert fragment in message and message.startswith(OP), message
+
+
+def test_paged_capacity_is_pages_times_page_size():
+    # 3 pages of 16 rows: 47 + 1 fits, 48 + 1 does not.
+    call(cache_seqlens=47, **paged(), **new_kv(), **rotary(48))
+    with pytest.raises(ValueError, match="exceeds the 48 rows a cache sequence holds"):
+        call(cache_seqlens=48, **paged(), **new_kv(), **rotary(48))
+
+
+# ------------------------------------------------ integer values (pure) ----
+def sizes(**changes) -> _checks.KVCacheShape:
+    """Batch 2; not paged: 4 cache sequences of 64 rows; 1 new row."""
+    fields = dict(
+        batch=2,
+        seqlen_q=1,
+        nheads=8,
+        nheads_k=2,
+        headdim=128,
+        kv_cache_batch=4,
+        capacity=64,
+        page_size=0,
+        block_table_width=0,
+        seqlen_new=1,
+        rotary_dim=0,
+        rotary_seqlen=0,
+    )
+    fields.update(changes)
+    return _checks.KVCacheShape(**fields)
+
+
+PAGED = dict(kv_cache_batch=10, capacity=48, page_size=16, block_table_width=3)
+
+BAD_VALUES = {
+    "negative length": ((sizes(), [3, -1], None, None, None), "cache_seqlens[1] = -1 is negative"),
+    "append beyond the cache": (
+        (sizes(), [63, 64], None, None, None),
+        "cache_seqlens[1] = 64 plus the 1 new rows exceeds the 64 rows",
+    ),
+    "beyond the cache without append": (
+        (sizes(seqlen_new=0), [65, 0], None, None, None),
+        "cache_seqlens[0] = 65 exceeds the 64 rows",
+    ),
+    "leftpad past the end": (
+        (sizes(), [3, 10], [0, 12], None, None),
+        "cache_leftpad[1] = 12 is outside [0, 11]",
+    ),
+    "negative leftpad": ((sizes(), None, [-2, 0], None, None), "cache_leftpad[0] = -2"),
+    "batch index out of range": (
+        (sizes(), [1, 1], None, [3, 4], None),
+        "cache_batch_idx[1] = 4 is outside [0, 4)",
+    ),
+    "negative batch index": ((sizes(), [1, 1], None, [-1, 0], None), "cache_batch_idx[0] = -1"),
+    "used page out of range": (
+        (sizes(**PAGED), [16, 5], None, None, [0, 10, 0, 2, 0, 0]),
+        "block_table[0][1] = 10 is outside [0, 10)",
+    ),
+    "negative page": (
+        (sizes(**PAGED), None, None, None, [0, 1, 2, 3, -1, 5]),
+        "block_table[1][1] = -1",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", BAD_VALUES)
+def test_bad_values(case):
+    args, fragment = BAD_VALUES[case]
+    with pytest.raises(ValueError) as info:
+        _checks.kvcache_values(OP, *args)
+    assert fragment in str(info.value) and str(info.value).startswith(OP), str(info.value)
+
+
+def test_good_values_pass():
+    check = _checks.kvcache_values
+    check(OP, sizes(), [0, 63], [0, 64], [3, 0], None)  # the last row, leftpad = end
+    check(OP, sizes(seqlen_new=0), [64, 0], None, None, None)
+    check(OP, sizes(seqlen_new=0), None, [64, 0], None, None)  # no lengths: the capacity
+    # Unused pages may hold anything (-1 is a common filler).
+    check(OP, sizes(**PAGED, seqlen_new=0), [16, 0], None, None, [9, -1, -1, -1, -1, -1])
+
+
+def test_paged_varlen_values():
+    check = _checks.paged_varlen_values
+    check("op", [17, 0], 16, 3, 4, [0, 1, -1, -1, -1, -1])
+    with pytest.raises(ValueError, match=r"op: block_table\[0\]\[1\] = 4 is outside \[0, 4\)"):
+        check("op", [17, 0], 16, 3, 4, [0, 4, -1, -1, -1, -1])
+
+
+def test_host_values_splits_one_copy():
+    a, b = torch.tensor([1, 2], dtype=I32), torch.tensor([[3, 4, 5]], dtype=I32)
+    assert _cuda._host_values([a, None, b]) == [[1, 2], None, [3, 4, 5]]
+    assert _cuda._host_values([None, None]) == [None, None]
+
+
+# ------------------------------------------------------- the switch ----
+def test_set_value_checks(monkeypatch):
+    monkeypatch.setattr(_checks, "_value_checks", True)
+    samattn.set_value_checks(False)
+    assert not _checks.value_checks_enabled()
+    samattn.set_value_checks(True)
+    assert _checks.value_checks_enabled()
+    with pytest.raises(TypeError, match="enabled must be a bool"):
+        samattn.set_value_checks(0)
+
+
+@pytest.mark.parametrize("value, expected", [("0", False), ("1", True), ("", True)])
+def test_value_checks_environment(value, expected):
+    env = dict(os.environ, SAMATTN_VALUE_CHECKS=value)
+    code = "from samattn import _checks; print(_checks.value_checks_enabled())"
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == str(expected)
+
+
+# ------------------------------------------------- paged prefill (varlen) ----
+def varlen_paged(**changes):
+    args = dict(
+        q=meta(40, H, 64),
+        k=meta(10, 16, HK, 64),
+        v=meta(10, 16, HK, 64),
+        cu_seqlens_q=ints(3),
+        cu_seqlens_k=ints(3),
+        max_seqlen_q=30,
+        max_seqlen_k=48,
+        block_table=ints(2, 3),
+    )
+    args.update(changes)
+    return samattn.flash_attn_varlen_func(**args)
+
+
+def test_paged_prefill_shapes():
+    out, lse, _ = varlen_paged(causal=True, return_attn_probs=True)
+    assert out.shape == (40, H, 64) and lse.shape == (H, 40)
+
+
+BAD_PAGED_VARLEN = {
+    "packed k": (dict(k=meta(50, HK, 64)), ValueError, "k must be a 4-D paged cache"),
+    "max_seqlen_k beyond a sequence's pages": (
+        dict(max_seqlen_k=49),
+        ValueError,
+        "max_seqlen_k = 49 exceeds a sequence's capacity of 48 rows",
+    ),
+    "block_table rows": (
+        dict(block_table=ints(3, 3)),
+        ValueError,
+        "block_table has 3 rows but cu_seqlens_q describes 2 sequences",
+    ),
+    "block_table int64": (
+        dict(block_table=meta(2, 3, dtype=torch.int64)),
+        TypeError,
+        "block_table must have dtype torch.int32",
+    ),
+    "page size": (
+        dict(k=meta(10, 8, HK, 64), v=meta(10, 8, HK, 64)),
+        ValueError,
+        "must be a positive multiple of 16, got 8",
+    ),
+    "odd head dim": (
+        dict(q=meta(40, H, 36), k=meta(10, 16, HK, 36), v=meta(10, 16, HK, 36)),
+        ValueError,
+        "a KV cache needs a head dim that is a multiple of 8",
+    ),
+    "gradient": (
+        dict(q=meta(40, H, 64).requires_grad_(True)),
+        NotImplementedError,
+        "the backward through a paged cache is not supported",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", BAD_PAGED_VARLEN)
+def test_paged_prefill_rejects(case):
+    changes, error, fragment = BAD_PAGED_VARLEN[case]
+    with pytest.raises(error) as info:
+        varlen_paged(**changes)
+    assert fragment in str(info.value), str(info.value)
+
+
+def test_paged_prefill_without_grad_mode_runs():
+    with torch.no_grad():
+        varlen_paged(q=meta(40, H, 64).requires_grad_(True))
+
+
+# -------------------------------------------------- the C struct's fields ----
+def test_kvcache_fields_are_packed(monkeypatch):
+    """Paged cache, append with rotary: every KV-cache field where the header wants it.
+    CPU tensors stand in for CUDA ones (the device check and the launch are replaced)."""
+    captured = {}
+
+    def launch(function, size_function, args, like):
+        captured["args"] = args
+
+    monkeypatch.setattr(_cuda, "_stream", lambda t: 0x5000)
+    monkeypatch.setattr(_cuda, "_run_with_workspace", launch)
+    monkeypatch.setattr(_cuda, "_checking_values", lambda: True)
+    monkeypatch.setattr(_checks, "_check_devices", lambda op, tensors: None)
+    q = torch.zeros(2, 3, 8, 64, dtype=BF16)
+    k_cache = v_cache = torch.zeros(10, 32, 2, 64, dtype=BF16)
+    k = torch.zeros(2, 3, 2, 64, dtype=BF16)
+    v = torch.zeros(2, 3, 2, 64 + 8, dtype=BF16)[..., :64]  # a view: read as it is
+    cos = sin = torch.zeros(96, 16, dtype=BF16)
+    lens = torch.tensor([5, 40], dtype=I32)
+    table = torch.tensor([[0, 1, 2], [3, 4, 5]], dtype=I32)
+    out, lse = _cuda.flash_attn_kvcache(
+        q, k_cache, v_cache, k, v, cos, sin, lens, None, None, table, 0.125, True, -1, 0,
+        0.0, False, 7,
+    )  # fmt: skip
+    assert out.shape == q.shape and lse.shape == (2, 8, 3)
+    args = captured["args"]
+    expected = dict(
+        struct_size=ctypes.sizeof(_lib.AttentionArgs), dtype=_lib.BF16, batch=2, nheads=8,
+        nheads_k=2, seqlen_q=3, seqlen_k=96, headdim=64, cu_seqlens_q=None,
+        k=k_cache.data_ptr(), k_batch_stride=32 * 128, k_seq_stride=128, k_head_stride=64,
+        seqused_k=lens.data_ptr(), leftpad_k=None, kv_batch_idx=None,
+        block_table=table.data_ptr(), block_table_batch_stride=3, block_table_width=3,
+        page_size=32, kv_cache_batch=10,
+        k_new=k.data_ptr(), k_new_batch_stride=3 * 128, k_new_seq_stride=128,
+        k_new_head_stride=64, v_new=v.data_ptr(), v_new_batch_stride=3 * 2 * 72,
+        v_new_seq_stride=2 * 72, v_new_head_stride=72, seqlen_new=3,
+        rotary_cos=cos.data_ptr(), rotary_sin=sin.data_ptr(), rotary_dim=32,
+        rotary_seqlen=96, rotary_interleaved=0, num_splits=7, causal=1, window_right=0,
+        stream=0x5000, workspace=None, workspace_bytes=0,
+    )  # fmt: skip
+    assert {name: getattr(args, name) for name in expected} == expected
+
+
+def test_kvcache_values_are_checked_before_the_launch(monkeypatch):
+    monkeypatch.setattr(_cuda, "_run_with_workspace", lambda *a: pytest.fail("launched"))
+    monkeypatch.setattr(_cuda, "_stream", lambda t: 0)
+    monkeypatch.setattr(_checks, "_check_devices", lambda op, tensors: None)
+    q = torch.zeros(2, 1, 8, 64, dtype=F16)
+    cache = torch.zeros(10, 16, 2, 64, dtype=F16)
+    table = torch.tensor([[0, 1], [2, 10]], dtype=I32)
+    lens = torch.tensor([3, 20], dtype=I32)  # sequence 1 uses both its pages
+    monkeypatch.setattr(_cuda, "_checking_values", lambda: True)
+    with pytest.raises(ValueError, match=r"block_table\[1\]\[1\] = 10 is outside \[0, 10\)"):
+        _cuda.flash_attn_kvcache(
+            q, cache, cache, None, None, None, None, lens, None, None, table, 1.0, False, -1,
+            -1, 0.0, True, 0,
+        )  # fmt: skip
+
+
+# ---------------------------------------------------------- torch.compile ----
+def decode_step(q, k_cache, v_cache, k, v, lens, table):
+    out, lse = samattn.flash_attn_with_kvcache(
+        q, k_cache, v_cache, k, v, cache_seqlens=lens, block_table=table, causal=True,
+        return_softmax_lse=True,
+    )  # fmt: skip
+    return out * 2, lse
+
+
+def _decode_inputs():
+    return (
+        meta(B, 1, H, D),
+        meta(10, 16, HK, D),
+        meta(10, 16, HK, D),
+        *new_kv().values(),
+        ints(B),
+        ints(B, 3),
+    )
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_compiled_decode_step(backend):
+    torch._dynamo.reset()
+    out, lse = torch.compile(decode_step, fullgraph=True, backend=backend)(*_decode_inputs())
+    assert out.shape == (B, 1, H, D) and lse.shape == (B, H, 1)
+
+
+def test_decode_step_has_no_graph_break():
+    torch._dynamo.reset()
+    explanation = torch._dynamo.explain(decode_step)(*_decode_inputs())
+    assert explanation.graph_break_count == 0 and explanation.graph_count == 1
+
+
+def test_opcheck_kvcache():
+    tensors = (meta(B, 1, H, D), meta(4, 256, HK, D), meta(4, 256, HK, D), *new_kv().values())
+    args = (*tensors, *rotary().values(), ints(B), None, None, None, 0.1, True, -1, 0, 0.0, True, 0)
+    torch.library.opcheck(torch.ops.samattn.flash_attn_with_kvcache.default, args)

@@ -1,0 +1,790 @@
+"""Inference attention on the GPU: flash_attn_with_kvcache, paged prefill through
+flash_attn_varlen_func(block_table=...), and decode-shaped flash_attn_func (which the
+library now runs with the keys split over CTAs), against float64 references.
+
+The reference gathers each sequence's keys from the cache (through block_table when
+paged), from cache_leftpad[b] to cache_seqlens[b] + seqlen_new, after doing the append
+and the rotary embedding itself; causal and window are bottom-right aligned to that key
+count. The accuracy rule is test_gpu_attention's (gpu_checks.assert_close_to_reference):
+at most twice torch's own error in the input dtype, plus one output rounding. The
+updated caches must equal the reference's: appended rows within one rounding when
+rotated (the kernels rotate in fp32), every other row bit-identical (untouched).
+
+The matrix of the issue (append, rotary interleaved or not at full and half the head
+dim, cache_batch_idx, left padding, shuffled paged caches of 16/64/256-row pages, GQA
+ratios 1/4/8, causal, window, softcap, num_splits 0 to 16, seqlen_q 1 to 16, head dims
+64/128 and one case each of 32/96/192/256, fp16 and bf16) is sampled with a fixed seed so
+that every value of every dimension appears, and each case runs with the sm80 and sm75
+families forced (sm75: fp16) and a subset with automatic selection.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import math
+import random
+from dataclasses import dataclass
+
+import pytest
+import torch
+from gpu_checks import (
+    DEVICE,
+    UNIT_ROUNDOFF,
+    assert_cuda_healthy,
+    call_forced,
+    capture_graph,
+    poison_allocator,
+    randn,
+    runnable_families,
+)
+from test_gpu_attention import (
+    Guarded,
+    allowed_keys,
+    check_attention,
+    check_fixed,
+    check_fixed_grads,
+)
+
+import samattn
+from samattn import _lib
+
+F16, BF16 = torch.float16, torch.bfloat16
+FAMILY_DTYPES = {"sm80": (F16, BF16), "sm75": (F16,)}
+
+
+@pytest.fixture(params=["sm80", "sm75", "auto"])
+def kv_family(request) -> str:
+    if request.param != "auto" and request.param not in runnable_families():
+        pytest.skip(f"{request.param} is not built or cannot run on this GPU")
+    return request.param
+
+
+def run(family: str, fn):
+    """fn() with `family` forced (and checked to be the one that ran), or automatic."""
+    if family == "auto":
+        return fn()
+    return call_forced(family, fn)
+
+
+# ------------------------------------------------------------ the cases ----
+@dataclass(frozen=True)
+class Case:
+    dtype: torch.dtype
+    batch: int
+    seqlen_q: int
+    nheads: int
+    nheads_k: int
+    d: int
+    layout: str  # "contiguous", "batch_idx", "leftpad", "int lengths", "paged16", ...
+    append: bool
+    rotary: str  # "none", or "interleaved" / "neox" + " full" / " half"
+    mask: str  # "none", "causal", "window", "causal window"
+    softcap: float
+    num_splits: int
+
+    @property
+    def page_size(self) -> int:
+        return int(self.layout[5:]) if self.layout.startswith("paged") else 0
+
+    @property
+    def window(self) -> tuple[int, int]:
+        return {"window": (40, 8), "causal window": (48, -1)}.get(self.mask, (-1, -1))
+
+    @property
+    def causal(self) -> bool:
+        return self.mask.startswith("causal")
+
+    @property
+    def rotary_dim(self) -> int:
+        if self.rotary == "none":
+            return 0
+        return self.d if self.rotary.endswith("full") else self.d // 2
+
+    def __str__(self) -> str:
+        dtype = "f16" if self.dtype == F16 else "bf16"
+        return (
+            f"{dtype}-b{self.batch}-sq{self.seqlen_q}-h{self.nheads}/{self.nheads_k}-d{self.d}-"
+            f"{self.layout}-{'append' if self.append else 'read'}-rot:{self.rotary}-"
+            f"{self.mask}-cap{self.softcap:g}-splits{self.num_splits}"
+        )
+
+
+def _sample_cases(count: int, seed: int) -> list[Case]:
+    """`count` cases in which every value of every dimension appears (each dimension's
+    values repeated to `count` and shuffled independently)."""
+    rng = random.Random(seed)
+    dims = {
+        "dtype": [F16, BF16],
+        "append": [True, False],
+        "rotary": ["none", "interleaved full", "interleaved half", "neox full", "neox half"],
+        "layout": [
+            "contiguous",
+            "batch_idx",
+            "leftpad",
+            "int lengths",
+            "paged16",
+            "paged64",
+            "paged256",
+        ],
+        "group": [1, 4, 8],
+        "mask": ["none", "causal", "window", "causal window"],
+        "softcap": [0.0, 0.0, 30.0],
+        "num_splits": [0, 1, 2, 3, 5, 8, 16],
+        "seqlen_q": [1, 1, 2, 4, 7, 16],
+        "d": [64, 128],
+    }
+    columns = {}
+    for name, values in dims.items():
+        column = (values * (count // len(values) + 1))[:count]
+        rng.shuffle(column)
+        columns[name] = column
+    cases = []
+    for i in range(count):
+        c = {name: column[i] for name, column in columns.items()}
+        nheads_k = 2 if c["group"] < 8 else 1
+        rotary = c["rotary"] if c["append"] else "none"  # rotary only comes with k and v
+        cases.append(
+            Case(
+                c["dtype"],
+                3,
+                c["seqlen_q"],
+                nheads_k * c["group"],
+                nheads_k,
+                c["d"],
+                c["layout"],
+                c["append"],
+                rotary,
+                c["mask"],
+                c["softcap"],
+                c["num_splits"],
+            )
+        )
+    # One case of each other head dim.
+    for d, layout, rotary in (
+        (32, "paged16", "neox full"),
+        (96, "leftpad", "interleaved half"),
+        (192, "batch_idx", "interleaved full"),
+        (256, "paged64", "none"),
+    ):
+        cases.append(Case(BF16, 2, 2, 8, 2, d, layout, True, rotary, "causal", 0.0, 0))
+    return cases
+
+
+CASES = _sample_cases(40, seed=15)
+AUTO_CASES = CASES[::5]
+
+
+# ------------------------------------------------------------ reference ----
+def rotate(
+    x: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    positions: torch.Tensor,
+    interleaved: bool,
+) -> torch.Tensor:
+    """Rotary embedding of the first 2 * cos.shape[1] channels of x (b, s, h, d), in
+    float64; positions (b, s) index cos and sin (seqlen_ro, rotary_dim / 2)."""
+    half = cos.shape[1]
+    c = cos.double()[positions][:, :, None, :]
+    s = sin.double()[positions][:, :, None, :]
+    x = x.double()
+    rotated = x[..., : 2 * half]
+    if interleaved:
+        x1, x2 = rotated[..., 0::2], rotated[..., 1::2]
+        rotated = torch.stack([x1 * c - x2 * s, x1 * s + x2 * c], dim=-1).flatten(-2)
+    else:
+        x1, x2 = rotated[..., :half], rotated[..., half:]
+        rotated = torch.cat([x1 * c - x2 * s, x1 * s + x2 * c], dim=-1)
+    return torch.cat([rotated, x[..., 2 * half :]], dim=-1)
+
+
+@dataclass
+class Problem:
+    """A flash_attn_with_kvcache call's inputs, and where each sequence's rows live."""
+
+    case: Case
+    q: torch.Tensor
+    k_cache: torch.Tensor
+    v_cache: torch.Tensor
+    k: torch.Tensor | None
+    v: torch.Tensor | None
+    cos: torch.Tensor | None
+    sin: torch.Tensor | None
+    lengths: list[int]  # cache_seqlens
+    leftpad: list[int] | None
+    batch_idx: list[int] | None
+    block_table: torch.Tensor | None
+
+    def kwargs(self) -> dict:
+        c = self.case
+        lengths = self.lengths[0] if c.layout == "int lengths" else _ints(*self.lengths)
+        return dict(
+            k=self.k,
+            v=self.v,
+            rotary_cos=self.cos,
+            rotary_sin=self.sin,
+            cache_seqlens=lengths,
+            cache_batch_idx=_ints_or_none(self.batch_idx),
+            cache_leftpad=_ints_or_none(self.leftpad),
+            block_table=self.block_table,
+            causal=c.causal,
+            window_size=c.window,
+            softcap=c.softcap,
+            rotary_interleaved=c.rotary.startswith("interleaved"),
+            num_splits=c.num_splits,
+        )
+
+    def rows(self, b: int, end: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(page or sequence index, row in it) of sequence b's logical rows 0..end-1."""
+        j = torch.arange(end, device=DEVICE)
+        if self.block_table is not None:
+            ps = self.case.page_size
+            return self.block_table[b].long()[j // ps], j % ps
+        seq = b if self.batch_idx is None else self.batch_idx[b]
+        return torch.full_like(j, seq), j
+
+
+def _ints(*values: int) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.int32, device=DEVICE)
+
+
+def _ints_or_none(values: list[int] | None) -> torch.Tensor | None:
+    return None if values is None else _ints(*values)
+
+
+def make_problem(case: Case, dtype: torch.dtype, seed: int, capacity: int | None = None) -> Problem:
+    """Random inputs of a case; `capacity` fixes a contiguous cache's rows."""
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
+    b, sq, h, hk, d = case.batch, case.seqlen_q, case.nheads, case.nheads_k, case.d
+    new = sq if case.append else 0
+    scale = 3.0 if case.softcap else 1.0
+    block_table = batch_idx = leftpad = None
+    if case.page_size:
+        width = rng.randint(2, 5) if case.page_size < 256 else 2
+        capacity = width * case.page_size
+        num_blocks = b * width + 3  # spare pages no sequence uses
+        pages = torch.randperm(num_blocks, device=DEVICE)[: b * width].view(b, width)
+        block_table = pages.to(torch.int32)
+        cache_shape = (num_blocks, case.page_size, hk, d)
+    else:
+        capacity = capacity or rng.choice([64, 200, 513, 1000])
+        batch_cache = b + 2 if case.layout == "batch_idx" else b
+        cache_shape = (batch_cache, capacity, hk, d)
+        if case.layout == "batch_idx":
+            batch_idx = rng.sample(range(batch_cache), b)  # distinct: appends do not collide
+    k_cache = randn(*cache_shape, dtype=dtype, scale=scale)
+    v_cache = randn(*cache_shape, dtype=dtype)
+    # Lengths from empty to full (the last sequence fills the cache when appending).
+    lengths = [rng.randint(0, capacity - new) for _ in range(b)]
+    lengths[-1] = capacity - new
+    if case.layout == "int lengths":
+        lengths = [lengths[0]] * b
+    if case.layout == "leftpad":
+        leftpad = [rng.randint(0, n + new) for n in lengths]
+        leftpad[0] = 0
+    k = v = cos = sin = None
+    if case.append:
+        k = randn(b, new, hk, d, dtype=dtype, scale=scale)
+        v = randn(b, new, hk, d, dtype=dtype)
+    if case.rotary_dim:
+        angles = torch.rand(capacity + rng.randint(0, 7), case.rotary_dim // 2, device=DEVICE)
+        angles = angles * 2 * math.pi
+        cos, sin = angles.cos().to(dtype), angles.sin().to(dtype)
+    q = randn(b, sq, h, d, dtype=dtype, scale=scale)
+    return Problem(
+        case, q, k_cache, v_cache, k, v, cos, sin, lengths, leftpad, batch_idx, block_table
+    )
+
+
+def expected_caches(p: Problem) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(k_cache, v_cache, appended): the caches after the reference's append (rotated new
+    keys rounded to the dtype) and a bool mask of the cache rows it wrote."""
+    k_cache, v_cache = p.k_cache.clone(), p.v_cache.clone()
+    appended = torch.zeros(k_cache.shape[:2], dtype=torch.bool, device=DEVICE)
+    if p.k is None:
+        return k_cache, v_cache, appended
+    new = p.k.shape[1]
+    k_new = p.k
+    if p.cos is not None:
+        positions = torch.tensor(p.lengths, device=DEVICE)[:, None] + torch.arange(
+            new, device=DEVICE
+        )
+        k_new = rotate(p.k, p.cos, p.sin, positions, p.case.rotary.startswith("interleaved"))
+        k_new = k_new.to(p.k.dtype)
+    for b, start in enumerate(p.lengths):
+        seq, row = p.rows(b, start + new)
+        seq, row = seq[start:], row[start:]
+        k_cache[seq, row] = k_new[b]
+        v_cache[seq, row] = p.v[b]
+        appended[seq, row] = True
+    return k_cache, v_cache, appended
+
+
+def check_caches(p: Problem, k_cache: torch.Tensor, v_cache: torch.Tensor, what: str) -> None:
+    want_k, want_v, appended = expected_caches(p)
+    assert torch.equal(v_cache, want_v), f"{what}: v_cache differs from the reference's append"
+    assert torch.equal(k_cache[~appended], want_k[~appended]), f"{what}: k_cache rows changed"
+    if p.cos is None:
+        assert torch.equal(k_cache, want_k), f"{what}: appended k rows differ"
+    else:
+        # Rotated in fp32 by the kernels, in float64 here: one rounding apart at most.
+        u = UNIT_ROUNDOFF[k_cache.dtype]
+        torch.testing.assert_close(
+            k_cache[appended].float(),
+            want_k[appended].float(),
+            rtol=2 * u,
+            atol=2 * u,
+            msg=lambda m: f"{what}: rotated k rows: {m}",
+        )
+
+
+def check_outputs(p: Problem, out, lse, k_cache, v_cache, what: str) -> None:
+    """out and lse of every sequence against the reference on the (checked) caches."""
+    c = p.case
+    new = 0 if p.k is None else p.k.shape[1]
+    q = p.q
+    if p.cos is not None:
+        start = torch.tensor(p.lengths, device=DEVICE)[:, None]
+        rows = torch.arange(c.seqlen_q, device=DEVICE)
+        per_row = c.causal or c.window != (-1, -1)
+        positions = start + rows if per_row else start.expand(-1, c.seqlen_q)
+        q = rotate(q, p.cos, p.sin, positions, c.rotary.startswith("interleaved")).to(q.dtype)
+    for b in range(c.batch):
+        end = p.lengths[b] + new
+        first = 0 if p.leftpad is None else p.leftpad[b]
+        seq, row = p.rows(b, end)
+        keys, values = k_cache[seq, row][first:], v_cache[seq, row][first:]
+        mask = allowed_keys(c.seqlen_q, keys.shape[0], c.causal, c.window)
+        check_attention(
+            out[b : b + 1],
+            lse[b : b + 1],
+            q[b : b + 1],
+            keys[None],
+            values[None],
+            scale=c.d**-0.5,
+            softcap=c.softcap,
+            mask=mask,
+            what=f"{what} sequence {b}",
+        )
+
+
+def run_case(family: str, case: Case, seed: int, capacity: int | None = None) -> None:
+    dtype = case.dtype if family != "sm75" else F16
+    p = make_problem(case, dtype, seed, capacity)
+    k_cache, v_cache = p.k_cache.clone(), p.v_cache.clone()
+    poison_allocator(p.q.shape, dtype)
+    poison_allocator((case.batch, case.nheads, case.seqlen_q), torch.float32)
+    out, lse = run(
+        family,
+        lambda: samattn.flash_attn_with_kvcache(
+            p.q, k_cache, v_cache, return_softmax_lse=True, **p.kwargs()
+        ),
+    )
+    assert out.shape == p.q.shape and out.dtype == dtype and out.is_contiguous()
+    assert lse.shape == (case.batch, case.nheads, case.seqlen_q) and lse.dtype == torch.float32
+    what = f"{family} {case}"
+    check_caches(p, k_cache, v_cache, what)
+    check_outputs(p, out, lse, k_cache, v_cache, what)
+
+
+@pytest.mark.parametrize("index", range(len(CASES)), ids=[str(c) for c in CASES])
+def test_kvcache_matrix(attn_family, index):
+    run_case(attn_family, CASES[index], seed=1000 + index)
+
+
+@pytest.mark.parametrize("index", range(len(AUTO_CASES)), ids=[str(c) for c in AUTO_CASES])
+def test_kvcache_matrix_automatic_family(no_family_env, index):
+    run_case("auto", AUTO_CASES[index], seed=2000 + index)
+
+
+@pytest.fixture(params=["sm80", "sm75"])
+def attn_family(request) -> str:
+    if request.param not in runnable_families():
+        pytest.skip(f"{request.param} is not built or cannot run on this GPU")
+    return request.param
+
+
+def test_num_splits_agree(kv_family):
+    """One long-cache decode problem, every forced split count: all match the reference
+    (split results are combined by log-sum-exp, exact up to rounding)."""
+    base = Case(F16, 2, 1, 8, 2, 128, "contiguous", True, "none", "none", 0.0, 0)
+    for splits in range(17):
+        case = dataclasses.replace(base, num_splits=splits)
+        # The same inputs for every split count.
+        run_case(kv_family, case, seed=77, capacity=6000)
+
+
+# -------------------------------------------------------- bad values ----
+def _decode_inputs(paged: bool = False):
+    q = randn(2, 1, 8, 64, dtype=F16)
+    shape = (10, 16, 2, 64) if paged else (2, 64, 2, 64)
+    k_cache, v_cache = randn(*shape, dtype=F16), randn(*shape, dtype=F16)
+    k, v = randn(2, 1, 2, 64, dtype=F16), randn(2, 1, 2, 64, dtype=F16)
+    return q, k_cache, v_cache, k, v
+
+
+BAD_VALUES = {
+    # name: (paged, integer arguments as lists, message fragment)
+    "block_table entry beyond the cache": (
+        True,
+        dict(cache_seqlens=[3, 20], block_table=[[0, 1], [2, 10]]),
+        r"block_table\[1\]\[1\] = 10 is outside \[0, 10\)",
+    ),
+    "negative block_table entry": (
+        True,
+        dict(cache_seqlens=[3, 5], block_table=[[-1, 1], [2, 3]]),
+        r"block_table\[0\]\[0\] = -1",
+    ),
+    "cache_seqlens beyond the cache": (
+        False,
+        dict(cache_seqlens=[3, 64]),
+        r"cache_seqlens\[1\] = 64 plus the 1 new rows",
+    ),
+    "negative cache_seqlens": (False, dict(cache_seqlens=[-4, 3]), r"cache_seqlens\[0\] = -4"),
+    "cache_batch_idx beyond the cache": (
+        False,
+        dict(cache_seqlens=[1, 1], cache_batch_idx=[0, 2]),
+        r"cache_batch_idx\[1\] = 2 is outside \[0, 2\)",
+    ),
+    "cache_leftpad past the end": (
+        False,
+        dict(cache_seqlens=[1, 1], cache_leftpad=[0, 3]),
+        r"cache_leftpad\[1\] = 3 is outside \[0, 2\]",
+    ),
+}
+
+
+def _int_arguments(lists: dict) -> dict:
+    """The integer arguments as device int32 tensors."""
+    return {
+        name: torch.tensor(values, dtype=torch.int32, device=DEVICE)
+        for name, values in lists.items()
+    }
+
+
+def _bad_call(paged: bool, lists: dict):
+    q, k_cache, v_cache, k, v = _decode_inputs(paged)
+    return samattn.flash_attn_with_kvcache(q, k_cache, v_cache, k, v, **_int_arguments(lists))
+
+
+@pytest.mark.parametrize("case", BAD_VALUES)
+def test_bad_values_are_refused_before_the_launch(case):
+    paged, kwargs, fragment = BAD_VALUES[case]
+    with pytest.raises(ValueError, match=fragment):
+        _bad_call(paged, kwargs)
+    assert_cuda_healthy()
+
+
+BAD_INPUTS = {
+    "int64 cache_seqlens": lambda q, kc, vc, k, v: samattn.flash_attn_with_kvcache(
+        q, kc, vc, k, v, cache_seqlens=torch.zeros(2, dtype=torch.int64, device=DEVICE)
+    ),
+    "float32 caches": lambda q, kc, vc, k, v: samattn.flash_attn_with_kvcache(
+        q, kc.float(), vc.float(), cache_seqlens=1
+    ),
+    "new k of other heads": lambda q, kc, vc, k, v: samattn.flash_attn_with_kvcache(
+        q, kc, vc, k[:, :, :1], v[:, :, :1], cache_seqlens=1
+    ),
+    "cache on the cpu": lambda q, kc, vc, k, v: samattn.flash_attn_with_kvcache(
+        q, kc.cpu(), vc, cache_seqlens=1
+    ),
+    "misaligned cache": lambda q, kc, vc, k, v: samattn.flash_attn_with_kvcache(
+        q,
+        *(
+            torch.empty(kc.numel() + 4, dtype=F16, device=DEVICE)[4:].view(kc.shape)
+            for _ in range(2)
+        ),
+        cache_seqlens=1,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", BAD_INPUTS)
+def test_bad_inputs_raise_cleanly(case):
+    with pytest.raises((ValueError, TypeError)) as error:
+        BAD_INPUTS[case](*_decode_inputs())
+    assert str(error.value).startswith("samattn.flash_attn_with_kvcache"), str(error.value)
+    assert_cuda_healthy()
+
+
+@pytest.fixture
+def value_checks_off():
+    samattn.set_value_checks(False)
+    yield
+    samattn.set_value_checks(True)
+
+
+@pytest.mark.parametrize("case", BAD_VALUES)
+def test_unchecked_bad_values_stay_inside_the_cache(kv_family, case, value_checks_off):
+    """With the checks off, bad values are not reported, but the kernels clamp every index
+    into the cache: no fault, and nothing written outside the caches' memory."""
+    paged, lists, _ = BAD_VALUES[case]
+    q, k_cache, v_cache, k, v = _decode_inputs(paged)
+    guards = []
+    for cache in (k_cache, v_cache):
+        guarded = Guarded(cache.shape, cache.stride(), F16)
+        guarded.view.copy_(cache)
+        guards.append(guarded)
+    kwargs = _int_arguments(lists)
+    with samattn.use_family(None if kv_family == "auto" else kv_family):
+        samattn.flash_attn_with_kvcache(q, guards[0].view, guards[1].view, k, v, **kwargs)
+    torch.cuda.synchronize()
+    assert_cuda_healthy()
+    for name, guarded in zip(("k_cache", "v_cache"), guards):
+        guarded.assert_no_stray_writes(name)
+
+
+# ------------------------------------------------- graphs and compile ----
+def test_decode_step_in_a_cuda_graph(kv_family):
+    """A captured decode step (append + attend, paged, rotary), replayed with new q, k, v
+    and cache_seqlens advanced in place: each replay matches the reference."""
+    case = Case(
+        BF16 if kv_family != "sm75" else F16,
+        3,
+        1,
+        8,
+        2,
+        128,
+        "paged16",
+        True,
+        "neox full",
+        "causal",
+        0.0,
+        0,
+    )
+    p = make_problem(case, case.dtype, seed=5)
+    capacity = p.block_table.shape[1] * case.page_size
+    p.lengths = [0, capacity // 3, capacity - 4]  # 3 steps: the last one fills the cache
+    start_k, start_v = p.k_cache.clone(), p.v_cache.clone()
+    k_cache, v_cache = p.k_cache.clone(), p.v_cache.clone()
+    lengths = torch.tensor(p.lengths, dtype=torch.int32, device=DEVICE)
+    kwargs = {**p.kwargs(), "cache_seqlens": lengths}
+    family = None if kv_family == "auto" else kv_family
+    with samattn.use_family(family):
+        graph, (out, lse) = capture_graph(
+            lambda: samattn.flash_attn_with_kvcache(
+                p.q, k_cache, v_cache, return_softmax_lse=True, **kwargs
+            )
+        )
+        # The warm-up ran eagerly: start again from the original caches.
+        k_cache.copy_(start_k)
+        v_cache.copy_(start_v)
+        for step in range(3):
+            for t in (p.q, p.k, p.v):
+                t.copy_(torch.randn_like(t, dtype=torch.float32))
+            out.fill_(math.nan)
+            graph.replay()
+            torch.cuda.synchronize()
+            p.k_cache, p.v_cache = start_k.clone(), start_v.clone()
+            what = f"graph replay {step} {kv_family}"
+            check_caches(p, k_cache, v_cache, what)
+            check_outputs(p, out, lse, k_cache, v_cache, what)
+            # The next step appends after this one.
+            start_k, start_v = k_cache.clone(), v_cache.clone()
+            lengths += 1
+            p.lengths = [n + 1 for n in p.lengths]
+
+
+def _has_triton() -> bool:
+    try:
+        from torch.utils._triton import has_triton
+    except ImportError:
+        return False
+    return has_triton()
+
+
+@pytest.mark.parametrize(
+    "backend",
+    [
+        "aot_eager",
+        pytest.param("inductor", marks=pytest.mark.skipif(not _has_triton(), reason="no triton")),
+    ],
+)
+def test_compiled_decode_step(kv_family, backend):
+    """torch.compile(fullgraph=True) of a function calling flash_attn_with_kvcache: the
+    same output and the same in-place cache update as eager."""
+    torch._dynamo.reset()
+    case = Case(F16, 3, 2, 8, 2, 64, "paged64", True, "interleaved half", "causal", 0.0, 0)
+    p = make_problem(case, F16, seed=9)
+    kwargs = p.kwargs()
+
+    def step(q, k_cache, v_cache):
+        out, lse = samattn.flash_attn_with_kvcache(
+            q, k_cache, v_cache, return_softmax_lse=True, **kwargs
+        )
+        return out * 1.0, lse
+
+    family = None if kv_family == "auto" else kv_family
+    with samattn.use_family(family):
+        eager_k, eager_v = p.k_cache.clone(), p.v_cache.clone()
+        eager = step(p.q, eager_k, eager_v)
+        compiled_k, compiled_v = p.k_cache.clone(), p.v_cache.clone()
+        compiled = torch.compile(step, fullgraph=True, backend=backend)(p.q, compiled_k, compiled_v)
+    assert torch.equal(compiled_k, eager_k) and torch.equal(compiled_v, eager_v)
+    for a, b in zip(compiled, eager):
+        torch.testing.assert_close(a, b)
+    check_caches(p, compiled_k, compiled_v, f"compiled {backend}")
+    check_outputs(p, compiled[0], compiled[1], compiled_k, compiled_v, f"compiled {backend}")
+    torch._dynamo.reset()
+
+
+# ------------------------------------------------------- paged prefill ----
+PAGED_PREFILL = {
+    # lens_q, lens_k, page size
+    "mixed": ([5, 1, 64, 0], [5, 40, 300, 7], 16),
+    "chunked prefill": ([16, 16], [100, 16], 64),
+    "long": ([200, 3], [700, 3], 256),
+}
+
+
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("batch", PAGED_PREFILL)
+@pytest.mark.parametrize("feature", ["plain", "causal", "window", "softcap", "GQA"])
+def test_paged_prefill(attn_family, dtype, batch, feature):
+    if dtype not in FAMILY_DTYPES[attn_family]:
+        pytest.skip(f"{attn_family} has no {dtype} attention kernels")
+    lens_q, lens_k, page = PAGED_PREFILL[batch]
+    h, d = 4, 128
+    hk = 1 if feature == "GQA" else h
+    causal, softcap = feature == "causal", 25.0 if feature == "softcap" else 0.0
+    window = (24, 8) if feature == "window" else (-1, -1)
+    scale = 3.0 if softcap else 1.0
+    b = len(lens_q)
+    width = max(-(-n // page) for n in lens_k) + 1
+    num_blocks = b * width + 2
+    block_table = torch.randperm(num_blocks, device=DEVICE)[: b * width].view(b, width)
+    block_table = block_table.to(torch.int32)
+    k_cache = randn(num_blocks, page, hk, d, dtype=dtype, scale=scale)
+    v_cache = randn(num_blocks, page, hk, d, dtype=dtype)
+    q = randn(sum(lens_q), h, d, dtype=dtype, scale=scale)
+    cu_q = torch.tensor([0, *torch.tensor(lens_q).cumsum(0).tolist()], dtype=torch.int32)
+    cu_k = torch.tensor([0, *torch.tensor(lens_k).cumsum(0).tolist()], dtype=torch.int32)
+    poison_allocator(q.shape, dtype)
+    out, lse, _ = call_forced(
+        attn_family,
+        lambda: samattn.flash_attn_varlen_func(
+            q,
+            k_cache,
+            v_cache,
+            cu_q.to(DEVICE),
+            cu_k.to(DEVICE),
+            max(lens_q),
+            max(lens_k),
+            causal=causal,
+            window_size=window,
+            softcap=softcap,
+            return_attn_probs=True,
+            block_table=block_table,
+        ),
+        may_launch_nothing=sum(lens_q) == 0,
+    )
+    assert out.shape == q.shape and lse.shape == (h, sum(lens_q))
+    for i, (sq, sk) in enumerate(zip(lens_q, lens_k)):
+        if sq == 0:
+            continue
+        j = torch.arange(sk, device=DEVICE)
+        pages, rows = block_table[i].long()[j // page], j % page
+        rq = slice(int(cu_q[i]), int(cu_q[i + 1]))
+        check_attention(
+            out[rq][None],
+            lse[:, rq][None],
+            q[rq][None],
+            k_cache[pages, rows][None],
+            v_cache[pages, rows][None],
+            scale=d**-0.5,
+            softcap=softcap,
+            mask=allowed_keys(sq, sk, causal, window),
+            what=f"paged {batch} sequence {i}",
+        )
+
+
+def test_paged_prefill_refuses_gradients(attn_family):
+    q = randn(8, 2, 64, dtype=F16).requires_grad_(True)
+    cache = randn(4, 16, 2, 64, dtype=F16)
+    cu = _ints(0, 8)
+    table = _ints(2, 0).view(1, 2)
+    with pytest.raises(NotImplementedError, match="paged cache is not supported"):
+        samattn.flash_attn_varlen_func(q, cache, cache, cu, cu, 8, 8, block_table=table)
+    with torch.no_grad(), samattn.use_family(attn_family):
+        samattn.flash_attn_varlen_func(q, cache, cache, cu, cu, 8, 8, block_table=table)
+    assert_cuda_healthy()
+
+
+# ------------------------------------------ decode-shaped flash_attn_func ----
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("sq", [1, 2, 3, 4])
+@pytest.mark.parametrize("sk, hk", [(1, 8), (300, 2), (5000, 8), (20000, 1)], ids=str)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_decode_shaped_flash_attn_func(attn_family, dtype, sq, sk, hk, causal):
+    """seqlen_q 1 to 4 over long keys: the library splits the keys (and needs a workspace
+    from the caller) where it pays."""
+    if dtype not in FAMILY_DTYPES[attn_family]:
+        pytest.skip(f"{attn_family} has no {dtype} attention kernels")
+    b = 1 if sk > 4000 else 3
+    check_fixed(attn_family, b, sq, sk, 8, hk, 128, dtype, causal=causal)
+
+
+@pytest.mark.parametrize("sq, sk", [(1, 3000), (4, 777), (2, 64)], ids=str)
+def test_decode_shaped_gradients(attn_family, sq, sk):
+    """The backward of a decode-shaped forward (split-KV in the library) is still right."""
+    dtype = FAMILY_DTYPES[attn_family][-1]
+    check_fixed_grads(attn_family, 2, sq, sk, 8, 2, 128, dtype, causal=True)
+    check_fixed_grads(attn_family, 2, sq, sk, 4, 4, 64, dtype, window=(100, 0), softcap=20.0)
+
+
+def test_decode_forward_workspace_through_the_c_abi():
+    """A decode-shaped call through the C ABI without a workspace answers NEEDS_WORKSPACE
+    (nothing launched) or runs; with the size it asks for, it runs."""
+    q = randn(4, 1, 32, 128, dtype=BF16 if "sm80" in runnable_families() else F16)
+    k = v = randn(4, 8192, 8, 128, dtype=q.dtype)
+    out = torch.full_like(q, math.nan)
+    args = _lib.AttentionArgs(
+        dtype=_lib.BF16 if q.dtype == BF16 else _lib.F16,
+        family=_lib.FAMILY_AUTO,
+        device=torch.cuda.current_device(),
+        batch=4,
+        nheads=32,
+        nheads_k=8,
+        seqlen_q=1,
+        seqlen_k=8192,
+        headdim=128,
+        q=q.data_ptr(),
+        q_batch_stride=32 * 128,
+        q_head_stride=128,
+        k=k.data_ptr(),
+        k_batch_stride=8192 * 8 * 128,
+        k_seq_stride=8 * 128,
+        k_head_stride=128,
+        v=v.data_ptr(),
+        v_batch_stride=8192 * 8 * 128,
+        v_seq_stride=8 * 128,
+        v_head_stride=128,
+        o=out.data_ptr(),
+        o_batch_stride=32 * 128,
+        o_head_stride=128,
+        softmax_scale=128**-0.5,
+        window_left=-1,
+        window_right=-1,
+        stream=torch.cuda.current_stream().cuda_stream,
+    )
+    lib = _lib.lib()
+    status = lib.samattn_attention_forward(ctypes.byref(args), None)
+    assert status in (_lib.OK, _lib.NEEDS_WORKSPACE), _lib.last_error()
+    if status == _lib.NEEDS_WORKSPACE:
+        torch.cuda.synchronize()
+        assert out.isnan().all(), "NEEDS_WORKSPACE, yet something was written"
+        size = ctypes.c_int64(-1)
+        assert (
+            lib.samattn_attention_forward_workspace_size(ctypes.byref(args), ctypes.byref(size))
+            == _lib.OK
+        )
+        assert size.value > 0
+        workspace = torch.empty(size.value, dtype=torch.uint8, device=DEVICE)
+        args.workspace, args.workspace_bytes = workspace.data_ptr(), size.value
+        assert lib.samattn_attention_forward(ctypes.byref(args), None) == _lib.OK
+    torch.cuda.synchronize()
+    expected = samattn.flash_attn_func(q, k, v)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out, expected)
