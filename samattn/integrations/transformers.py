@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import sys
 import threading
 import weakref
 from collections.abc import Callable, Iterator
@@ -138,10 +139,14 @@ def attention_mask(
     (batch, seen tokens) boolean keep-mask (the flash-attention format). Causality and the
     sliding window are not in the mask: attention_forward gets them from the model.
 
-    A static cache (kv_length, its size, beyond the q_offset + q_length tokens seen) gets a
-    mask of the seen tokens even without padding: attention_forward takes the cache's
-    slots after them as padding."""
+    A static cache (kv_length, its size, beyond the q_offset + q_length tokens seen) under
+    the plain causal mask function gets a mask of the seen tokens even without padding:
+    attention_forward takes the cache's slots after them as padding."""
     if attention_mask is None:
+        # Only a plain causal mask of a static cache; not, e.g., cross-attention, whose keys
+        # outnumber the queries too.
+        if mask_function is None or mask_function is not _causal_mask_function():
+            return None
         seen = None if q_length is None else int(q_offset) + q_length
         device = kwargs.get("device")
         if seen is None or device is None or kv_offset != 0 or seen >= kv_length:
@@ -151,6 +156,12 @@ def attention_mask(
     if attention_mask.shape[1] == kv_length and bool(attention_mask.all()):
         return None
     return attention_mask
+
+
+def _causal_mask_function() -> Any:
+    """transformers' plain causal mask function (None if it has none)."""
+    masking_utils = sys.modules.get("transformers.masking_utils")
+    return getattr(masking_utils, "causal_mask_function", None)
 
 
 # -------------------------------------------------------------- forward ----

@@ -240,6 +240,18 @@ def test_static_cache_forward_without_a_mask(calls):
     assert calls[-1][:3] == ("varlen", [0, 7, 14], [0, 7, 14])
 
 
+def test_mask_builder_without_a_mask():
+    masking = transformers.masking_utils
+    causal, bidirectional = masking.causal_mask_function, masking.bidirectional_mask_function
+    sizes = {"batch_size": 2, "q_length": 3, "q_offset": 4, "device": torch.device("cpu")}
+    # A static cache of 16 slots, 7 tokens seen: those 7 are kept.
+    keep = integration.attention_mask(kv_length=16, mask_function=causal, **sizes)
+    assert keep.dtype == torch.bool and keep.shape == (2, 7) and bool(keep.all())
+    # A dynamic cache (keys = tokens seen), or cross-attention (bidirectional): None.
+    assert integration.attention_mask(kv_length=7, mask_function=causal, **sizes) is None
+    assert integration.attention_mask(kv_length=16, mask_function=bidirectional, **sizes) is None
+
+
 def causal_padding_mask(mask_2d: torch.Tensor, q_len: int, additive: bool = False,
                         window: int | None = None) -> torch.Tensor:  # fmt: skip
     """The 4-D mask (batch, 1, q_len, kv_len) of key padding and bottom-right causality (and
