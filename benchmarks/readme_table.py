@@ -5,6 +5,8 @@
 GEMM and softmax: one row per case, in the file's order. Attention: one row per
 head dim x seqlen x causal x dtype, with the forward and backward side by side.
 Eager overhead (ops overhead_*): one row per call, host microseconds per call.
+Decode (op decode): one row per seqlen_q x batch x cache length, the contiguous cache
+and each page size side by side, then the small case's latencies (CUDA graph, host).
 Rows show the automatically chosen family; --family sm75 (or sm80, ...) shows the
 runs with that family forced instead. OP_PREFIX (e.g. softmax, attention) keeps only
 the ops whose name starts with it.
@@ -108,6 +110,86 @@ def _us(value: float | None) -> str:
     return DASH if value is None else f"{value:.1f}"
 
 
+def bytes_text(n: int) -> str:
+    """4194304 -> "4 MiB", 34359738368 -> "32 GiB"."""
+    if n >= 2**30:
+        return f"{n / 2**30:.4g} GiB"
+    return f"{n / 2**20:.4g} MiB"
+
+
+def length_text(n: int) -> str:
+    return f"{n // 1024}k" if n % 1024 == 0 else str(n)
+
+
+def decode_table(records: list[dict], skipped: Sequence[dict] = ()) -> list[str]:
+    """Rows seqlen_q x batch x cache length: the contiguous cache's GPU time, K/V bandwidth,
+    its share of the copy bandwidth and its ratio to SDPA (SDPA's time / samattn's), then per
+    page size the paged time and its ratio to contiguous (contiguous time / paged time); a
+    dash where a case was skipped. Then the small case's latencies."""
+    rows: dict[tuple, dict[int, dict]] = {}
+    for r in records:
+        rows.setdefault((r["seqlen_q"], r["batch"], r["seqlen_k"]), {})[r["paged"]] = r
+    pages = sorted({r["paged"] for r in records if r["paged"]})
+    page_headers = "".join(f" page {p} µs | page {p} / contiguous |" for p in pages)
+    lines = [
+        "| q len | batch | cache | K+V read | µs | GB/s | of copy | SDPA µs | / SDPA |"
+        f"{page_headers} family |",
+        "| --- " * (9 + 2 * len(pages) + 1) + "|",
+    ]
+    for key in sorted(rows):
+        seqlen_q, batch, seqlen_k = key
+        by_page = rows[key]
+        any_record = next(iter(by_page.values()))
+        r = by_page.get(0)
+        if r is None:
+            cells = [DASH] * 5
+        else:
+            cells = [
+                _us(r["samattn_us"]), f"{r['samattn']:.0f}", f"{r['copy_fraction']:.2f}",
+                _us(r.get("baseline_us")), _ratio(r.get("ratio")),
+            ]  # fmt: skip
+        for page in pages:
+            paged = by_page.get(page)
+            if paged is None:
+                cells += [DASH] * 2
+            else:
+                cells += [_us(paged["samattn_us"]), _ratio(paged.get("ratio_to_contiguous"))]
+        families = sorted({r["family"] for r in by_page.values()})
+        lines.append(
+            f"| {seqlen_q} | {batch} | {length_text(seqlen_k)} "
+            f"| {bytes_text(any_record['kv_bytes'])} | {' | '.join(cells)} "
+            f"| {', '.join(families)} |"
+        )
+    small = [r for r in records if "samattn_graph_us" in r]
+    if small:
+        lines += [
+            "",
+            "| case | graph µs samattn | graph µs SDPA | host µs samattn | host µs SDPA "
+            "| host µs samattn, value checks on | family |",
+            "| --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        for r in small:
+            cells = [
+                _us(r.get(key))
+                for key in (
+                    "samattn_graph_us", "baseline_graph_us", "samattn_host_us",
+                    "baseline_host_us", "samattn_host_checked_us",
+                )
+            ]  # fmt: skip
+            lines.append(f"| {decode_text(r)} | {' | '.join(cells)} | {r['family']} |")
+    for s in skipped:
+        lines.append(f"\nskipped {decode_text(s)}: {s['reason'].splitlines()[0]}")
+    return lines
+
+
+def decode_text(r: dict) -> str:
+    """ "batch 1, q len 1, 1k cache, page 16" (or contiguous)."""
+    layout = f"page {r['paged']}" if r["paged"] else "contiguous"
+    return (
+        f"batch {r['batch']}, q len {r['seqlen_q']}, {length_text(r['seqlen_k'])} cache, {layout}"
+    )
+
+
 def overhead_table(records: list[dict]) -> list[str]:
     """Host time per eager call against torch's op, and the GPU time per call queued back to
     back and in a CUDA graph."""
@@ -133,7 +215,8 @@ def tables(data: dict, prefix: str = "", family: str | None = None) -> list[str]
     """The markdown lines for every op of `data` whose name starts with `prefix`."""
     records = [r for r in data["records"] if r["op"].startswith(prefix) and selected(r, family)]
     overhead = [r for r in records if r["op"].startswith("overhead_")]
-    others = [r for r in records if r["op"] not in ATTENTION_OPS and r not in overhead]
+    decode = [r for r in records if r["op"] == "decode"]
+    others = [r for r in records if r["op"] not in ATTENTION_OPS and r not in overhead + decode]
     attention = [r for r in records if r["op"] in ATTENTION_OPS]
     skipped = [
         s
@@ -146,6 +229,16 @@ def tables(data: dict, prefix: str = "", family: str | None = None) -> list[str]
     if attention or skipped:
         lines += [""] if lines else []
         lines += attention_table(attention, skipped)
+    decode_skipped = [
+        s
+        for s in data.get("skipped", [])
+        if s.get("op") == "decode"
+        and "decode".startswith(prefix)
+        and s.get("family") == (family or "auto")
+    ]
+    if decode or decode_skipped:
+        lines += [""] if lines else []
+        lines += decode_table(decode, decode_skipped)
     if overhead:
         lines += [""] if lines else []
         lines += overhead_table(overhead)

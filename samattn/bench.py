@@ -1,7 +1,7 @@
 """Benchmarks of samattn against torch, measured in the same run.
 
-    python -m samattn.bench [--ops gemm,softmax,attention] [--families sm80,sm75] [--quick]
-                            [--json PATH] [--plot PATH]
+    python -m samattn.bench [--ops gemm,softmax,attention,decode,overhead]
+                            [--families sm80,sm75] [--quick] [--json PATH] [--plot PATH]
 
 GEMM is reported in TFLOPS (2 * batch * M * N * K flops) against torch.matmul
 (cuBLAS) in the same dtype and fp32 precision; softmax in GB/s of the minimum
@@ -33,6 +33,25 @@ in microseconds, `ratio` = torch's time / samattn's, so >= 0.8 meets the design'
 sleep kernel hides the host time) and inside a captured CUDA graph (`*_queued_us`,
 `*_graph_us`).
 
+Decode (--ops decode): samattn.flash_attn_with_kvcache on full K/V caches, bf16, d128,
+32 query heads over 8 KV heads, seqlen_q 1 and 4, batch 1/8/64, cache length 1k/8k/32k/128k,
+contiguous caches and paged ones (page sizes 16 and 256, the pages shuffled in the block
+table), non-causal, against torch.nn.functional.scaled_dot_product_attention on the same
+contiguous problem (q (batch, heads, seqlen_q, d), k and v the (batch, heads_k, seqlen_k, d)
+views of the caches, enable_gqa=True, non-causal, whichever backend torch picks:
+`baseline_backend`). Reported in GB/s of K and V read (`kv_bytes` = 2 * batch * seqlen_k *
+heads_k * d * 2 bytes), with `copy_fraction` = that bandwidth / the device-to-device copy
+bandwidth of the same run (a 1 GiB copy, read + write bytes), `ratio` = SDPA's time /
+samattn's (contiguous cases), `ratio_to_contiguous` = the contiguous case's time / the paged
+case's (paged cases), `paged` the page size (0: contiguous) and `difference_to_reference`
+against fp32 attention on the first and last sequence. The value checks of cache_seqlens and
+block_table (a device-to-host copy and a synchronization per call) are off while timing
+(samattn.set_value_checks(False)), as in a serving loop. A case whose caches would take more
+than 60% of the free GPU memory is skipped and listed. The small case (batch 1, 1k cache)
+also gets the GPU time per call replayed from a CUDA graph of 20 calls and the host time per
+eager call (as --ops overhead measures them; `*_graph_us`, `*_host_us`, and
+`samattn_host_checked_us` with the value checks on) for samattn and SDPA.
+
 Timing: CUDA events around every call, median of 20-200 calls (about 0.2 s
 of GPU time per measurement, less with --quick) after a warm-up. Before the
 timed calls the GPU is kept busy (torch.cuda._sleep) for as long as the CPU
@@ -49,6 +68,7 @@ and this command line; --plot writes a PNG of the ratios (needs matplotlib).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import functools
 import json
@@ -59,7 +79,7 @@ import statistics
 import sys
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -67,9 +87,9 @@ import torch
 
 import samattn
 
-from . import _cuda, _lib
+from . import _checks, _cuda, _lib
 
-OPS = ("gemm", "softmax", "attention", "overhead")
+OPS = ("gemm", "softmax", "attention", "decode", "overhead")
 FAMILIES = ("auto", *_lib.FAMILY_CODES)  # "auto": the library's own choice for the GPU
 
 # dtype name -> (torch dtype, torch fp32 matmul precision): "f32" is exact fp32
@@ -192,6 +212,76 @@ def try_call(fn: Callable[..., object], *args: object) -> str | None:
             reasons = [str(w.message).splitlines()[0] for w in caught]
             first_line = (str(error).splitlines() or [type(error).__name__])[0]
             return "; ".join(dict.fromkeys([first_line, *reasons]))
+
+
+class DecodeCase(NamedTuple):
+    """One decode step: q (batch, seqlen_q, heads, d) against K/V caches holding seqlen_k
+    tokens per sequence with heads_k heads, contiguous (batch, seqlen_k, heads_k, d) when
+    paged is 0, else paged (pages of `paged` tokens, num_pages = batch * seqlen_k / paged,
+    shuffled in the block table)."""
+
+    batch: int
+    seqlen_q: int
+    seqlen_k: int
+    heads: int
+    heads_k: int
+    d: int
+    paged: int
+
+
+# Issue 15's grid: bf16, d128, 32 query heads over 8 KV heads (Llama-3-8B's attention).
+DECODE_HEADS, DECODE_HEADS_K, DECODE_HEAD_DIM = 32, 8, 128
+DECODE_BATCHES = (1, 8, 64)
+DECODE_SEQLENS_K = (1024, 8192, 32768, 131072)
+DECODE_SEQLENS_Q = (1, 4)
+DECODE_PAGE_SIZES = (0, 16, 256)  # 0: contiguous caches
+# A case whose K/V caches (all the rotated sets) take more than this share of the free GPU
+# memory is skipped, with the reason printed and written to the JSON's `skipped`.
+DECODE_MEMORY_FRACTION = 0.6
+# The small case: also the GPU time per call inside a CUDA graph and the host time per call.
+DECODE_SMALL = (1, 1024)  # (batch, seqlen_k)
+# The device-to-device copy whose bandwidth the decode bandwidth is compared with.
+COPY_BYTES = 2**30
+
+
+def decode_case(batch: int, seqlen_q: int, seqlen_k: int, paged: int = 0) -> DecodeCase:
+    return DecodeCase(
+        batch, seqlen_q, seqlen_k, DECODE_HEADS, DECODE_HEADS_K, DECODE_HEAD_DIM, paged
+    )
+
+
+# Per cache (seqlen_k, batch): the contiguous cases first, so that the paged ones can be
+# compared with them (ratio_to_contiguous).
+DECODE_CASES = {
+    "full": [
+        ("bf16", decode_case(batch, seqlen_q, seqlen_k, paged))
+        for seqlen_k in DECODE_SEQLENS_K
+        for batch in DECODE_BATCHES
+        for paged in DECODE_PAGE_SIZES
+        for seqlen_q in DECODE_SEQLENS_Q
+    ],
+    "quick": [
+        ("bf16", decode_case(batch, seqlen_q, seqlen_k, paged))
+        for batch, seqlen_k in ((1, 1024), (8, 8192), (64, 32768))
+        for paged in (0, 256)
+        for seqlen_q in (1, 4)
+    ],
+}
+
+
+def decode_kv_bytes(case: DecodeCase, element_size: int = 2) -> int:
+    """Bytes of K and V one call reads: 2 * batch * seqlen_k * heads_k * d * element size."""
+    return 2 * case.batch * case.seqlen_k * case.heads_k * case.d * element_size
+
+
+def _length_text(n: int) -> str:
+    return f"{n // 1024}k" if n % 1024 == 0 else str(n)
+
+
+def decode_what(case: DecodeCase) -> str:
+    """ "b8 sq1 L32k page16": batch, seqlen_q, cache length, page size or contiguous."""
+    layout = f"page{case.paged}" if case.paged else "contiguous"
+    return f"b{case.batch} sq{case.seqlen_q} L{_length_text(case.seqlen_k)} {layout}"
 
 
 # samattn's output may differ from torch's by rounding, not by more.
@@ -404,6 +494,96 @@ def _relative_difference(x: torch.Tensor, y: torch.Tensor) -> float:
     return ((x.double() - y).norm() / y.norm().clamp_min(1e-30)).item()
 
 
+# ---------------------------------------------------------- decode inputs ----
+
+DEVICE = "cuda"  # where the decode section allocates (the CPU tests run it on "cpu")
+
+
+def _normal(shape: Shape, dtype: torch.dtype) -> torch.Tensor:
+    """Random normal data made in place in `dtype`: a 32 GiB bf16 cache needs no fp32 copy."""
+    return torch.empty(shape, device=DEVICE, dtype=dtype).normal_()
+
+
+def _free_memory_bytes() -> int:
+    """Free GPU memory, torch's cached blocks released first."""
+    torch.cuda.empty_cache()
+    return torch.cuda.mem_get_info()[0]
+
+
+@contextlib.contextmanager
+def _value_checks(enabled: bool) -> Iterator[None]:
+    """samattn.set_value_checks(enabled) inside the block, the previous setting after. The
+    check copies cache_seqlens / block_table to the host once per call and synchronizes:
+    GPU timings turn it off, as a serving loop would."""
+    setter = getattr(samattn, "set_value_checks", None)
+    if setter is None:  # a library without the switch
+        yield
+        return
+    getter = getattr(samattn, "value_checks_enabled", None) or getattr(
+        _checks, "value_checks_enabled", None
+    )
+    previous = bool(getter()) if getter is not None else True
+    setter(enabled)
+    try:
+        yield
+    finally:
+        setter(previous)
+
+
+def _decode_inputs(case: DecodeCase, dtype: torch.dtype) -> tuple:
+    """(q, k_cache, v_cache, cache_seqlens, block_table): full caches of case.seqlen_k tokens
+    per sequence; paged caches with every sequence's pages at random places (block_table
+    None for contiguous caches)."""
+    q = _normal((case.batch, case.seqlen_q, case.heads, case.d), dtype)
+    cache_seqlens = torch.full((case.batch,), case.seqlen_k, dtype=torch.int32, device=DEVICE)
+    if not case.paged:
+        shape = (case.batch, case.seqlen_k, case.heads_k, case.d)
+        return q, _normal(shape, dtype), _normal(shape, dtype), cache_seqlens, None
+    pages_per_sequence = -(-case.seqlen_k // case.paged)
+    num_pages = case.batch * pages_per_sequence
+    shape = (num_pages, case.paged, case.heads_k, case.d)
+    block_table = (
+        torch.randperm(num_pages, device=DEVICE)
+        .to(torch.int32)
+        .view(case.batch, pages_per_sequence)
+    )
+    return q, _normal(shape, dtype), _normal(shape, dtype), cache_seqlens, block_table
+
+
+def _sequence_kv(k_cache, v_cache, block_table, row: int, seqlen_k: int):
+    """Sequence `row`'s keys and values, (seqlen_k, heads_k, d), gathered from its pages."""
+    if block_table is None:
+        return k_cache[row, :seqlen_k], v_cache[row, :seqlen_k]
+    pages = block_table[row].long()
+    return tuple(c.index_select(0, pages).flatten(0, 1)[:seqlen_k] for c in (k_cache, v_cache))
+
+
+def _attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Non-causal attention of one sequence in fp32: q (seqlen_q, heads, d), k, v (seqlen_k,
+    heads_k, d) -> (seqlen_q, heads, d); query head i reads KV head i // (heads / heads_k).
+    The query heads of a group share one matrix product, so K and V are not repeated."""
+    seqlen_q, heads, d = q.shape
+    heads_k = k.shape[1]
+    group = heads // heads_k
+    qf = q.float().reshape(seqlen_q, heads_k, group, d).permute(1, 2, 0, 3)
+    qf = qf.reshape(heads_k, group * seqlen_q, d)
+    kf, vf = k.float().transpose(0, 1), v.float().transpose(0, 1)  # (heads_k, seqlen_k, d)
+    p = torch.softmax(qf @ kf.transpose(1, 2) * d**-0.5, dim=-1)
+    out = (p @ vf).reshape(heads_k, group, seqlen_q, d).permute(2, 0, 1, 3)
+    return out.reshape(seqlen_q, heads, d)
+
+
+def _sdpa_backend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:
+    """The backend torch's SDPA picks for these (batch, heads, seq, d) tensors, or None
+    where torch does not say (torch._fused_sdp_choice is private)."""
+    try:
+        from torch.nn.attention import SDPBackend
+
+        return SDPBackend(torch._fused_sdp_choice(q, k, v, enable_gqa=True)).name
+    except Exception:
+        return None
+
+
 class Bench:
     """Runs the cases, prints one line per record and keeps the records."""
 
@@ -417,6 +597,10 @@ class Bench:
         self._baselines: dict[tuple, float] = {}  # torch's times, measured once per case
         # Baselines that may refuse a case: (ms, None) or (None, why), measured once per case.
         self._optional_baselines: dict[tuple, tuple[float | None, str | None]] = {}
+        self._copy_gbps: float | None = None  # the device-to-device copy, measured once
+        # The contiguous decode times, per (family, dtype, case with paged=0), for the paged
+        # cases' ratio_to_contiguous.
+        self._decode_contiguous_ms: dict[tuple, float] = {}
 
     def _samattn_ms(self, family: str | None, fn, input_sets) -> tuple[float, str]:
         """Median time of fn under `family` (None: automatic), and the family that ran."""
@@ -757,6 +941,168 @@ class Bench:
             f"attention_backward {what}", backward, {"op": "attention_backward", **fields}
         )
 
+    # -- decode
+    def copy_gbps(self) -> float:
+        """Device-to-device copy bandwidth (bytes read + written / time) of a COPY_BYTES
+        buffer, measured once per run; printed."""
+        if self._copy_gbps is None:
+            source = torch.empty(COPY_BYTES, dtype=torch.uint8, device=DEVICE).fill_(1)
+            target = torch.empty_like(source)
+            ms = self.timer.median_ms(lambda x, y: y.copy_(x), [(source, target)])
+            self._copy_gbps = 2 * COPY_BYTES / 1e9 / (ms / 1e3)
+            print(
+                f"device-to-device copy: {self._copy_gbps:.0f} GB/s "
+                f"(read + write of {COPY_BYTES / 2**30:.3g} GiB)",
+                flush=True,
+            )
+        return self._copy_gbps
+
+    def _skip(self, label: str, reason: str, fields: dict[str, Any]) -> None:
+        """Records a case that runs for no family (e.g. too large for this GPU)."""
+        for family in self.families:
+            what = f"{label} [{family or 'auto'}]"
+            self.skipped.append(
+                {"case": what, "family": family or "auto", **fields, "reason": reason}
+            )
+        print(f"  skipped {label}: {reason}", flush=True)
+
+    def decode(self, dtype_name: str, case: DecodeCase) -> None:
+        """samattn.flash_attn_with_kvcache on full caches (contiguous or paged) against
+        torch's scaled_dot_product_attention on the same contiguous problem (k and v as
+        (batch, heads_k, seqlen_k, d) views of the caches, enable_gqa, whichever backend
+        torch picks), non-causal in both."""
+        import torch.nn.functional as F
+
+        dtype = DTYPES[dtype_name][0]
+        kv_bytes = decode_kv_bytes(case, torch.empty((), dtype=dtype).element_size())
+        kv_gb = kv_bytes / 1e9
+        what = decode_what(case)
+        label = f"decode {dtype_name} {what}"
+        fields: dict[str, Any] = {"op": "decode", "dtype": dtype_name, **case._asdict()}
+        count = self.timer.input_set_count(kv_bytes)
+        copy_gbps = self.copy_gbps()
+        free = _free_memory_bytes()
+        if count * kv_bytes > DECODE_MEMORY_FRACTION * free:
+            self._skip(
+                label,
+                f"its K/V caches ({count} x {kv_bytes / 2**30:.1f} GiB) would take more than "
+                f"{DECODE_MEMORY_FRACTION:.0%} of the {free / 2**30:.1f} GiB of free GPU memory",
+                {**fields, "kv_bytes": kv_bytes},
+            )
+            return
+        sets = [_decode_inputs(case, dtype) for _ in range(count)]
+        contiguous = case._replace(paged=0)
+        small = (case.batch, case.seqlen_k) == DECODE_SMALL
+
+        def samattn_decode(q, k_cache, v_cache, cache_seqlens, block_table):
+            kvcache = getattr(samattn, "flash_attn_with_kvcache", None)
+            if kvcache is None:
+                raise NotImplementedError(
+                    f"samattn {samattn.__version__} has no flash_attn_with_kvcache"
+                )
+            return kvcache(
+                q, k_cache, v_cache, cache_seqlens=cache_seqlens, block_table=block_table
+            )
+
+        def sdpa_decode(q, k, v):
+            try:
+                return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+            except TypeError as error:  # torch < 2.5 has no enable_gqa
+                raise RuntimeError(f"torch {torch.__version__}: {error}") from error
+
+        # SDPA's (batch, heads, seq, d) inputs: q contiguous, k and v views of the caches.
+        sdpa_sets = [
+            (q.transpose(1, 2).contiguous(), k.transpose(1, 2), v.transpose(1, 2))
+            for q, k, v, _, _ in ([] if case.paged else sets)
+        ]
+
+        def reference_difference(out: torch.Tensor) -> float:
+            """Against fp32 attention on the first and the last sequence (pages gathered)."""
+            q, k_cache, v_cache, _, block_table = sets[0]
+            differences = []
+            for row in dict.fromkeys((0, case.batch - 1)):
+                k, v = _sequence_kv(k_cache, v_cache, block_table, row, case.seqlen_k)
+                reference = _attention_reference(q[row], k, v)
+                differences.append(_relative_difference(out[row], reference))
+            return max(differences)
+
+        def body(family: str | None) -> None:
+            with samattn.use_family(family):  # one call with the value checks on
+                out = samattn_decode(*sets[0])
+            difference = reference_difference(out)
+            with _value_checks(False):
+                ms, ran = self._samattn_ms(family, samattn_decode, sets)
+                extra: dict[str, Any] = {}
+                base_ms = None
+                if not case.paged:
+                    self._decode_contiguous_ms[(family, dtype_name, contiguous)] = ms
+                    base_ms, reason = self._optional_baseline_ms(
+                        ("decode", dtype_name, contiguous), lambda: (sdpa_decode, sdpa_sets)
+                    )
+                    if reason is not None:
+                        extra["baseline_skipped"] = reason
+                    extra["baseline_backend"] = _sdpa_backend(*sdpa_sets[0])
+                else:
+                    contiguous_ms = self._decode_contiguous_ms.get((family, dtype_name, contiguous))
+                    extra["contiguous_us"] = contiguous_ms * 1e3 if contiguous_ms else None
+                    extra["ratio_to_contiguous"] = contiguous_ms / ms if contiguous_ms else None
+                if small:
+                    with samattn.use_family(family):
+                        extra.update(
+                            self._decode_latency(
+                                lambda: samattn_decode(*sets[0]),
+                                None if case.paged else lambda: sdpa_decode(*sdpa_sets[0]),
+                            )
+                        )
+            samattn_gbps = kv_gb / (ms / 1e3)
+            self._record(
+                op="decode",
+                family=ran,
+                forced=family is not None,
+                dtype=dtype_name,
+                shape=[case.batch, case.seqlen_q, case.seqlen_k, case.heads, case.heads_k, case.d],
+                what=what,
+                **case._asdict(),
+                unit="GB/s",
+                samattn=samattn_gbps,
+                baseline=kv_gb / (base_ms / 1e3) if base_ms else None,
+                baseline_name=None if case.paged else "torch scaled_dot_product_attention",
+                samattn_us=ms * 1e3,
+                baseline_us=base_ms * 1e3 if base_ms else None,
+                kv_bytes=kv_bytes,
+                copy=copy_gbps,
+                copy_fraction=samattn_gbps / copy_gbps,
+                difference_to_reference=difference,
+                compared_with="fp32 attention on the first and last sequence",
+                **extra,
+            )
+
+        self._run_case(label, body, fields)
+
+    def _decode_latency(
+        self, ours: Callable[[], object], theirs: Callable[[], object] | None
+    ) -> dict[str, Any]:
+        """The small case's latencies: GPU time per call replayed from a CUDA graph of 20
+        calls and host time per eager call (value checks off, as around it; and on), for
+        samattn and (where given) SDPA; a measurement that fails is None with the reason."""
+        fields: dict[str, Any] = {}
+
+        def measure(key: str, how: Callable[[Callable[[], object]], float], fn) -> None:
+            values: list[float] = []
+            reason = try_call(lambda: values.append(how(fn)))
+            fields[key] = values[0] if values else None
+            if reason is not None:
+                fields[f"{key}_skipped"] = reason
+
+        for who, fn in (("samattn", ours), ("baseline", theirs)):
+            if fn is None:
+                continue
+            measure(f"{who}_graph_us", graph_gpu_us, fn)
+            measure(f"{who}_host_us", host_us, fn)
+        with _value_checks(True):
+            measure("samattn_host_checked_us", host_us, ours)
+        return fields
+
 
 # ------------------------------------------------------------ reporting ----
 
@@ -768,6 +1114,11 @@ def _shape_text(shape: Sequence[int]) -> str:
 def _family_text(r: dict[str, Any]) -> str:
     return r["family"] + ("" if r["forced"] else "*")
 
+
+DECODE_HEADER = (
+    f"decode: flash_attn_with_kvcache, {DECODE_HEADS} query heads over {DECODE_HEADS_K} KV heads, "
+    f"d{DECODE_HEAD_DIM}, full caches; GB/s of K and V read, ratio = sdpa time / samattn time"
+)
 
 TABLE_HEADER = (
     f"{'op':<17} {'family':<6} {'dtype':<5} {'shape':<22} "
@@ -787,8 +1138,37 @@ def _case_text(r: dict[str, Any]) -> str:
 
 
 def _mismatch(r: dict[str, Any]) -> bool:
-    difference = r.get("difference_to_baseline")
-    return difference is not None and difference > AGREEMENT_LIMIT
+    differences = (r.get("difference_to_baseline"), r.get("difference_to_reference"))
+    return any(d is not None and d > AGREEMENT_LIMIT for d in differences)
+
+
+def _difference(r: dict[str, Any]) -> float:
+    differences = (r.get("difference_to_baseline"), r.get("difference_to_reference"))
+    return max(d for d in differences if d is not None)
+
+
+def _decode_text(r: dict[str, Any]) -> str:
+    """A decode record's extras: GPU time, share of the copy bandwidth, the paged / contiguous
+    ratio and the small case's latencies."""
+    text = f"  {r['samattn_us']:.1f} us, {r['copy_fraction']:.2f} of copy"
+    if r.get("baseline_us"):
+        text += f", sdpa {r['baseline_us']:.1f} us ({r.get('baseline_backend') or '?'})"
+    if r.get("ratio_to_contiguous") is not None:
+        text += f", {r['ratio_to_contiguous']:.2f} of contiguous"
+    latencies = [
+        f"{name} {r[key]:.1f}"
+        for name, key in (
+            ("graph", "samattn_graph_us"),
+            ("sdpa graph", "baseline_graph_us"),
+            ("host", "samattn_host_us"),
+            ("sdpa host", "baseline_host_us"),
+            ("host checked", "samattn_host_checked_us"),
+        )
+        if r.get(key) is not None
+    ]
+    if latencies:
+        text += f"; us per call: {', '.join(latencies)}"
+    return text
 
 
 def format_record(r: dict[str, Any]) -> str:
@@ -799,18 +1179,45 @@ def format_record(r: dict[str, Any]) -> str:
     )
     if "ratio_to_copy" in r:
         line += f"  ({r['ratio_to_copy']:.2f} of copy at {r['copy']:.0f} GB/s)"
+    if r["op"] == "decode":
+        line += _decode_text(r)
     if "cudnn" in r:
         line += f"  cudnn {_number(r['cudnn'], 0, 1)} ratio {_number(r['ratio_to_cudnn'], 0, 2)}"
     for key in ("baseline_skipped", "cudnn_skipped"):
         if key in r:
             line += f"  ({key.split('_')[0]} refused: {r[key].splitlines()[0][:80]})"
     if _mismatch(r):
-        line += f"  MISMATCH: differs from torch by {r['difference_to_baseline']:.2g}"
+        line += f"  MISMATCH: differs from torch by {_difference(r):.2g}"
     return line
 
 
 # The issue's targets for the sm80 family's attention: samattn / SDPA flash backend.
 ATTENTION_TARGETS = {"attention_forward": 1.0, "attention_backward": 0.9}
+
+# Issue 15's decode targets: (field, target, which records, what they are).
+DECODE_TARGETS = (
+    ("copy_fraction", 0.8, lambda r: r["kv_bytes"] >= 256 * 2**20, "of copy, >= 256 MiB read"),
+    ("ratio", 1.0, lambda r: not r["paged"], "x sdpa, contiguous"),
+    ("ratio_to_contiguous", 0.95, lambda r: r["paged"], "of contiguous, paged"),
+)
+
+
+def decode_summary(records: list[dict[str, Any]]) -> list[str]:
+    """Per family, how many decode cases meet each of issue 15's targets, and which not."""
+    lines = []
+    for family in sorted({r["family"] for r in records if r["op"] == "decode"}):
+        rows = [r for r in records if r["op"] == "decode" and r["family"] == family]
+        for key, target, applies, what in DECODE_TARGETS:
+            measured = [r for r in rows if applies(r) and r.get(key) is not None]
+            below = [r for r in measured if r[key] < target]
+            if not measured:
+                continue
+            lines.append(
+                f"  decode {family} target {target:.2f} {what}: "
+                f"{len(measured) - len(below)} of {len(measured)} cases meet it"
+                + "".join(f"\n    below: {_case_text(r)} {r[key]:.2f}" for r in below)
+            )
+    return lines
 
 
 def summarize(bench: Bench) -> str:
@@ -852,6 +1259,7 @@ def summarize(bench: Bench) -> str:
                     f"\n    below: {r['dtype']} {_case_text(r)} {r['ratio']:.2f}" for r in below
                 )
             )
+    lines += decode_summary(bench.records)
     for r in bench.records:
         if _mismatch(r):
             lines.append(f"  MISMATCH {r['op']} {r['dtype']} {_case_text(r)} {r['family']}")
@@ -900,6 +1308,7 @@ def write_plot(records: list[dict[str, Any]], gpu: str, path: Path) -> None:
         "softmax_backward": "tab:olive",
         "attention_forward": "tab:red",
         "attention_backward": "tab:purple",
+        "decode": "tab:cyan",
     }
     fig, ax = plt.subplots(figsize=(9, 1.5 + 0.25 * len(records)))
     ax.barh(
@@ -946,7 +1355,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--ops",
         type=_list_argument(OPS),
         default=list(OPS),
-        help="gemm,softmax,attention (default: all)",
+        help=f"{','.join(OPS)} (default: all)",
     )
     parser.add_argument(
         "--families",
@@ -998,6 +1407,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "attention" in args.ops:
         for dtype_name, case in ATTENTION_CASES[size]:
             bench.attention(dtype_name, case)
+            torch.cuda.empty_cache()
+    if "decode" in args.ops:
+        print(f"\n{DECODE_HEADER}", flush=True)
+        for dtype_name, case in DECODE_CASES[size]:
+            bench.decode(dtype_name, case)
             torch.cuda.empty_cache()
     if "overhead" in args.ops:
         print("\neager overhead: host us per call (samattn, torch), ratio = torch / samattn")

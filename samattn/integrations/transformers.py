@@ -21,14 +21,29 @@ their (batch, seq, heads, head_dim) transposes in place, no copies):
   fewer heads).
 - Padding: the mask samattn registers is the flash-attention style one (None when no token
   is padded, else the (batch, kv_len) boolean keep-mask), so a padded batch is unpadded and
-  served by ``samattn.flash_attn_varlen_func`` (one device-to-host copy of the longest length
-  per layer), and the output re-padded with zeros at the padded query rows.
+  served by ``samattn.flash_attn_varlen_func`` (the padded lengths serve as the maxima, so
+  no device-to-host copy of the longest length; finding the kept rows waits for the GPU
+  once for the queries and once for the keys per layer), and the output re-padded with zeros
+  at the padded query rows.
 - Padding-free packed batches (batch 1, several sequences whose ``position_ids`` restart at
   0, or ``cu_seq_lens_q/k`` and ``max_length_q/k`` from ``DataCollatorWithFlattening``):
   varlen as well, so sequences do not attend to each other. Detecting restarts in
   ``position_ids`` costs one device-to-host copy per forward (shared by the layers).
-- A 4-D mask made by the caller (a custom mask passed to the model): torch's
+- ``model.generate()``: every prefill and every decode step runs samattn. With the default
+  DynamicCache a decode step's query (one token, or a few) arrives with the whole cache as
+  its keys: ``samattn.flash_attn_func`` with the bottom-right causal alignment (the library
+  routes such decode shapes to its split-KV kernel), or for a padded batch (left padding,
+  as generation wants) ``flash_attn_varlen_func`` with one query per sequence. With a static
+  cache (``cache_implementation="static"``) the mask covers the tokens seen so far and the
+  cache's later, unused slots are taken as padding (varlen).
+- A 4-D mask (made by the caller, or by code that builds its own): when it is only key
+  padding plus the causal mask (and the layer's sliding window), the same for every head,
+  bool or additive, it is turned into the keep-mask above and samattn runs it (up to three
+  device-to-host copies per forward, shared by the layers); any other mask runs torch's
   ``scaled_dot_product_attention`` with that mask, with a one-time warning.
+- ``count_calls()`` counts which of these routes each call took (prefill or decode step, and
+  "fixed", "varlen", "packed" or "torch"), e.g. to check that no decode step fell back to
+  torch.
 - ``dropout > 0`` (training with ``config.attention_dropout > 0``): NotImplementedError,
   as samattn has no attention dropout yet; set ``attention_dropout=0.0`` in the config.
   Attention sinks (``s_aux``) raise NotImplementedError too.
@@ -39,8 +54,12 @@ flash attention).
 
 from __future__ import annotations
 
+import collections
+import contextlib
+import sys
 import threading
 import weakref
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -52,7 +71,14 @@ from samattn._warnings import warn_once as _samattn_warn_once
 NAME = "samattn"
 MIN_TRANSFORMERS = (4, 56)
 
-__all__ = ["MIN_TRANSFORMERS", "NAME", "attention_forward", "attention_mask", "register"]
+__all__ = [
+    "MIN_TRANSFORMERS",
+    "NAME",
+    "attention_forward",
+    "attention_mask",
+    "count_calls",
+    "register",
+]
 
 Tensor = torch.Tensor
 
@@ -101,76 +127,176 @@ def register() -> str:
 # ------------------------------------------------------------------ mask ----
 def attention_mask(
     batch_size: int,
-    q_length: int,
-    kv_length: int,
-    q_offset: int = 0,
+    q_length: int | None = None,
+    kv_length: int = 0,
+    q_offset: int | Tensor = 0,
     kv_offset: int = 0,
     mask_function: Any = None,
     attention_mask: Tensor | None = None,
     **kwargs: Any,
 ) -> Tensor | None:
     """transformers' mask builder for samattn: None unless some key is padded, else the
-    (batch, kv_length) boolean keep-mask (the flash-attention format). Causality and the
-    sliding window are not in the mask: attention_forward gets them from the model."""
+    (batch, seen tokens) boolean keep-mask (the flash-attention format). Causality and the
+    sliding window are not in the mask: attention_forward gets them from the model.
+
+    A static cache (kv_length, its size, beyond the q_offset + q_length tokens seen) under
+    the plain causal mask function gets a mask of the seen tokens even without padding:
+    attention_forward takes the cache's slots after them as padding."""
     if attention_mask is None:
-        return None
+        # Only a plain causal mask of a static cache; not, e.g., cross-attention, whose keys
+        # outnumber the queries too.
+        if mask_function is None or mask_function is not _causal_mask_function():
+            return None
+        seen = None if q_length is None else int(q_offset) + q_length
+        device = kwargs.get("device")
+        if seen is None or device is None or kv_offset != 0 or seen >= kv_length:
+            return None
+        return torch.ones(batch_size, seen, dtype=torch.bool, device=device)
     attention_mask = attention_mask[:, -kv_length:]  # sliding-window caches keep the end
     if attention_mask.shape[1] == kv_length and bool(attention_mask.all()):
         return None
     return attention_mask
 
 
+def _causal_mask_function() -> Any:
+    """transformers' plain causal mask function (None if it has none)."""
+    masking_utils = sys.modules.get("transformers.masking_utils")
+    return getattr(masking_utils, "causal_mask_function", None)
+
+
 # -------------------------------------------------------------- forward ----
+_counts: collections.Counter[str] | None = None
+
+
+@contextlib.contextmanager
+def count_calls() -> Iterator[collections.Counter[str]]:
+    """Counts the routes attention_forward takes inside the block (a debugging and test
+    hook; off otherwise, at the cost of one global read per call).
+
+    Yields a collections.Counter keyed "PHASE:ROUTE": PHASE "prefill" (as many queries as
+    tokens seen) or "decode" (the queries follow tokens in a KV cache); ROUTE "fixed"
+    (samattn.flash_attn_func), "varlen" (padded, samattn.flash_attn_varlen_func), "packed"
+    (padding-free packed sequences, varlen) or "torch" (torch's SDPA under a 4-D mask that
+    samattn cannot run). Counts every thread's calls; blocks do not nest (the inner one
+    counts alone).
+
+        with samattn.integrations.transformers.count_calls() as counts:
+            model.generate(ids, max_new_tokens=8)
+        assert counts["decode:torch"] == 0 and counts["decode:fixed"] > 0
+    """
+    global _counts
+    previous, _counts = _counts, collections.Counter()
+    try:
+        yield _counts
+    finally:
+        _counts = previous
+
+
+def _count(phase: str, route: str) -> None:
+    counts = _counts
+    if counts is not None:
+        counts[f"{phase}:{route}"] += 1
+
+
 def _warn_once(message: str) -> None:
     _samattn_warn_once(f"samattn attention for transformers: {message}", stacklevel=3)
 
 
-class _PackingCache:
-    """The sequence starts found in the last position_ids tensor: every layer of one forward
-    gets the same tensor, so the device-to-host copy happens once per forward."""
+class _PerTensorCache:
+    """compute(tensor, *args) for the last tensor seen: every layer of one forward gets the
+    same position_ids / mask tensor, so the work (and its device-to-host copy) happens once
+    per forward. Keyed by the tensor's identity and version, and by args."""
 
-    def __init__(self) -> None:
+    def __init__(self, compute: Callable[..., Any]) -> None:
+        self._compute = compute
         self._lock = threading.Lock()
         self._key: tuple = ()
-        self._value: tuple[Tensor, int] | None = None
+        self._value: Any = None
 
-    def cu_seqlens(self, position_ids: Tensor) -> tuple[Tensor, int] | None:
-        """(cu_seqlens int32, max_seqlen) if position_ids (1, total) restart at 0 inside,
-        i.e. pack several sequences; None for one sequence."""
+    def __call__(self, tensor: Tensor, *args: Any) -> Any:
         with self._lock:
-            ref, version = self._key or (None, None)
-            if ref is not None and ref() is position_ids and version == position_ids._version:
+            ref, version, key_args = self._key or (None, None, None)
+            fresh = ref is not None and ref() is tensor and version == tensor._version
+            if fresh and key_args == args:
                 return self._value
-        positions = position_ids.reshape(-1)
-        total = positions.numel()
-        starts = (positions == 0).nonzero().reshape(-1).to(torch.int32)
-        if starts.numel() == 0 or starts[0].item() != 0:
-            starts = torch.cat([starts.new_zeros(1), starts])
-        if starts.numel() <= 1:
-            value = None
-        else:
-            cu = torch.cat([starts, starts.new_full((1,), total)])
-            value = (cu, int((cu[1:] - cu[:-1]).max().item()))
+        value = self._compute(tensor, *args)
         with self._lock:
-            self._key = (weakref.ref(position_ids), position_ids._version)
+            self._key = (weakref.ref(tensor), tensor._version, args)
             self._value = value
         return value
 
 
-_packing = _PackingCache()
+def _packed_cu_seqlens(position_ids: Tensor) -> tuple[Tensor, int] | None:
+    """(cu_seqlens int32, max_seqlen) if position_ids (1, total) restart at 0 inside, i.e.
+    pack several sequences; None for one sequence."""
+    positions = position_ids.reshape(-1)
+    total = positions.numel()
+    starts = (positions == 0).nonzero().reshape(-1).to(torch.int32)
+    if starts.numel() == 0 or starts[0].item() != 0:
+        starts = torch.cat([starts.new_zeros(1), starts])
+    if starts.numel() <= 1:
+        return None
+    cu = torch.cat([starts, starts.new_full((1,), total)])
+    return cu, int((cu[1:] - cu[:-1]).max().item())
+
+
+_packing = _PerTensorCache(_packed_cu_seqlens)
+
+
+def _keep_from_4d_mask(
+    mask: Tensor, batch: int, q_len: int, kv_len: int, causal: bool, left: int
+) -> tuple[bool, Tensor | None]:
+    """Whether a 4-D mask (batch or 1, 1, q_len, kv_len), bool (True: attend) or additive (0
+    or very negative), is what samattn runs without it: key padding and, when causal, the
+    bottom-right causal mask (and the sliding window of `left` keys, when >= 0), the same for
+    every head. Returns (True, the (batch, kv_len) keep-mask, or None when nothing is padded)
+    if so, else (False, None). Up to three device-to-host copies, once per forward.
+    """
+    if mask.dim() != 4 or mask.shape[1] != 1 or tuple(mask.shape[-2:]) != (q_len, kv_len):
+        return False, None
+    if mask.shape[0] not in (1, batch):
+        return False, None
+    mask = mask[:, 0].expand(batch, q_len, kv_len)
+    if mask.dtype == torch.bool:
+        allowed = mask
+    else:
+        allowed = mask == 0
+        blocked = mask <= torch.finfo(mask.dtype).min / 2
+        if not bool((allowed | blocked).all()):  # an additive bias, not a mask
+            return False, None
+    # The keys some query sees. A key that no query sees (older than every query's window)
+    # is dropped with the padding: a prefix, so the bottom-right alignment is kept.
+    keep = allowed.any(dim=1)
+    rows = torch.arange(q_len, device=mask.device)[:, None] + (kv_len - q_len)
+    columns = torch.arange(kv_len, device=mask.device)[None, :]
+    visible = torch.ones(q_len, kv_len, dtype=torch.bool, device=mask.device)
+    if causal:
+        visible &= columns <= rows
+    if left >= 0:
+        visible &= columns >= rows - left
+    if not torch.equal(allowed, keep[:, None, :] & visible):
+        return False, None
+    return True, None if bool(keep.all()) else keep
+
+
+_mask_4d = _PerTensorCache(_keep_from_4d_mask)
 
 
 def _unpad(x: Tensor, keep: Tensor) -> tuple[Tensor, Tensor]:
     """x (batch, seq, heads, d) and keep (batch, seq) bool -> the kept rows packed as
     (total, heads, d), and their flat indices."""
     indices = keep.reshape(-1).nonzero().reshape(-1)
-    return x.reshape(-1, *x.shape[2:]).index_select(0, indices), indices
+    return _rows(x, indices), indices
 
 
-def _cu_seqlens(keep: Tensor) -> tuple[Tensor, int]:
-    lengths = keep.sum(-1, dtype=torch.int32)
-    cu = F.pad(lengths.cumsum(0, dtype=torch.int32), (1, 0))
-    return cu, int(lengths.max().item())
+def _rows(x: Tensor, indices: Tensor) -> Tensor:
+    """The rows `indices` of x (batch, seq, heads, d) flattened to (batch * seq, heads, d)."""
+    return x.reshape(-1, *x.shape[2:]).index_select(0, indices)
+
+
+def _cu_seqlens(keep: Tensor) -> Tensor:
+    """keep (batch, seq) bool -> cu_seqlens (batch + 1,) int32 of the kept rows."""
+    return F.pad(keep.sum(-1, dtype=torch.int32).cumsum(0, dtype=torch.int32), (1, 0))
 
 
 def _check_supported(module: torch.nn.Module, dropout: float, kwargs: dict) -> None:
@@ -206,8 +332,10 @@ def attention_forward(
             is passed).
         query: (batch, heads, q_len, head_dim); key, value: (batch, kv_heads, kv_len,
             head_dim), heads a multiple of kv_heads; float16 or bfloat16 on CUDA.
-        attention_mask: None, the (batch, kv_len) bool keep-mask of attention_mask(), or a
-            4-D mask made by the caller (then torch's SDPA runs it, warning once).
+        attention_mask: None, the (batch, seen tokens) bool keep-mask of attention_mask()
+            (seen tokens <= kv_len: a static cache's unused slots follow), or a 4-D mask:
+            run by samattn when it is key padding plus causality / the sliding window,
+            else by torch's SDPA (warning once).
         dropout: must be 0.0 (NotImplementedError otherwise).
         scaling: the softmax scale (default head_dim ** -0.5).
         sliding_window: each query sees the last sliding_window keys (itself included).
@@ -228,26 +356,27 @@ def attention_forward(
         options["softcap"] = float(softcap)
     if kwargs.get("deterministic") is not None:
         options["deterministic"] = bool(kwargs["deterministic"])
-    batch, q_len = q.shape[0], q.shape[1]
+    batch, q_len, kv_len = q.shape[0], q.shape[1], k.shape[1]
+    # Decode: the queries follow tokens already in the cache. (A 2-D keep-mask covers the
+    # tokens seen so far, which a static cache's keys outnumber.)
+    seen = kv_len if attention_mask is None else min(attention_mask.shape[-1], kv_len)
+    phase = "decode" if q_len < seen else "prefill"
 
     if attention_mask is not None and attention_mask.dim() == 4:
-        return _custom_mask_attention(query, key, value, attention_mask, scaling, softcap), None
-    if attention_mask is not None:  # (batch, kv_len) keep-mask: some keys are padding
-        keep_k = attention_mask.to(torch.bool)
-        keep_q = keep_k[:, -q_len:]
-        q_packed, q_indices = _unpad(q, keep_q)
-        k_packed, _ = _unpad(k, keep_k)
-        v_packed, _ = _unpad(v, keep_k)
-        cu_q, max_q = _cu_seqlens(keep_q)
-        cu_k, max_k = _cu_seqlens(keep_k)
-        out = samattn.flash_attn_varlen_func(
-            q_packed, k_packed, v_packed, cu_q, cu_k, max_q, max_k, **options
-        )
-        padded = out.new_zeros(batch * q_len, *out.shape[1:]).index_copy(0, q_indices, out)
-        return padded.view(batch, q_len, *out.shape[1:]), None
+        left = options.get("window_size", (-1, -1))[0]
+        expressible, keep = _mask_4d(attention_mask, batch, q_len, kv_len, causal, left)
+        if not expressible:
+            _count(phase, "torch")
+            out = _custom_mask_attention(query, key, value, attention_mask, scaling, softcap)
+            return out, None
+        attention_mask = keep  # padding (or None) + the causality and window samattn runs
+    if attention_mask is not None:  # (batch, seen tokens) keep-mask: some keys are padding
+        _count(phase, "varlen")
+        return _padded_attention(q, k, v, attention_mask, options), None
 
-    packed = _packed_sequences(kwargs, batch, q_len, k.shape[1])
+    packed = _packed_sequences(kwargs, batch, q_len, kv_len)
     if packed is not None:
+        _count(phase, "packed")
         (cu_q, max_q), (cu_k, max_k) = packed
         out = samattn.flash_attn_varlen_func(
             q.reshape(-1, *q.shape[2:]),
@@ -260,7 +389,36 @@ def attention_forward(
             **options,
         )
         return out.view(batch, q_len, *out.shape[1:]), None
+    _count(phase, "fixed")
     return samattn.flash_attn_func(q, k, v, **options), None
+
+
+def _padded_attention(
+    q: Tensor, k: Tensor, v: Tensor, keep: Tensor, options: dict[str, Any]
+) -> Tensor:
+    """flash_attn_varlen_func on the kept rows: q (batch, q_len, heads, d), k, v (batch,
+    kv_len, kv_heads, d), keep (batch, seen) with True for the tokens that are not padding.
+    The queries are the last q_len seen tokens. A keep-mask shorter than the keys comes from a
+    static cache, whose slots after the seen tokens are unused: they count as padding. The
+    maxima passed are the padded lengths (bounds, as the function allows: no device-to-host
+    copy for them). Padded query rows of the output are zeros."""
+    batch, q_len, kv_len = q.shape[0], q.shape[1], k.shape[1]
+    keep = keep.to(torch.bool)
+    keep_q = keep[:, -q_len:]
+    seen = min(keep.shape[1], kv_len)
+    if keep.shape[1] < kv_len:
+        keep = F.pad(keep, (0, kv_len - keep.shape[1]), value=False)
+    elif keep.shape[1] > kv_len:
+        keep = keep[:, -kv_len:]
+    q_packed, q_indices = _unpad(q, keep_q)
+    k_packed, k_indices = _unpad(k, keep)
+    v_packed = _rows(v, k_indices)
+    out = samattn.flash_attn_varlen_func(
+        q_packed, k_packed, v_packed, _cu_seqlens(keep_q), _cu_seqlens(keep), q_len, seen,
+        **options,
+    )  # fmt: skip
+    padded = out.new_zeros(batch * q_len, *out.shape[1:]).index_copy(0, q_indices, out)
+    return padded.view(batch, q_len, *out.shape[1:])
 
 
 def _packed_sequences(
@@ -275,7 +433,7 @@ def _packed_sequences(
     position_ids = kwargs.get("position_ids")
     if position_ids is None or batch != 1 or q_len != kv_len or position_ids.numel() != q_len:
         return None
-    found = _packing.cu_seqlens(position_ids)
+    found = _packing(position_ids)
     return None if found is None else (found, found)
 
 

@@ -44,7 +44,9 @@ def reference_attention(q, k, v, softmax_scale=None, causal=False, window_size=(
 def reference_varlen(q, k, v, cu_q, cu_k, max_q, max_k, **options):
     assert cu_q.dtype == torch.int32 and cu_k.dtype == torch.int32
     lengths_q = (cu_q[1:] - cu_q[:-1]).tolist()
-    assert max(lengths_q) == max_q and max((cu_k[1:] - cu_k[:-1]).tolist()) == max_k
+    # The maxima bound the lengths (flash_attn_varlen_func's contract), exact or not.
+    assert max(lengths_q) <= max_q and max((cu_k[1:] - cu_k[:-1]).tolist()) <= max_k
+    assert cu_q[-1] == q.shape[0] and cu_k[-1] == k.shape[0]
     out = torch.full_like(q, float("nan"))
     for b in range(len(lengths_q)):
         rows_q, rows_k = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
@@ -167,10 +169,173 @@ def test_generation_with_cache_matches_sdpa(calls):
     options = {"max_new_tokens": 5, "do_sample": False, "pad_token_id": 0}
     with torch.no_grad():
         expected = theirs.generate(ids, **options)
-        got = ours.generate(ids, **options)
+        with integration.count_calls() as counts:
+            got = ours.generate(ids, **options)
     assert torch.equal(got, expected)
     decode_steps = [call for call in calls if call[0] == "fixed" and call[1][1] == 1]
     assert decode_steps and all(call[2][1] > 1 for call in decode_steps)  # q 1 row, k all
+    # One prefill and four decode steps, two layers each, all on flash_attn_func.
+    assert counts == {"prefill:fixed": 2, "decode:fixed": 8}
+    assert integration._counts is None  # counting stops with the block
+
+
+def left_padded(batch_lengths, total, seed=0):
+    """Token ids and the 2-D mask of a left-padded batch (pad id 0)."""
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, 256, (len(batch_lengths), total), generator=generator)
+    mask = torch.zeros(len(batch_lengths), total, dtype=torch.long)
+    for row, length in enumerate(batch_lengths):
+        mask[row, total - length :] = 1
+    return ids.masked_fill(mask == 0, 0), mask
+
+
+@pytest.mark.parametrize("cache", [None, "static"], ids=["dynamic", "static"])
+def test_padded_generation_runs_samattn_on_every_step(calls, cache):
+    """A left-padded batch: the prefill and every decode step go to varlen, one query per
+    sequence in the decode steps, nothing to torch; the tokens are sdpa's. A static cache's
+    unused slots count as padding."""
+    ours, theirs = model_pair()
+    ids, mask = left_padded([5, 12, 9], 12)
+    options = {"max_new_tokens": 6, "do_sample": False, "pad_token_id": 0}
+    if cache:
+        options["cache_implementation"] = cache
+    with torch.no_grad():
+        expected = theirs.generate(ids, attention_mask=mask, **options)
+        with integration.count_calls() as counts:
+            got = ours.generate(ids, attention_mask=mask, **options)
+    assert torch.equal(got, expected)
+    assert counts == {"prefill:varlen": 2, "decode:varlen": 10}
+    decode_calls = [call for call in calls if call[1] == [0, 1, 2, 3]]
+    assert len(decode_calls) == 10
+    # The last step: each sequence's own cache (prompt + 5 tokens), the padding left out.
+    assert decode_calls[-1][2] == [0, 10, 27, 41]
+
+
+def test_unpadded_generation_with_a_static_cache(calls):
+    ours, theirs = model_pair()
+    ids = torch.randint(1, 256, (1, 10))
+    options = {"max_new_tokens": 4, "do_sample": False, "cache_implementation": "static"}
+    with torch.no_grad():
+        expected = theirs.generate(ids, **options)
+        with integration.count_calls() as counts:
+            got = ours.generate(ids, **options)
+    assert torch.equal(got, expected)
+    # The cache's unused slots are left out by varlen; once full (the last step) the mask is
+    # None and flash_attn_func runs.
+    assert counts["prefill:varlen"] == 2 and counts["decode:varlen"] > 0
+    assert counts["decode:varlen"] + counts["decode:fixed"] == 6
+    assert counts["prefill:torch"] == counts["decode:torch"] == 0
+
+
+def test_static_cache_forward_without_a_mask(calls):
+    """No attention mask at all: the mask builder still marks the static cache's slots
+    after the seen tokens as unused."""
+    ours, _ = model_pair()
+    ids = torch.randint(0, 256, (2, 7))
+    cache = transformers.StaticCache(config=ours.config, max_cache_len=16)
+    with torch.no_grad():
+        expected = ours(ids).logits
+        got = ours(ids, past_key_values=cache).logits
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
+    assert calls[-1][:3] == ("varlen", [0, 7, 14], [0, 7, 14])
+
+
+def test_mask_builder_without_a_mask():
+    masking = transformers.masking_utils
+    causal, bidirectional = masking.causal_mask_function, masking.bidirectional_mask_function
+    sizes = {"batch_size": 2, "q_length": 3, "q_offset": 4, "device": torch.device("cpu")}
+    # A static cache of 16 slots, 7 tokens seen: those 7 are kept.
+    keep = integration.attention_mask(kv_length=16, mask_function=causal, **sizes)
+    assert keep.dtype == torch.bool and keep.shape == (2, 7) and bool(keep.all())
+    # A dynamic cache (keys = tokens seen), or cross-attention (bidirectional): None.
+    assert integration.attention_mask(kv_length=7, mask_function=causal, **sizes) is None
+    assert integration.attention_mask(kv_length=16, mask_function=bidirectional, **sizes) is None
+
+
+def causal_padding_mask(mask_2d: torch.Tensor, q_len: int, additive: bool = False,
+                        window: int | None = None) -> torch.Tensor:  # fmt: skip
+    """The 4-D mask (batch, 1, q_len, kv_len) of key padding and bottom-right causality (and
+    a sliding window of `window` keys), as code that builds its own masks makes it."""
+    kv_len = mask_2d.shape[1]
+    i = torch.arange(q_len)[:, None] + kv_len - q_len
+    j = torch.arange(kv_len)[None, :]
+    visible = j <= i
+    if window is not None:
+        visible &= j > i - window
+    allowed = visible[None, None] & mask_2d.bool()[:, None, None, :]
+    if not additive:
+        return allowed
+    return torch.zeros(allowed.shape).masked_fill(~allowed, torch.finfo(torch.float32).min)
+
+
+@pytest.mark.parametrize("additive", [False, True], ids=["bool", "additive"])
+def test_a_causal_padding_4d_mask_runs_samattn(calls, monkeypatch, additive):
+    ours, theirs = model_pair()
+    ids, mask = left_padded([9, 16, 12], 16)
+    mask_4d = causal_padding_mask(mask, 16, additive)
+    inspected = []
+    compute = integration._mask_4d._compute
+    monkeypatch.setattr(
+        integration._mask_4d, "_compute", lambda *a: inspected.append(1) or compute(*a)
+    )
+    with torch.no_grad():
+        expected = theirs(ids, attention_mask=mask).logits
+        with integration.count_calls() as counts:
+            got = ours(ids, attention_mask=mask_4d).logits
+    keep = mask.bool()
+    torch.testing.assert_close(got[keep], expected[keep], rtol=1e-4, atol=1e-5)
+    assert counts == {"prefill:varlen": 2}
+    assert len(inspected) == 1  # once per forward, not per layer
+    assert calls[0][:3] == ("varlen", [0, 9, 25, 37], [0, 9, 25, 37])
+
+
+def test_a_decode_step_with_a_4d_mask_runs_samattn(calls):
+    """A decode step's 4-D mask (batch, 1, 1, kv_len): key padding only."""
+    ours, theirs = model_pair()
+    ids, mask = left_padded([6, 10], 10)
+    step = torch.randint(1, 256, (2, 1))
+    step_mask = torch.cat([mask, torch.ones(2, 1, dtype=torch.long)], dim=1)
+    positions = (step_mask.cumsum(-1) - 1)[:, -1:]
+    logits, counts = {}, {}
+    for name, model in (("ours", ours), ("theirs", theirs)):
+        cache = transformers.DynamicCache(config=model.config)
+        with torch.no_grad():
+            model(ids, attention_mask=mask, past_key_values=cache)
+            mask_4d = causal_padding_mask(step_mask, 1) if name == "ours" else step_mask
+            with integration.count_calls() as counts[name]:
+                logits[name] = model(
+                    step, attention_mask=mask_4d, past_key_values=cache, position_ids=positions
+                ).logits
+    torch.testing.assert_close(logits["ours"], logits["theirs"], rtol=1e-4, atol=1e-5)
+    assert counts["ours"] == {"decode:varlen": 2}
+    assert calls[-1][:3] == ("varlen", [0, 1, 2], [0, 7, 18])
+
+
+def test_a_sliding_window_4d_mask_runs_samattn(calls):
+    ours, theirs = model_pair("mistral", sliding_window=6)
+    ids = torch.randint(0, 256, (2, 20))
+    mask_4d = causal_padding_mask(torch.ones(2, 20), 20, window=6)
+    with torch.no_grad():
+        expected = theirs(ids).logits
+        with integration.count_calls() as counts:
+            got = ours(ids, attention_mask=mask_4d).logits
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
+    assert counts == {"prefill:fixed": 2}  # nothing padded
+
+
+@pytest.mark.filterwarnings("ignore:samattn attention for transformers")
+def test_another_4d_mask_runs_torch(calls):
+    ours, theirs = model_pair()
+    ids = torch.randint(0, 256, (2, 12))
+    generator = torch.Generator().manual_seed(0)
+    mask_4d = torch.rand(2, 1, 12, 12, generator=generator) < 0.5
+    mask_4d |= torch.eye(12, dtype=torch.bool)  # every query sees a key
+    with torch.no_grad():
+        expected = theirs(ids, attention_mask=mask_4d).logits
+        with integration.count_calls() as counts:
+            got = ours(ids, attention_mask=mask_4d).logits
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
+    assert counts == {"prefill:torch": 2} and not calls
 
 
 def test_sliding_window(calls):

@@ -2,6 +2,12 @@
 (samattn.integrations.transformers), on the GPU with the real kernels, against the same model
 with attn_implementation="sdpa". Skipped without transformers.
 
+Generation: the same prompt, 64 tokens greedily with samattn and with sdpa (batch 1 and a
+left-padded batch of 3, head dims 64 and 128). The tokens must be the same, except where
+bf16 rounding flips a near-tie; and under teacher forcing (both models, and the fp32 one, fed
+sdpa's tokens through the KV cache, one decode step at a time) every step's logits must be
+within the tolerance below. No call may fall back to torch (count_calls).
+
 Tolerance: both bf16 runs are compared with an fp32 "eager" run of the same (bf16-rounded)
 weights; samattn's error must be at most twice SDPA's, plus a floor of 1e-3 relative (below
 bf16's unit roundoff, 2^-8) for quantities SDPA happens to get almost exactly. Everything but
@@ -10,6 +16,8 @@ error well beyond SDPA's.
 """
 
 from __future__ import annotations
+
+import warnings
 
 import pytest
 import torch
@@ -25,10 +33,11 @@ FLOOR = 1e-3
 
 def config(model_type: str, **extra):
     config_class = transformers.AutoConfig.for_model(model_type).__class__
-    return config_class(
+    sizes = dict(
         num_hidden_layers=2, hidden_size=128, num_attention_heads=4, num_key_value_heads=2,
-        vocab_size=256, intermediate_size=256, max_position_embeddings=1024, **extra,
+        vocab_size=256, intermediate_size=256, max_position_embeddings=1024,
     )  # fmt: skip
+    return config_class(**{**sizes, **extra})
 
 
 def models(model_type: str, **extra) -> dict[str, torch.nn.Module]:
@@ -114,4 +123,107 @@ def test_training_step():
         updates = {n: params[n][key].detach().float() - before[n][key].float() for n in runs}
         assert_within_twice_sdpa(
             updates["samattn"], updates["sdpa"], updates["eager"], f"update {key}"
+        )
+
+
+# ------------------------------------------------------------ generate ----
+NEW_TOKENS = 64
+LAYERS = 2
+
+
+def generation_models(head_dim: int) -> dict[str, torch.nn.Module]:
+    """A tiny Llama: 2 layers, hidden 256, 8 query heads over 2 KV heads of head_dim, as
+    "samattn" and "sdpa" in bf16 and "eager" in fp32; no end-of-sequence token, so that
+    generation always makes NEW_TOKENS tokens."""
+    runs = models(
+        "llama", hidden_size=256, num_attention_heads=8, num_key_value_heads=2,
+        head_dim=head_dim, intermediate_size=512,
+    )  # fmt: skip
+    for model in runs.values():
+        model.eval()
+        model.generation_config.eos_token_id = None
+        model.generation_config.pad_token_id = 0
+    return runs
+
+
+def left_padded(lengths: list[int], seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Prompt ids (tokens 1..255, pad 0) and the 2-D mask of a left-padded batch."""
+    total = max(lengths)
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, 256, (len(lengths), total), generator=generator)
+    mask = torch.zeros(len(lengths), total, dtype=torch.long)
+    for row, length in enumerate(lengths):
+        mask[row, total - length :] = 1
+    return ids.masked_fill(mask == 0, 0).to(DEVICE), mask.to(DEVICE)
+
+
+def teacher_forced_logits(model, ids, mask, tokens) -> torch.Tensor:
+    """The logits (batch, steps, vocab) of each step when `model` is fed `tokens` (batch,
+    steps) one at a time through a DynamicCache after the prompt, as generate() feeds its own
+    (positions from the mask: cumsum - 1). Step i's logits predict tokens[:, i]."""
+    cache = transformers.DynamicCache(config=model.config)
+    positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
+    with torch.no_grad():
+        out = model(ids, attention_mask=mask, position_ids=positions, past_key_values=cache)
+        logits = [out.logits[:, -1].float()]
+        for step in range(tokens.shape[1] - 1):
+            mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=1)
+            out = model(
+                tokens[:, step : step + 1], attention_mask=mask,
+                position_ids=mask.sum(-1, keepdim=True) - 1, past_key_values=cache,
+            )  # fmt: skip
+            logits.append(out.logits[:, -1].float())
+    return torch.stack(logits, dim=1)
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("lengths", [[24], [24, 40, 9]], ids=["batch1", "left-padded-batch3"])
+def test_generate_matches_sdpa(head_dim, lengths):
+    runs = generation_models(head_dim)
+    ids, mask = left_padded(lengths)
+    prompt = ids.shape[1]
+    options = {"max_new_tokens": NEW_TOKENS, "do_sample": False}
+    with torch.no_grad():
+        theirs = runs["sdpa"].generate(ids, attention_mask=mask, **options)[:, prompt:]
+        with integration.count_calls() as counts, warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            ours = runs["samattn"].generate(ids, attention_mask=mask, **options)[:, prompt:]
+    assert ours.shape == theirs.shape == (len(lengths), NEW_TOKENS)
+
+    # Every prefill and decode step on samattn: flash_attn_func, or varlen when padded.
+    route = "varlen" if len(set(lengths)) > 1 else "fixed"
+    assert counts == {f"prefill:{route}": LAYERS, f"decode:{route}": LAYERS * (NEW_TOKENS - 1)}
+    assert not [w for w in caught if "samattn" in str(w.message)], [str(w.message) for w in caught]
+
+    # Teacher forcing on sdpa's tokens: every step within twice SDPA's error against fp32.
+    logits = {}
+    for name, model in runs.items():
+        with integration.count_calls() as forced_counts:
+            logits[name] = teacher_forced_logits(model, ids, mask, theirs)
+        if name == "samattn":
+            assert forced_counts["prefill:torch"] == forced_counts["decode:torch"] == 0
+            assert forced_counts[f"decode:{route}"] == LAYERS * (NEW_TOKENS - 1)
+    assert torch.isfinite(logits["samattn"]).all()
+    for step in range(NEW_TOKENS):
+        assert_within_twice_sdpa(
+            logits["samattn"][:, step], logits["sdpa"][:, step], logits["eager"][:, step],
+            f"teacher-forced logits, step {step}",
+        )  # fmt: skip
+
+    # The same tokens, or a near-tie at the first step where they differ: the two tokens'
+    # fp32 logits closer than the bf16 runs' own error there.
+    for row in range(len(lengths)):
+        differ = (ours[row] != theirs[row]).nonzero()
+        if differ.numel() == 0:
+            continue
+        step = int(differ[0])
+        eager = logits["eager"][row, step]
+        gap = (eager[ours[row, step]] - eager[theirs[row, step]]).abs().item()
+        error = sum(
+            (logits[name][row, step] - eager).abs().max().item() for name in ("samattn", "sdpa")
+        )
+        assert gap <= error, (
+            f"row {row}: the tokens differ from step {step} on ({int(ours[row, step])} vs "
+            f"sdpa's {int(theirs[row, step])}), whose fp32 logits differ by {gap:.3g}, more "
+            f"than the bf16 runs' error {error:.3g}: not a rounding near-tie"
         )
