@@ -2,8 +2,8 @@
 // family dispatch headers compiled with g++, run_flash_fwd / run_flash_bwd
 // defined here to print the configuration they are asked to run instead of
 // launching it. One line per (direction, family, dtype, head dim, shared
-// memory, key loop):
-//   <fwd|bwd> <family> <dtype> <head dim> <smem bytes> <short|long> <fields or none>
+// memory, key loop; decode: one query over a KV cache, the kvcache kernel):
+//   <fwd|bwd> <family> <dtype> <head dim> <smem bytes> <short|long|decode> <fields or none>
 #include <cstdio>
 #include <initializer_list>
 
@@ -18,10 +18,11 @@ const char* probe_family_name(Family family) {
 
 template <class Config>
 struct Fields;
-template <DType T, int D, int BM, int BN, int W, bool QR, Family F, int S>
-struct Fields<FlashFwdConfig<T, D, BM, BN, W, QR, F, S>> {
+template <DType T, int D, int BM, int BN, int W, bool QR, Family F, int S, bool C>
+struct Fields<FlashFwdConfig<T, D, BM, BN, W, QR, F, S, C>> {
   static void print() {
-    std::printf("%s %d,%d,%d,%d,%s,%d\n", probe_family_name(F), D, BM, BN, W, QR ? "true" : "false", S);
+    std::printf("%s %d,%d,%d,%d,%s,%d\n", probe_family_name(F), D, BM, BN, W, QR ? "true" : "false",
+                S);
   }
 };
 template <DType T, int D, int BM, int BN, int W, int S, Family F>
@@ -56,16 +57,22 @@ template <class Problem, class Run>
 void probe(const char* direction, const char* family, DType dtype, Run run) {
   for (int head_dim : kHeadDims) {
     for (int smem : kSmem) {
-      for (bool short_keys : {true, false}) {
+      for (const char* keys : {"short", "long", "decode"}) {
+        const bool decode = keys[0] == 'd';
+        if (decode && direction[0] == 'b') continue;  // the kvcache kernel is forward-only
         Problem p{};
         p.dtype = dtype;
         p.headdim = head_dim;
         p.max_smem_per_block = smem;
-        p.seqlen_q = 512;
-        p.seqlen_k = short_keys ? 512 : 4096;
+        p.batch = p.nheads = p.nheads_k = p.kv_group = 1;
+        p.seqlen_q = decode ? 1 : 512;
+        p.seqlen_k = keys[0] == 's' ? 512 : 4096;
         p.window = {-1, -1};
+        p.cache.enabled = decode;
+        p.cache.capacity = p.seqlen_k;
+        p.cache.kv_cache_batch = 1;
         std::printf("%s %s %s %d %d %s ", direction, family, dtype_name(dtype), head_dim, smem,
-                    short_keys ? "short" : "long");
+                    keys);
         std::fflush(stdout);
         if (run(p) != cudaSuccess) std::printf("none\n");
       }

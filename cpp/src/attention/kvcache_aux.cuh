@@ -66,7 +66,9 @@ __device__ inline void rotate_pair(const Element* src, Element* dst, int pair, i
   dst[i2] = static_cast<Element>(x1 * s + x2 * c);
 }
 
-template <class Element>
+// F: the family whose cubins hold this copy (each family's translation unit
+// compiles its own, for its archs, under its own name).
+template <Family F, class Element>
 __global__ void kvcache_append_kernel(const AppendParams<Element> a) {
   const int pairs = a.headdim / 2;
   const int64_t key_items =
@@ -136,7 +138,7 @@ struct CombineParams {
 
 constexpr int kCombineThreads = 128;  // one per split for the weights; columns in passes
 
-template <class Element>
+template <Family F, class Element>
 __global__ void __launch_bounds__(kCombineThreads)
     split_combine_kernel(const CombineParams<Element> c) {
   static_assert(kMaxSplits <= kCombineThreads, "one thread per split for the weights");
@@ -185,7 +187,7 @@ __global__ void __launch_bounds__(kCombineThreads)
   if (c.lse != nullptr && t == 0) c.lse[b * c.lse_batch + h * c.lse_head + q * c.lse_seq] = lse;
 }
 
-template <class Element>
+template <Family F, class Element>
 cudaError_t launch_kvcache_append(const AttentionForwardProblem& p, void* q_rotated) {
   const KVCacheView& c = p.cache;
   const bool rotary = c.rotary_cos != nullptr && c.rotary_dim > 0;
@@ -239,11 +241,11 @@ cudaError_t launch_kvcache_append(const AttentionForwardProblem& p, void* q_rota
   if (items == 0) return cudaSuccess;
   constexpr int kThreads = 256;
   const int64_t blocks = std::min<int64_t>((items + kThreads - 1) / kThreads, 65535);
-  kvcache_append_kernel<Element><<<unsigned(blocks), kThreads, 0, p.stream>>>(a);
+  kvcache_append_kernel<F, Element><<<unsigned(blocks), kThreads, 0, p.stream>>>(a);
   return cudaGetLastError();
 }
 
-template <class Element>
+template <Family F, class Element>
 cudaError_t launch_split_combine(const AttentionForwardProblem& p, int splits,
                                  const float* o_partial, const float* lse_partial) {
   CombineParams<Element> c{};
@@ -263,23 +265,25 @@ cudaError_t launch_split_combine(const AttentionForwardProblem& p, int splits,
   c.headdim = p.headdim;
   c.splits = splits;
   const int64_t rows = int64_t(p.batch) * p.nheads * p.seqlen_q;
-  split_combine_kernel<Element><<<unsigned(rows), kCombineThreads, 0, p.stream>>>(c);
+  split_combine_kernel<F, Element><<<unsigned(rows), kCombineThreads, 0, p.stream>>>(c);
   return cudaGetLastError();
 }
 
 // The definitions a family's flash_fwd_<family>.cu instantiates.
-#define SAMATTN_INSTANTIATE_KVCACHE_AUX(FAMILY)                                                    \
-  template <>                                                                                      \
-  cudaError_t kvcache_append<FAMILY>(const AttentionForwardProblem& problem, void* q_rotated) {    \
-    return problem.dtype == DType::bf16 ? launch_kvcache_append<__nv_bfloat16>(problem, q_rotated) \
-                                        : launch_kvcache_append<__half>(problem, q_rotated);       \
-  }                                                                                                \
-  template <>                                                                                      \
-  cudaError_t split_combine<FAMILY>(const AttentionForwardProblem& problem, int splits,            \
-                                    const float* o_partial, const float* lse_partial) {            \
-    return problem.dtype == DType::bf16                                                            \
-               ? launch_split_combine<__nv_bfloat16>(problem, splits, o_partial, lse_partial)      \
-               : launch_split_combine<__half>(problem, splits, o_partial, lse_partial);            \
+#define SAMATTN_INSTANTIATE_KVCACHE_AUX(FAMILY)                                                 \
+  template <>                                                                                   \
+  cudaError_t kvcache_append<FAMILY>(const AttentionForwardProblem& problem, void* q_rotated) { \
+    return problem.dtype == DType::bf16                                                         \
+               ? launch_kvcache_append<FAMILY, __nv_bfloat16>(problem, q_rotated)               \
+               : launch_kvcache_append<FAMILY, __half>(problem, q_rotated);                     \
+  }                                                                                             \
+  template <>                                                                                   \
+  cudaError_t split_combine<FAMILY>(const AttentionForwardProblem& problem, int splits,         \
+                                    const float* o_partial, const float* lse_partial) {         \
+    return problem.dtype == DType::bf16                                                         \
+               ? launch_split_combine<FAMILY, __nv_bfloat16>(problem, splits, o_partial,        \
+                                                             lse_partial)                       \
+               : launch_split_combine<FAMILY, __half>(problem, splits, o_partial, lse_partial); \
   }
 
 }  // namespace samattn::attention
