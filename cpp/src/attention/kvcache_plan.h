@@ -49,14 +49,14 @@ struct KVCacheGrid {
 };
 
 // The grid of the kvcache kernel with block_m x block_n tiles. With
-// num_splits = 0 the keys are split when the query tiles alone leave SMs
-// idle: the fewest splits whose last wave of one CTA per SM is at least 85%
-// as full as the best count's, at most one split per key tile. One CTA per
-// SM with two K/V stages reads at the copy bandwidth; measured on the H100
-// (batch 1, 128k keys, 8 KV heads, d 128): 16 splits 188 us, 33 splits
-// 193 us, 8 splits 329 us. Each CTA then divides the key tiles its rows
-// actually attend (a cache's used length is known only on the device), so
-// an oversized capacity costs empty splits, not imbalance.
+// num_splits = 0 the keys are split when the query tiles alone leave the
+// GPU's slots (two CTAs per SM: two fit up to d = 128 on 9.0) short: the
+// fewest splits whose last wave is at least 85% full, relative to the best
+// count, at most one per key tile. (A 1.2-wave grid waits on its tail: on
+// the H100, batch 8 x 32k keys ran 17% faster with 8 splits than with 5.)
+// Each CTA then divides the key tiles its rows actually attend (a cache's
+// used length is known only on the device), so an oversized capacity costs
+// empty splits, not imbalance.
 inline KVCacheGrid kvcache_grid(const AttentionForwardProblem& p, int block_m, int block_n) {
   KVCacheGrid g{};
   const bool packed = packs_query_heads(p);
@@ -68,7 +68,7 @@ inline KVCacheGrid kvcache_grid(const AttentionForwardProblem& p, int block_m, i
   g.n_blocks = std::max(1, (keys + block_n - 1) / block_n);
   const int max_splits = p.cu_seqlens_q != nullptr ? 1 : std::min(kMaxSplits, g.n_blocks);
   const int64_t ctas = std::max<int64_t>(1, int64_t(p.batch) * g.heads * g.m_blocks);
-  const int64_t slots = std::max(p.sm_count, 1);
+  const int64_t slots = 2 * int64_t(std::max(p.sm_count, 1));
   if (p.num_splits >= 1) {
     g.splits = std::min(p.num_splits, max_splits);
   } else if (ctas * 5 >= slots * 4) {
