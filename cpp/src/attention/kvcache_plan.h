@@ -54,6 +54,9 @@ struct KVCacheGrid {
 // fewest splits whose last wave is at least 85% full, relative to the best
 // count, at most one per key tile. (A 1.2-wave grid waits on its tail: on
 // the H100, batch 8 x 32k keys ran 17% faster with 8 splits than with 5.)
+// (Waves of one CTA per SM were tried: contiguous batch 1 x 128k gained 7%,
+// but paged caches fell to 0.60-0.77 of the copy bandwidth from 0.88-1.0:
+// their per-row page lookups need the second CTA to keep loads in flight.)
 // Each CTA then divides the key tiles its rows actually attend (a cache's
 // used length is known only on the device), so an oversized capacity costs
 // empty splits, not imbalance.
