@@ -475,7 +475,7 @@ def test_kvcache_fields_are_packed(monkeypatch):
     CPU tensors stand in for CUDA ones (the device check and the launch are replaced)."""
     captured = {}
 
-    def launch(function, size_function, args, like):
+    def launch(function, size_function, args, like, expected=False):
         captured["args"] = args
 
     monkeypatch.setattr(_cuda, "_stream", lambda t: 0x5000)
@@ -513,7 +513,7 @@ def test_kvcache_fields_are_packed(monkeypatch):
 
 
 def test_kvcache_values_are_checked_before_the_launch(monkeypatch):
-    monkeypatch.setattr(_cuda, "_run_with_workspace", lambda *a: pytest.fail("launched"))
+    monkeypatch.setattr(_cuda, "_run_with_workspace", lambda *a, **k: pytest.fail("launched"))
     monkeypatch.setattr(_cuda, "_stream", lambda t: 0)
     monkeypatch.setattr(_checks, "_check_devices", lambda op, tensors: None)
     q = torch.zeros(2, 1, 8, 64, dtype=F16)
