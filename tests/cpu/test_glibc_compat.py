@@ -256,3 +256,33 @@ def test_the_check_reads_references_from_a_listing() -> None:
         "exp@GLIBC_2.29",
     ]
     assert glibc_compat.newer_imports(symbols, "2.32") == []
+
+
+# --------------------------------------------------------- the wheel gate ----
+
+
+def test_the_wheel_gate_judges_the_tag_in_the_right_direction() -> None:
+    """ci/check_wheel.py: a wheel may claim a tag newer than the oldest one its library
+    allows (manylinux_2_28 for a library auditwheel finds manylinux_2_24), never older; and
+    its own reading of the symbols names what the claimed tag does not allow."""
+    sys.path.insert(0, str(ROOT / "ci"))
+    try:
+        check_wheel = _module(ROOT / "ci" / "check_wheel.py", "_samattn_check_wheel_glibc")
+    finally:
+        sys.path.remove(str(ROOT / "ci"))
+    rank = check_wheel._policy_rank
+    assert rank("manylinux_2_28_x86_64") >= rank("manylinux_2_24_x86_64")
+    assert not rank("manylinux_2_28_x86_64") >= rank("manylinux_2_34_x86_64")
+    allowed = check_wheel.policy_symbol_versions("manylinux_2_28_x86_64")
+    if allowed is None:
+        pytest.skip("auditwheel not installed")
+    imported = [
+        ("pthread_create", "GLIBC", "2.2.5"),
+        ("dlopen", "GLIBC", "2.34"),
+        ("_ZNSt6thread4joinEv", "GLIBCXX", "3.4.21"),
+        ("_ZNSt3pmr15memory_resourceD2Ev", "GLIBCXX", "3.4.26"),
+    ]
+    assert check_wheel.newer_symbols(imported, allowed) == [
+        "_ZNSt3pmr15memory_resourceD2Ev@GLIBCXX_3.4.26",
+        "dlopen@GLIBC_2.34",
+    ]
