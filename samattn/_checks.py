@@ -322,21 +322,61 @@ def attention_scalars(
     return float(softmax_scale), left, right
 
 
-def not_implemented_attention_features(op: str, dropout_p: float, alibi_slopes: object) -> None:
-    """NotImplementedError for the flash-attn features samattn does not have yet."""
+def check_dropout(op: str, dropout_p: float) -> None:
+    """dropout_p checked: a float in [0, 1]; NotImplementedError for dropout_p > 0, which
+    samattn does not have yet."""
     if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)):
         raise TypeError(f"{op}: dropout_p must be a float, got {type(dropout_p).__name__}")
     if not 0.0 <= dropout_p <= 1.0:
         raise ValueError(f"{op}: dropout_p must be in [0, 1], got {dropout_p}")
     if dropout_p > 0.0:
         raise NotImplementedError(
-            f"{op}: dropout_p={dropout_p} is not implemented yet in samattn; use dropout_p=0.0 "
-            "(flash-attn's dropout comes in a later samattn release)"
+            f"{op}: dropout_p={dropout_p} is not implemented yet in samattn (attention dropout "
+            "is not in its kernels); use dropout_p=0.0, e.g. set the model's attention dropout "
+            "to 0"
         )
+
+
+def _check_float32(op: str, name: str, t: object, why: str) -> None:
+    require_tensor(t, f"{op}: {name}")
+    if t.dtype != torch.float32:
+        raise TypeError(
+            f"{op}: {name} must have dtype torch.float32 ({why}), got {t.dtype}; convert it "
+            f"with {name}.float()"
+        )
+
+
+def attention_terms(
+    op: str,
+    alibi_slopes: torch.Tensor | None,
+    sinks: torch.Tensor | None,
+    batch: int,
+    nheads: int,
+    q: torch.Tensor,
+) -> None:
+    """Validate the score terms of an attention call whose q, k, v are already checked:
+    alibi_slopes float32 (nheads,) or (batch, nheads), sinks float32 (nheads,), both on q's
+    device. `batch` and `nheads` are the call's (varlen: the number of sequences). Their
+    strides are free: the CUDA implementation copies what the library cannot read."""
+    terms = {}
     if alibi_slopes is not None:
-        raise NotImplementedError(
-            f"{op}: alibi_slopes is not implemented yet in samattn; pass alibi_slopes=None"
-        )
+        _check_float32(op, "alibi_slopes", alibi_slopes, "flash-attn's rule")
+        if _shape(alibi_slopes) not in ((nheads,), (batch, nheads)):
+            raise ValueError(
+                f"{op}: alibi_slopes must have shape (nheads,) = ({nheads},) or (batch, "
+                f"nheads) = ({batch}, {nheads}), got {_shape(alibi_slopes)}"
+            )
+        terms["alibi_slopes"] = alibi_slopes
+    if sinks is not None:
+        _check_float32(op, "sinks", sinks, "one logit per query head")
+        if _shape(sinks) != (nheads,):
+            raise ValueError(
+                f"{op}: sinks must have shape (nheads,) = ({nheads},), one logit per query "
+                f"head, got {_shape(sinks)}"
+            )
+        terms["sinks"] = sinks
+    if terms:
+        _check_devices(op, {"q": q, **terms})
 
 
 def _check_head_dim(op: str, headdim: int, what: str) -> None:
@@ -801,6 +841,8 @@ def kvcache(
     block_table: torch.Tensor | None,
     num_splits: int,
     op: str = "samattn.flash_attn_with_kvcache",
+    alibi_slopes: torch.Tensor | None = None,
+    sinks: torch.Tensor | None = None,
 ) -> KVCacheShape:
     """Validate flash_attn_with_kvcache's arguments (shapes, dtypes, layouts, devices; an
     int cache_seqlens' value too); return the sizes. Device integer tensors' values are
@@ -926,6 +968,8 @@ def kvcache(
     }  # fmt: skip
     tensors.update((n, t) for n, t in optional.items() if isinstance(t, torch.Tensor))
     _check_devices(op, tensors)
+    if alibi_slopes is not None or sinks is not None:
+        attention_terms(op, alibi_slopes, sinks, batch, nheads, q)
     return KVCacheShape(
         batch, seqlen_q, nheads, nheads_k, headdim, kv_cache_batch, capacity, page_size, width,
         seqlen_new, rotary_dim, rotary_seqlen,

@@ -299,6 +299,37 @@ def _check_cu_seqlens_on_device(
 _NO_GRADIENTS = (0, 0, 0, 0) * 4
 # The KV-cache fields (seqused_k ... num_splits), all off: 23 values.
 _NO_KVCACHE = (0,) * 23
+# The score-term fields (alibi_slopes, alibi_batch_stride, sinks, dsinks), all off.
+_NO_TERMS = (0, 0, 0, 0)
+# The attention-mask fields (attn_mask ... dmask), all off: 8 values.
+_NO_MASK = (0,) * 8
+
+
+def _score_terms(
+    alibi_slopes: torch.Tensor | None,
+    sinks: torch.Tensor | None,
+    dsinks: torch.Tensor | None = None,
+) -> tuple[tuple[int, int, int, int], tuple[torch.Tensor, ...]]:
+    """The four score-term fields of the C arguments, and the tensors they point to (kept
+    alive until the launch). The library reads the slopes of batch entry b at
+    alibi_slopes[b * alibi_batch_stride + h] and sinks[h]: their head dim is copied to a
+    contiguous one unless it already is; (batch, nheads) slopes keep their batch stride
+    (0 when broadcast), (nheads,) ones get 0. Checked by _checks.attention_terms first."""
+    keep: tuple[torch.Tensor, ...] = ()
+    alibi_ptr = alibi_stride = sinks_ptr = 0
+    if alibi_slopes is not None:
+        if alibi_slopes.stride(-1) != 1 and alibi_slopes.shape[-1] > 1:
+            alibi_slopes = alibi_slopes.contiguous()
+        if alibi_slopes.dim() == 2 and alibi_slopes.shape[0] > 1:
+            alibi_stride = alibi_slopes.stride(0)
+        alibi_ptr = alibi_slopes.data_ptr()
+        keep += (alibi_slopes,)
+    if sinks is not None:
+        if sinks.stride(0) != 1 and sinks.shape[0] > 1:
+            sinks = sinks.contiguous()
+        sinks_ptr = sinks.data_ptr()
+        keep += (sinks,)
+    return (alibi_ptr, alibi_stride, sinks_ptr, _pointer(dsinks)), keep
 
 
 def _attention_args(
@@ -321,12 +352,14 @@ def _attention_args(
     gradients: tuple[torch.Tensor, ...] = (),
     deterministic: bool = False,
     kvcache: tuple[int, ...] | None = None,
+    terms: tuple[int, int, int, int] = _NO_TERMS,
 ) -> tuple[_lib.AttentionArgs, tuple[torch.Tensor, ...]]:
     """The C arguments of the forward, or of the backward when `gradients` holds
     (dout, dq, dk, dv); and the tensors they point to (q, k, v as the kernels read them,
     the contiguous offsets), to keep alive until the launch. With `kvcache` (the 23
     KV-cache fields) k and v are caches, used in place as they are (checked by
-    _cache_pointers); varlen offsets are then the caller's to check."""
+    _cache_pointers); varlen offsets are then the caller's to check. `terms`: the four
+    score-term fields (_score_terms; the caller keeps their tensors alive)."""
     q = _attention_operand(q)
     if kvcache is None:
         k, v = _attention_operand(k), _attention_operand(v)
@@ -368,6 +401,8 @@ def _attention_args(
         *backward,
         int(deterministic), 0, _stream(q), 0, 0,
         *(kvcache or _NO_KVCACHE),
+        *terms,
+        *_NO_MASK,
     )  # fmt: skip
     return args, keep
 
@@ -387,13 +422,23 @@ def flash_attn_forward(
     softcap: float,
     op: str | None = None,
     block_table: torch.Tensor | None = None,
+    alibi_slopes: torch.Tensor | None = None,
+    sinks: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(out, softmax_lse) of FlashAttention on the GPU; see samattn.flash_attn_func.
     `op` names the public function in error messages. With block_table (paged prefill,
-    varlen only) k and v are paged caches (num_blocks, page_size, nheads_k, headdim)."""
+    varlen only) k and v are paged caches (num_blocks, page_size, nheads_k, headdim).
+    alibi_slopes and sinks: the score terms (float32), None = off."""
     sizes = _checks.attention_sizes(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, op, block_table
     )
+    terms = _NO_TERMS
+    if alibi_slopes is not None or sinks is not None:
+        _checks.attention_terms(
+            _op_name(op, sizes), alibi_slopes, sinks, sizes.batch, sizes.nheads, q
+        )
+        # _keep_terms: alive until the launch is queued.
+        terms, _keep_terms = _score_terms(alibi_slopes, sinks)
     # out has q's shape (fixed length and varlen alike) and is contiguous.
     out = torch.empty_like(q) if q.is_contiguous() else q.new_empty(sizes.out_shape)
     lse = q.new_empty(sizes.lse_shape, dtype=torch.float32)
@@ -415,7 +460,7 @@ def flash_attn_forward(
         )  # fmt: skip
     args, _keep = _attention_args(
         op, sizes, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-        softmax_scale, causal, window_left, window_right, softcap, kvcache=kvcache,
+        softmax_scale, causal, window_left, window_right, softcap, kvcache=kvcache, terms=terms,
     )  # fmt: skip
     # Decode-shaped problems (the query heads of a KV head fit one 64-row tile) split the
     # keys over CTAs, which needs a workspace.
@@ -429,6 +474,13 @@ def flash_attn_forward(
 
 def _pointer(t: torch.Tensor | None) -> int:
     return 0 if t is None else t.data_ptr()
+
+
+def _op_name(op: str | None, sizes: _checks.AttentionShape) -> str:
+    """The public function to name in messages (op None: the op was called directly)."""
+    if op is not None:
+        return op
+    return "samattn.flash_attn_varlen_func" if sizes.varlen else "samattn.flash_attn_func"
 
 
 def _rows_contiguous(t: torch.Tensor) -> torch.Tensor:
@@ -466,6 +518,8 @@ def flash_attn_kvcache(
     softcap: float,
     rotary_interleaved: bool,
     num_splits: int,
+    alibi_slopes: torch.Tensor | None = None,
+    sinks: torch.Tensor | None = None,
     op: str = "samattn.flash_attn_with_kvcache",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(out, softmax_lse) of attention over a KV cache on the GPU, appending k and v into
@@ -473,7 +527,7 @@ def flash_attn_kvcache(
     these are, normalized: scale and window bounds resolved)."""
     sizes = _checks.kvcache(
         q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
-        cache_leftpad, block_table, num_splits, op,
+        cache_leftpad, block_table, num_splits, op, alibi_slopes, sinks,
     )  # fmt: skip
     out = torch.empty_like(q) if q.is_contiguous() else q.new_empty(sizes.out_shape)
     lse = q.new_empty(sizes.lse_shape, dtype=torch.float32)
@@ -521,9 +575,12 @@ def flash_attn_kvcache(
         sizes.batch, sizes.nheads, sizes.nheads_k, sizes.seqlen_q, sizes.capacity,
         sizes.headdim, varlen=False,
     )  # fmt: skip
+    terms = _NO_TERMS
+    if alibi_slopes is not None or sinks is not None:
+        terms, _keep_terms = _score_terms(alibi_slopes, sinks)
     args, _keep = _attention_args(
         op, shape, q, k_cache, v_cache, out, lse, None, None, 0, 0, softmax_scale, causal,
-        window_left, window_right, softcap, kvcache=kvcache,
+        window_left, window_right, softcap, kvcache=kvcache, terms=terms,
     )  # fmt: skip
     _run_with_workspace(
         "samattn_attention_forward", "samattn_attention_forward_workspace_size", args, q,
@@ -549,13 +606,26 @@ def flash_attn_backward(
     window_right: int,
     softcap: float,
     deterministic: bool,
+    alibi_slopes: torch.Tensor | None = None,
+    sinks: torch.Tensor | None = None,
     op: str | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(dq, dk, dv) of FlashAttention on the GPU, contiguous, in q's dtype."""
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """(dq, dk, dv, dsinks) of FlashAttention on the GPU: dq, dk, dv contiguous in q's
+    dtype; dsinks (nheads,) float32, the gradient of the forward's sinks, when sinks is given
+    (the forward's: its lse includes them), else None. alibi_slopes: the forward's."""
     sizes = _checks.attention_sizes(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, op
     )
     _checks.flash_attn_backward(dout, out, softmax_lse, q, sizes)
+    terms, dsinks = _NO_TERMS, None
+    if alibi_slopes is not None or sinks is not None:
+        _checks.attention_terms(
+            "samattn.flash_attn_backward", alibi_slopes, sinks, sizes.batch, sizes.nheads, q
+        )
+        if sinks is not None:
+            # Written by the library (every head, deterministically): no zeroing.
+            dsinks = q.new_empty((sizes.nheads,), dtype=torch.float32)
+        terms, _keep_terms = _score_terms(alibi_slopes, sinks, dsinks)
     # Varlen: the library leaves rows of dq, dk, dv outside every sequence alone; their
     # gradient is 0.
     if sizes.varlen:
@@ -563,12 +633,14 @@ def flash_attn_backward(
     else:
         dq, dk, dv = q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
     if sizes.batch == 0 or sizes.nheads == 0 or (dq.numel() == 0 and dk.numel() == 0):
-        return dq, dk, dv
+        if dsinks is not None:
+            dsinks.zero_()  # no row: nothing flows into the sinks
+        return dq, dk, dv, dsinks
     out, dout = _attention_operand(out), _attention_operand(dout)
     args, _keep = _attention_args(
         op, sizes, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
         max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap,
-        (dout, dq, dk, dv), deterministic,
+        (dout, dq, dk, dv), deterministic, terms=terms,
     )  # fmt: skip
     library = _lib.lib()
     args_ref = ctypes.byref(args)
@@ -581,4 +653,4 @@ def flash_attn_backward(
     family = ctypes.c_int32()  # FAMILY_AUTO until the library sets it
     _lib.check(library.samattn_attention_backward(args_ref, ctypes.byref(family)))
     _lib.set_last_family(family.value)
-    return dq, dk, dv
+    return dq, dk, dv, dsinks

@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 from typing import TypeVar
 
-ABI_VERSION = 5
+ABI_VERSION = 6
 
 # Status codes.
 OK = 0
@@ -27,6 +27,7 @@ NEEDS_WORKSPACE = 4
 F16 = 0
 BF16 = 1
 F32 = 2
+BOOL = 3  # attention masks only
 
 # Kernel families.
 FAMILY_AUTO = 0
@@ -116,7 +117,9 @@ class SoftmaxArgs(_Args):
 
 class AttentionArgs(_Args):
     """samattn_attention_args; the dout/dq/dk/dv fields and `deterministic` are the
-    backward's, the fields after `workspace_bytes` the KV cache's (forward only)."""
+    backward's, the fields after `workspace_bytes` the KV cache's (forward only), then the
+    score terms (ALiBi and attention sinks; dsinks is the backward's) and the attention
+    mask (dmask is the backward's)."""
 
     _fields_ = [
         ("struct_size", ctypes.c_int64),
@@ -203,6 +206,20 @@ class AttentionArgs(_Args):
         ("rotary_seqlen", ctypes.c_int64),
         ("rotary_interleaved", ctypes.c_int32),
         ("num_splits", ctypes.c_int32),
+        # Score terms (ABI 6), forward and backward; NULL = off.
+        ("alibi_slopes", ctypes.c_void_p),
+        ("alibi_batch_stride", ctypes.c_int64),
+        ("sinks", ctypes.c_void_p),
+        ("dsinks", ctypes.c_void_p),
+        # attn_mask (ABI 6), fixed length only; NULL = no mask (the other fields ignored).
+        ("attn_mask", ctypes.c_void_p),
+        ("mask_dtype", ctypes.c_int32),
+        ("mask_reserved", ctypes.c_int32),
+        ("mask_batch_stride", ctypes.c_int64),
+        ("mask_head_stride", ctypes.c_int64),
+        ("mask_q_stride", ctypes.c_int64),
+        ("mask_k_stride", ctypes.c_int64),
+        ("dmask", ctypes.c_void_p),
     ]
 
 

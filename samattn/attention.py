@@ -8,18 +8,26 @@ Ops (namespace ``samattn``)::
 
     flash_attn_forward(Tensor q, Tensor k, Tensor v, Tensor? cu_seqlens_q,
         Tensor? cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, float softmax_scale,
-        bool causal, int window_left, int window_right, float softcap, bool deterministic)
+        bool causal, int window_left, int window_right, float softcap, bool deterministic,
+        Tensor? block_table=None, Tensor? alibi_slopes=None, Tensor? sinks=None)
         -> (Tensor out, Tensor softmax_lse)
     flash_attn_backward(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out,
-        Tensor softmax_lse, <the forward's other arguments>) -> (Tensor dq, Tensor dk, Tensor dv)
+        Tensor softmax_lse, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, int max_seqlen_q,
+        int max_seqlen_k, float softmax_scale, bool causal, int window_left,
+        int window_right, float softcap, bool deterministic, Tensor? alibi_slopes=None,
+        Tensor? sinks=None) -> (Tensor dq, Tensor dk, Tensor dv, Tensor dsinks)
     flash_attn_with_kvcache(Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor? k,
         Tensor? v, Tensor? rotary_cos, Tensor? rotary_sin, Tensor? cache_seqlens,
         Tensor? cache_batch_idx, Tensor? cache_leftpad, Tensor? block_table,
         float softmax_scale, bool causal, int window_left, int window_right, float softcap,
-        bool rotary_interleaved, int num_splits) -> (Tensor out, Tensor softmax_lse)
+        bool rotary_interleaved, int num_splits, Tensor? alibi_slopes=None,
+        Tensor? sinks=None) -> (Tensor out, Tensor softmax_lse)
 
-flash_attn_forward also takes ``Tensor? block_table=None`` last: paged prefill (varlen,
-k and v paged caches, forward only).
+block_table in flash_attn_forward: paged prefill (varlen, k and v paged caches, forward
+only). alibi_slopes (float32 (nheads,) or (batch, nheads)) and sinks (float32 (nheads,)):
+the score terms, None = off. The backward takes the forward's; its dsinks is the gradient
+of sinks, (nheads,) float32, when sinks is given, else an empty (0,) tensor (autograd
+passes sinks to it only when sinks requires grad: dq, dk, dv do not depend on it).
 
 Fixed length when cu_seqlens_q/k are None: q (batch, seqlen_q, nheads, headdim), k and v
 (batch, seqlen_k, nheads_k, headdim), softmax_lse (batch, nheads, seqlen_q). Varlen: packed
@@ -27,12 +35,17 @@ Fixed length when cu_seqlens_q/k are None: q (batch, seqlen_q, nheads, headdim),
 head dim is contiguous (other strides multiples of 8 elements): they are read in place.
 
 Gradients: flash_attn_forward has an autograd formula (flash_attn_backward), so every
-function here is differentiable in q, k and v, also under torch.compile (both ops have fake
-implementations: no graph break). As in flash-attn, softmax_lse (returned with
-return_attn_probs=True) is treated as a constant: a gradient flowing into it is ignored.
-``deterministic=True`` makes the backward bit-identical run to run. The backward op returns
-contiguous dq, dk, dv; its scratch memory comes from torch's caching allocator, so it can be
-captured in CUDA graphs.
+function here is differentiable in q, k, v and sinks, also under torch.compile (both ops
+have fake implementations: no graph break); alibi_slopes gets no gradient (as in
+flash-attn). As in flash-attn, softmax_lse (returned with return_attn_probs=True) is
+treated as a constant: a gradient flowing into it is ignored. ``deterministic=True`` makes
+the backward bit-identical run to run. The backward op returns contiguous dq, dk, dv; its
+scratch memory comes from torch's caching allocator, so it can be captured in CUDA graphs.
+
+ALiBi and sinks (docs/attention_terms.md): flash-attn's documented ALiBi bias
+``-slope * |i + seqlen_k - seqlen_q - j|``, exactly, also in softmax_lse (flash-attn's causal
+kernel adds ``slope * j`` instead, which gives the same output but another lse); sinks are
+gpt-oss's attention sinks, not in flash-attn.
 
 Inference (docs/inference.md): flash_attn_with_kvcache and paged prefill are forward only.
 Their integer arguments' values are checked in eager mode with one device-to-host copy
@@ -82,6 +95,8 @@ def _flash_attn_forward(
     softcap: float,
     deterministic: bool,
     block_table: Optional[Tensor] = None,
+    alibi_slopes: Optional[Tensor] = None,
+    sinks: Optional[Tensor] = None,
 ) -> tuple[Tensor, Tensor]:
     # `deterministic` is the backward's; it is an argument here so that autograd sees it.
     return _cuda.flash_attn_forward(
@@ -98,6 +113,8 @@ def _flash_attn_forward(
         window_right,
         softcap,
         block_table=block_table,
+        alibi_slopes=alibi_slopes,
+        sinks=sinks,
     )
 
 
@@ -117,10 +134,15 @@ def _flash_attn_forward_fake(
     softcap: float,
     deterministic: bool,
     block_table: Optional[Tensor] = None,
+    alibi_slopes: Optional[Tensor] = None,
+    sinks: Optional[Tensor] = None,
 ) -> tuple[Tensor, Tensor]:
     sizes = _checks.attention_sizes(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, None, block_table
     )
+    if alibi_slopes is not None or sinks is not None:
+        op = "samattn.flash_attn_varlen_func" if sizes.varlen else "samattn.flash_attn_func"
+        _checks.attention_terms(op, alibi_slopes, sinks, sizes.batch, sizes.nheads, q)
     out = q.new_empty(sizes.out_shape)
     lse = q.new_empty(sizes.lse_shape, dtype=torch.float32)
     return out, lse
@@ -144,8 +166,10 @@ def _flash_attn_backward(
     window_right: int,
     softcap: float,
     deterministic: bool,
-) -> tuple[Tensor, Tensor, Tensor]:
-    return _cuda.flash_attn_backward(
+    alibi_slopes: Optional[Tensor] = None,
+    sinks: Optional[Tensor] = None,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    dq, dk, dv, dsinks = _cuda.flash_attn_backward(
         dout,
         q,
         k,
@@ -162,7 +186,12 @@ def _flash_attn_backward(
         window_right,
         softcap,
         deterministic,
+        alibi_slopes,
+        sinks,
     )
+    if dsinks is None:  # no sinks: an empty gradient, so that the op has one schema
+        dsinks = q.new_empty((0,), dtype=torch.float32)
+    return dq, dk, dv, dsinks
 
 
 @_flash_attn_backward.register_fake
@@ -183,34 +212,59 @@ def _flash_attn_backward_fake(
     window_right: int,
     softcap: float,
     deterministic: bool,
-) -> tuple[Tensor, Tensor, Tensor]:
+    alibi_slopes: Optional[Tensor] = None,
+    sinks: Optional[Tensor] = None,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     sizes = _checks.attention_sizes(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     _checks.flash_attn_backward(dout, out, softmax_lse, q, sizes)
-    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+    if alibi_slopes is not None or sinks is not None:
+        _checks.attention_terms(
+            "samattn.flash_attn_backward", alibi_slopes, sinks, sizes.batch, sizes.nheads, q
+        )
+    dsinks = q.new_empty((0 if sinks is None else sizes.nheads,), dtype=torch.float32)
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), dsinks
+
+
+# flash_attn_forward's inputs: q, k, v, cu_seqlens_q, cu_seqlens_k, then the 8 scalars
+# (max_seqlen_q ... deterministic), block_table, alibi_slopes, sinks.
+_SCALARS = slice(5, 13)
+_BLOCK_TABLE, _ALIBI, _SINKS = 13, 14, 15
+
+
+def _input(inputs: tuple, index: int) -> Optional[Tensor]:
+    """An optional trailing input of flash_attn_forward (callers may leave them out)."""
+    return inputs[index] if len(inputs) > index else None
 
 
 def _forward_setup_context(ctx, inputs, output) -> None:
     q, k, v, cu_seqlens_q, cu_seqlens_k = inputs[:5]
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k)
-    ctx.scalars = inputs[5:13]
-    ctx.paged = len(inputs) > 13 and inputs[13] is not None
+    alibi_slopes, sinks = _input(inputs, _ALIBI), _input(inputs, _SINKS)
+    ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, sinks)
+    ctx.scalars = inputs[_SCALARS]
+    ctx.paged = _input(inputs, _BLOCK_TABLE) is not None
     ctx.family = _family.requested_family()
 
 
 def _forward_grad(ctx, grad_out: Tensor, grad_lse: Optional[Tensor]):
     # softmax_lse is an output for the backward's use; its gradient is ignored
-    # (flash-attn's convention, documented in the module docstring).
+    # (flash-attn's convention, documented in the module docstring). alibi_slopes gets no
+    # gradient (as in flash-attn); sinks one when it requires grad.
     if ctx.paged:
         raise NotImplementedError(_PAGED_BACKWARD)
-    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
+    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, sinks = ctx.saved_tensors
+    needs = ctx.needs_input_grad
+    if sinks is not None and not (len(needs) > _SINKS and needs[_SINKS]):
+        sinks = None  # no gradient asked for: dq, dk and dv do not need the sinks
     inputs = (grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, *ctx.scalars)
     with _family._forced_code(ctx.family):
-        if _eager.route(grad_out, q, k, v, out) == _eager.DIRECT:
-            dq, dk, dv = _cuda.flash_attn_backward(*inputs)
+        if _eager.route(grad_out, q, k, v, out, alibi_slopes, sinks) == _eager.DIRECT:
+            dq, dk, dv, dsinks = _cuda.flash_attn_backward(*inputs, alibi_slopes, sinks)
         else:
-            dq, dk, dv = torch.ops.samattn.flash_attn_backward(*inputs)
-    return (dq, dk, dv) + (None,) * 11
+            dq, dk, dv, dsinks = torch.ops.samattn.flash_attn_backward(*inputs, alibi_slopes, sinks)
+    if sinks is None:
+        dsinks = None
+    return (dq, dk, dv) + (None,) * (_SINKS - 3) + (dsinks,)
 
 
 _PAGED_BACKWARD = (
@@ -224,11 +278,15 @@ _flash_attn_forward.register_autograd(_forward_grad, setup_context=_forward_setu
 
 class _FlashAttnFunction(torch.autograd.Function):
     """The eager route with a gradient: flash_attn_forward's own forward, setup and
-    backward, without the dispatcher (see ops._GemmFunction). Takes the op's 13 inputs."""
+    backward, without the dispatcher (see ops._GemmFunction). Takes the op's inputs
+    (13 to 16: the optional trailing ones may be left out)."""
 
     @staticmethod
     def forward(ctx, *inputs):
-        output = _cuda.flash_attn_forward(*inputs[:12])
+        output = _cuda.flash_attn_forward(
+            *inputs[:12], None, _input(inputs, _BLOCK_TABLE), _input(inputs, _ALIBI),
+            _input(inputs, _SINKS),
+        )  # fmt: skip
         _forward_setup_context(ctx, inputs, output)
         return output
 
@@ -254,25 +312,28 @@ def _attention(
     deterministic: bool,
     return_attn_probs: bool,
     block_table: Optional[Tensor] = None,
+    sinks: Optional[Tensor] = None,
 ) -> AttentionResult:
-    if dropout_p != 0.0 or alibi_slopes is not None or type(dropout_p) is not float:
-        _checks.not_implemented_attention_features(op, dropout_p, alibi_slopes)
-    route = _eager.route(q, k, v, cu_seqlens_q, cu_seqlens_k, block_table)
+    if dropout_p != 0.0 or type(dropout_p) is not float:
+        _checks.check_dropout(op, dropout_p)
+    route = _eager.route(q, k, v, cu_seqlens_q, cu_seqlens_k, block_table, alibi_slopes, sinks)
     if route == _eager.DISPATCH:
         # Everything the kernels would reject, checked first with this function's name.
         for name, t in (("q", q), ("k", k), ("v", v)):
             _checks.require_tensor(t, f"{op}: {name}")
         if block_table is not None:
-            _checks.flash_attn_varlen_paged(
+            sizes = _checks.flash_attn_varlen_paged(
                 q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, block_table, op
             )
         elif cu_seqlens_q is None:
-            _checks.flash_attn(q, k, v, op)
+            sizes = _checks.flash_attn(q, k, v, op)
         else:
-            _checks.flash_attn_varlen(
+            sizes = _checks.flash_attn_varlen(
                 q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, op
             )
-    if block_table is not None and _checks.needs_grad(q, k, v):
+        if alibi_slopes is not None or sinks is not None:
+            _checks.attention_terms(op, alibi_slopes, sinks, sizes.batch, sizes.nheads, q)
+    if block_table is not None and _checks.needs_grad(q, k, v, sinks):
         raise NotImplementedError(_PAGED_BACKWARD)
     scale, left, right = _checks.attention_scalars(
         op, softmax_scale, window_size, softcap, q.shape[-1]
@@ -281,7 +342,7 @@ def _attention(
     if route == _eager.DIRECT:
         out, lse = _cuda.flash_attn_forward(
             q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal,
-            left, right, softcap, op, block_table,
+            left, right, softcap, op, block_table, alibi_slopes, sinks,
         )  # fmt: skip
     else:
         apply = (
@@ -289,10 +350,13 @@ def _attention(
             if route == _eager.AUTOGRAD
             else torch.ops.samattn.flash_attn_forward
         )
-        paged = () if block_table is None else (block_table,)
+        # The optional inputs only when one is given: plain calls keep the op's short form.
+        optional = ()
+        if block_table is not None or alibi_slopes is not None or sinks is not None:
+            optional = (block_table, alibi_slopes, sinks)
         out, lse = apply(
             q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal,
-            left, right, softcap, bool(deterministic), *paged,
+            left, right, softcap, bool(deterministic), *optional,
         )  # fmt: skip
     return (out, lse, None) if return_attn_probs else out
 
@@ -309,6 +373,8 @@ def flash_attn_func(
     alibi_slopes: Optional[Tensor] = None,
     deterministic: bool = False,
     return_attn_probs: bool = False,
+    *,
+    sinks: Optional[Tensor] = None,
 ) -> AttentionResult:
     """Attention of flash-attn 2: ``softmax(softmax_scale * q @ k^T + mask) @ v`` per head.
 
@@ -322,7 +388,8 @@ def flash_attn_func(
             multiples of 8, else element by element (slower). Views are read in place,
             except a non-contiguous head dim, or a headdim that is a multiple of 8 with
             strides that are not (copied, so that the vectors apply).
-        dropout_p: must be 0.0 (dropout is not implemented yet: NotImplementedError).
+        dropout_p: must be 0.0 (attention dropout is not implemented yet:
+            NotImplementedError).
         softmax_scale: defaults to headdim ** -0.5.
         causal: query i sees key j iff j <= i + seqlen_k - seqlen_q (aligned to the
             bottom-right corner of the score matrix, as flash-attn >= 2.1).
@@ -332,22 +399,32 @@ def flash_attn_func(
             right, taken literally (flash-attn unbounds any bound >= seqlen_k, which differs
             when seqlen_q > seqlen_k); a query that sees no key gets zeros.
         softcap: > 0 replaces each scaled score s by softcap * tanh(s / softcap).
-        alibi_slopes: must be None (not implemented yet: NotImplementedError).
-        deterministic: the backward gives bit-identical gradients run to run (dq is
-            summed in a fixed order: a little slower).
+        alibi_slopes: None, or ALiBi slopes, torch.float32 on q's device, of shape
+            (nheads,) (one per query head) or (batch, nheads): flash-attn's bias
+            ``-slope * |i + seqlen_k - seqlen_q - j|`` is added to the score of query i and
+            key j after the scale and softcap (bottom-right aligned, like causal). Not
+            differentiable: it gets no gradient (as in flash-attn).
+        deterministic: the backward gives bit-identical gradients run to run (dq and dsinks
+            are summed in a fixed order: a little slower).
         return_attn_probs: also return softmax_lse (and None where flash-attn returns the
             dropout pattern S_dmask, which it only fills when dropout_p > 0). As in
             flash-attn, gradients do not flow back through softmax_lse.
+        sinks: keyword only, not in flash-attn: None, or attention sinks (gpt-oss style),
+            torch.float32 (nheads,) on q's device: one logit per query head that joins every
+            softmax denominator as an extra key whose value is zero, so query i's weights
+            are exp(s_ij - lse_i) with lse_i = log(exp(sinks[h]) + sum_j exp(s_ij)) and sum
+            to less than 1. Differentiable: a gradient flows to sinks when it requires grad.
 
     Returns:
         out (batch, seqlen_q, nheads, headdim), in q's dtype, differentiable in q, k and v
-        (gradients in their dtype, GQA heads summed per group); with return_attn_probs
-        ``(out, softmax_lse, None)``, softmax_lse (batch, nheads, seqlen_q) float32: the
-        natural log of the sum of exp of each query's scaled scores. A query that sees no
-        key gets out = 0 and softmax_lse = +inf.
+        (gradients in their dtype, GQA heads summed per group) and in sinks (float32);
+        with return_attn_probs ``(out, softmax_lse, None)``, softmax_lse (batch, nheads,
+        seqlen_q) float32: the natural log of the sum of exp of each query's scores (after
+        scale, softcap and ALiBi; the sink included). A query that sees no key gets out = 0
+        and softmax_lse = +inf, or sinks[h] with sinks.
 
     Raises:
-        ValueError / TypeError for bad arguments, NotImplementedError for dropout and ALiBi,
+        ValueError / TypeError for bad arguments, NotImplementedError for dropout,
         samattn.UnsupportedError when this GPU, kernel family or build cannot run it.
     """
     return _attention(
@@ -367,6 +444,7 @@ def flash_attn_func(
         alibi_slopes,
         deterministic,
         return_attn_probs,
+        sinks=sinks,
     )
 
 
@@ -387,6 +465,8 @@ def flash_attn_varlen_func(
     deterministic: bool = False,
     return_attn_probs: bool = False,
     block_table: Optional[Tensor] = None,
+    *,
+    sinks: Optional[Tensor] = None,
 ) -> AttentionResult:
     """flash_attn_func on a batch of sequences of different lengths, packed.
 
@@ -407,8 +487,12 @@ def flash_attn_varlen_func(
             cu_seqlens_k[b]), at most max_blocks * page_block_size. The entries of the
             pages in use are checked like the offsets (samattn.set_value_checks); the
             kernels clamp page indices into the cache. A gradient through a paged cache
-            is not supported: NotImplementedError when q, k or v requires grad.
-        The other arguments are flash_attn_func's; causal and the window align each
+            is not supported: NotImplementedError when q, k, v or sinks requires grad.
+        alibi_slopes: None, (nheads,) or (batch, nheads) torch.float32, batch being the
+            number of sequences (len(cu_seqlens_q) - 1); the bias of each sequence uses its
+            own lengths.
+        sinks: keyword only: None or (nheads,) torch.float32, as in flash_attn_func.
+        The other arguments are flash_attn_func's; causal, the window and ALiBi align each
         sequence's own bottom-right corner.
 
     Returns:
@@ -434,6 +518,7 @@ def flash_attn_varlen_func(
         deterministic,
         return_attn_probs,
         block_table,
+        sinks,
     )
 
 
@@ -456,15 +541,18 @@ def flash_attn_qkvpacked_func(
     alibi_slopes: Optional[Tensor] = None,
     deterministic: bool = False,
     return_attn_probs: bool = False,
+    *,
+    sinks: Optional[Tensor] = None,
 ) -> AttentionResult:
     """flash_attn_func with q, k, v stacked: qkv (batch, seqlen, 3, nheads, headdim).
 
-    Returns out (batch, seqlen, nheads, headdim) (see flash_attn_func)."""
+    alibi_slopes and sinks as in flash_attn_func. Returns out (batch, seqlen, nheads,
+    headdim) (see flash_attn_func)."""
     op = "samattn.flash_attn_qkvpacked_func"
     q, k, v = _unpack(qkv, 2, 3, f"{op}: qkv", "(batch, seqlen, 3, nheads, headdim)")
     return flash_attn_func(
         q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
-        deterministic, return_attn_probs,
+        deterministic, return_attn_probs, sinks=sinks,
     )  # fmt: skip
 
 
@@ -479,14 +567,17 @@ def flash_attn_kvpacked_func(
     alibi_slopes: Optional[Tensor] = None,
     deterministic: bool = False,
     return_attn_probs: bool = False,
+    *,
+    sinks: Optional[Tensor] = None,
 ) -> AttentionResult:
     """flash_attn_func with k, v stacked: q (batch, seqlen_q, nheads, headdim),
-    kv (batch, seqlen_k, 2, nheads_k, headdim). Returns out like flash_attn_func."""
+    kv (batch, seqlen_k, 2, nheads_k, headdim); alibi_slopes and sinks as in
+    flash_attn_func. Returns out like flash_attn_func."""
     op = "samattn.flash_attn_kvpacked_func"
     k, v = _unpack(kv, 2, 2, f"{op}: kv", "(batch, seqlen_k, 2, nheads_k, headdim)")
     return flash_attn_func(
         q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
-        deterministic, return_attn_probs,
+        deterministic, return_attn_probs, sinks=sinks,
     )  # fmt: skip
 
 
@@ -502,15 +593,19 @@ def flash_attn_varlen_qkvpacked_func(
     alibi_slopes: Optional[Tensor] = None,
     deterministic: bool = False,
     return_attn_probs: bool = False,
+    *,
+    sinks: Optional[Tensor] = None,
 ) -> AttentionResult:
     """flash_attn_varlen_func with q, k, v stacked: qkv (total, 3, nheads, headdim), one
     cu_seqlens (batch + 1,) int32 and max_seqlen for queries and keys alike.
-    Returns out (total, nheads, headdim) (see flash_attn_varlen_func)."""
+    alibi_slopes and sinks as in flash_attn_varlen_func. Returns out (total, nheads, headdim)
+    (see flash_attn_varlen_func)."""
     op = "samattn.flash_attn_varlen_qkvpacked_func"
     q, k, v = _unpack(qkv, 1, 3, f"{op}: qkv", "(total, 3, nheads, headdim)")
     return flash_attn_varlen_func(
         q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, dropout_p, softmax_scale,
         causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs,
+        sinks=sinks,
     )  # fmt: skip
 
 
@@ -529,15 +624,18 @@ def flash_attn_varlen_kvpacked_func(
     alibi_slopes: Optional[Tensor] = None,
     deterministic: bool = False,
     return_attn_probs: bool = False,
+    *,
+    sinks: Optional[Tensor] = None,
 ) -> AttentionResult:
     """flash_attn_varlen_func with k, v stacked: q (total_q, nheads, headdim),
-    kv (total_k, 2, nheads_k, headdim). Returns out like flash_attn_varlen_func."""
+    kv (total_k, 2, nheads_k, headdim); alibi_slopes and sinks as in flash_attn_varlen_func.
+    Returns out like flash_attn_varlen_func."""
     op = "samattn.flash_attn_varlen_kvpacked_func"
     k, v = _unpack(kv, 1, 2, f"{op}: kv", "(total_k, 2, nheads_k, headdim)")
     return flash_attn_varlen_func(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
         softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
-        return_attn_probs,
+        return_attn_probs, sinks=sinks,
     )  # fmt: skip
 
 
@@ -562,11 +660,13 @@ def _flash_attn_with_kvcache(
     softcap: float,
     rotary_interleaved: bool,
     num_splits: int,
+    alibi_slopes: Optional[Tensor] = None,
+    sinks: Optional[Tensor] = None,
 ) -> tuple[Tensor, Tensor]:
     return _cuda.flash_attn_kvcache(
         q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
         cache_leftpad, block_table, softmax_scale, causal, window_left, window_right, softcap,
-        rotary_interleaved, num_splits,
+        rotary_interleaved, num_splits, alibi_slopes, sinks,
     )  # fmt: skip
 
 
@@ -590,10 +690,12 @@ def _flash_attn_with_kvcache_fake(
     softcap: float,
     rotary_interleaved: bool,
     num_splits: int,
+    alibi_slopes: Optional[Tensor] = None,
+    sinks: Optional[Tensor] = None,
 ) -> tuple[Tensor, Tensor]:
     sizes = _checks.kvcache(
         q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
-        cache_leftpad, block_table, num_splits,
+        cache_leftpad, block_table, num_splits, alibi_slopes=alibi_slopes, sinks=sinks,
     )  # fmt: skip
     return q.new_empty(sizes.out_shape), q.new_empty(sizes.lse_shape, dtype=torch.float32)
 
@@ -618,6 +720,8 @@ def flash_attn_with_kvcache(
     alibi_slopes: Optional[Tensor] = None,
     num_splits: int = 0,
     return_softmax_lse: bool = False,
+    *,
+    sinks: Optional[Tensor] = None,
 ) -> Union[Tensor, tuple[Tensor, Tensor]]:
     """Attention of new queries over a KV cache, for inference (flash-attn 2's function).
 
@@ -659,12 +763,16 @@ def flash_attn_with_kvcache(
             j % page_block_size of page block_table[b][j // page_block_size].
         softmax_scale, causal, window_size, softcap: as in flash_attn_func, relative to
             each sequence's key count.
-        alibi_slopes: must be None (ALiBi comes with the "attention features" issue:
-            NotImplementedError).
+        alibi_slopes: None, or torch.float32 (nheads,) or (batch, nheads): ALiBi as in
+            flash_attn_func, ``-slope * |i + n_b - seqlen_q - j|`` with n_b the keys that
+            sequence attends (its cache rows in use plus the new ones: bottom-right, as
+            causal).
         num_splits: how many CTAs share one query tile's keys (split-KV, combined by
             log-sum-exp); 0 lets samattn choose from the problem and the SM count, 1
             never splits. The result does not depend on it beyond rounding.
         return_softmax_lse: also return softmax_lse.
+        sinks: keyword only, not in flash-attn: None, or torch.float32 (nheads,) attention
+            sinks as in flash_attn_func.
 
     Integer values are checked in eager mode (one device-to-host copy of the integer
     tensors per call; see samattn.set_value_checks to turn it off for serving):
@@ -680,19 +788,14 @@ def flash_attn_with_kvcache(
     Returns:
         out (batch, seqlen_q, nheads, headdim), contiguous, in q's dtype; with
         return_softmax_lse ``(out, softmax_lse)``, softmax_lse (batch, nheads, seqlen_q)
-        float32. A query that sees no key gets out = 0 and softmax_lse = +inf.
+        float32. A query that sees no key gets out = 0 and softmax_lse = +inf (sinks[h]
+        with sinks).
 
     Raises:
-        ValueError / TypeError for bad arguments (naming the argument), NotImplementedError
-        for ALiBi, samattn.UnsupportedError when this GPU, kernel family or build cannot
-        run it.
+        ValueError / TypeError for bad arguments (naming the argument),
+        samattn.UnsupportedError when this GPU, kernel family or build cannot run it.
     """
     op = "samattn.flash_attn_with_kvcache"
-    if alibi_slopes is not None:
-        raise NotImplementedError(
-            f"{op}: alibi_slopes is not implemented yet in samattn (it comes with the "
-            '"attention features" issue); pass alibi_slopes=None'
-        )
     _checks.require_tensor(q, f"{op}: q")
     headdim = q.shape[-1] if q.dim() == 4 else 1  # for the default scale; shapes checked below
     scale, left, right = _checks.attention_scalars(op, softmax_scale, window_size, softcap, headdim)
@@ -700,27 +803,29 @@ def flash_attn_with_kvcache(
     seqlens_tensor = cache_seqlens if isinstance(cache_seqlens, Tensor) else None
     route = _eager.route(
         q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, seqlens_tensor, cache_batch_idx,
-        cache_leftpad, block_table,
+        cache_leftpad, block_table, alibi_slopes, sinks,
     )  # fmt: skip
     if route != _eager.DISPATCH:
         # The CUDA implementation records no autograd graph (inference only).
         out, lse = _cuda.flash_attn_kvcache(
             q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
             cache_leftpad, block_table, scale, causal, left, right, softcap, interleaved,
-            num_splits, op,
+            num_splits, alibi_slopes, sinks, op,
         )  # fmt: skip
     else:
         sizes = _checks.kvcache(
             q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
-            cache_leftpad, block_table, num_splits, op,
+            cache_leftpad, block_table, num_splits, op, alibi_slopes, sinks,
         )  # fmt: skip
         if cache_seqlens is not None and seqlens_tensor is None:
             cache_seqlens = q.new_full((sizes.batch,), cache_seqlens, dtype=torch.int32)
+        # The score terms only when one is given: plain calls keep the op's short form.
+        terms = () if alibi_slopes is None and sinks is None else (alibi_slopes, sinks)
         with torch.no_grad():  # the op has no autograd formula: inference only
             out, lse = torch.ops.samattn.flash_attn_with_kvcache(
                 q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
                 cache_batch_idx, cache_leftpad, block_table, scale, causal, left, right,
-                softcap, interleaved, int(num_splits),
+                softcap, interleaved, int(num_splits), *terms,
             )  # fmt: skip
     return (out, lse) if return_softmax_lse else out
 
@@ -768,7 +873,7 @@ def scaled_dot_product_attention(
         of a contiguous (batch, seqlen_q, heads, headdim) tensor, as torch's flash backend.
     """
     op = "samattn.scaled_dot_product_attention"
-    _checks.not_implemented_attention_features(op, dropout_p, None)
+    _checks.check_dropout(op, dropout_p)
     reason = _checks.sdpa_fallback_reason(query, key, value, attn_mask, is_causal, enable_gqa)
     if reason is not None:
         _warn_fallback_once(reason)

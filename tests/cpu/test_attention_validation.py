@@ -1,6 +1,7 @@
 """FlashAttention without a GPU: argument validation (Python and C ABI, forward and
-backward), the backward's workspace size, fake implementations under torch.compile
-(training graphs included), and the SDPA wrapper's fallback decision.
+backward; ALiBi slopes and attention sinks included), the backward's workspace size, fake
+implementations under torch.compile (training graphs included, the sinks' gradient too),
+and the SDPA wrapper's fallback decision.
 
 Python checks look at shapes and dtypes before devices, so "meta" tensors reach the fake
 implementation (valid calls return meta outputs) and every message can be tested here.
@@ -44,6 +45,11 @@ def packed(total_q=40, total_k=50, h=4, hk=2, d=64, dtype=F16, grad=False):
     )
 
 
+def f32(*shape: int, grad: bool = False) -> torch.Tensor:
+    """A float32 meta tensor: ALiBi slopes or sinks."""
+    return meta(*shape, dtype=torch.float32, grad=grad)
+
+
 def offsets(*values: int, device: str = "meta", dtype=torch.int32) -> torch.Tensor:
     if device == "meta":
         return torch.empty(len(values), dtype=dtype, device="meta")
@@ -59,6 +65,46 @@ def test_fixed_length_shapes(dtype, sq, sk):
     assert out.shape == q.shape and out.dtype == dtype and out.device.type == "meta"
     out, lse, probs = samattn.flash_attn_func(q, k, v, return_attn_probs=True)
     assert lse.shape == (2, 4, sq) and lse.dtype == torch.float32 and probs is None
+
+
+SCORE_TERMS = {
+    "alibi per head": dict(alibi_slopes=f32(4)),
+    "alibi per batch entry": dict(alibi_slopes=f32(2, 4)),
+    "alibi broadcast over the batch": dict(alibi_slopes=f32(1, 4).expand(2, 4)),
+    "sinks": dict(sinks=f32(4)),
+    "both, causal": dict(alibi_slopes=f32(2, 4), sinks=f32(4), causal=True),
+    "both, window, softcap": dict(
+        alibi_slopes=f32(4), sinks=f32(4), window_size=(8, 0), softcap=30.0
+    ),
+}
+
+
+@pytest.mark.parametrize("case", SCORE_TERMS)
+def test_score_terms_shapes(case):
+    q, k, v = qkv()
+    out, lse, _ = samattn.flash_attn_func(q, k, v, return_attn_probs=True, **SCORE_TERMS[case])
+    assert out.shape == q.shape and lse.shape == (2, 4, 17) and lse.dtype == torch.float32
+
+
+def test_varlen_score_terms_shapes():
+    # Varlen: batch is the number of sequences, len(cu_seqlens_q) - 1.
+    q, k, v = packed()
+    cu_q, cu_k = offsets(0, 10, 25, 40), offsets(0, 0, 30, 50)
+    out = samattn.flash_attn_varlen_func(
+        q, k, v, cu_q, cu_k, 15, 30, alibi_slopes=f32(3, 4), sinks=f32(4)
+    )
+    assert out.shape == q.shape
+    qkv_packed = meta(9, 3, 4, 32)
+    out = samattn.flash_attn_varlen_qkvpacked_func(
+        qkv_packed, offsets(0, 4, 9), 5, alibi_slopes=f32(2, 4), sinks=f32(4)
+    )
+    assert out.shape == (9, 4, 32)
+    out = samattn.flash_attn_qkvpacked_func(meta(2, 9, 3, 4, 32), sinks=f32(4))
+    assert out.shape == (2, 9, 4, 32)
+    out = samattn.flash_attn_kvpacked_func(
+        meta(2, 9, 4, 32), meta(2, 5, 2, 1, 32), alibi_slopes=f32(4), sinks=f32(4)
+    )
+    assert out.shape == (2, 9, 4, 32)
 
 
 def test_varlen_shapes():
@@ -156,7 +202,41 @@ BAD_FIXED = {
     "softcap inf": (dict(softcap=math.inf), ValueError, "softcap must be finite"),
     "dropout": (dict(dropout_p=0.1), NotImplementedError, "dropout_p=0.1 is not implemented"),
     "dropout out of range": (dict(dropout_p=1.5), ValueError, "dropout_p must be in [0, 1]"),
-    "alibi": (dict(alibi_slopes=meta(4)), NotImplementedError, "alibi_slopes is not implemented"),
+    "alibi float16": (
+        dict(alibi_slopes=meta(4)),
+        TypeError,
+        "alibi_slopes must have dtype torch.float32 (flash-attn's rule), got torch.float16",
+    ),
+    "alibi per kv head": (
+        dict(alibi_slopes=f32(2)),
+        ValueError,
+        "alibi_slopes must have shape (nheads,) = (4,) or (batch, nheads) = (2, 4), got (2,)",
+    ),
+    "alibi (nheads, batch)": (dict(alibi_slopes=f32(4, 2)), ValueError, "got (4, 2)"),
+    "alibi 3-D": (dict(alibi_slopes=f32(2, 4, 1)), ValueError, "alibi_slopes must have shape"),
+    "alibi not a tensor": (
+        dict(alibi_slopes=[0.5] * 4),
+        TypeError,
+        "alibi_slopes must be a torch.Tensor, got list",
+    ),
+    "alibi on cpu": (
+        dict(alibi_slopes=torch.ones(4)),
+        ValueError,
+        "need CUDA tensors, but alibi_slopes is on cpu",
+    ),
+    "sinks bfloat16": (
+        dict(sinks=meta(4, dtype=BF16)),
+        TypeError,
+        "sinks must have dtype torch.float32 (one logit per query head), got torch.bfloat16",
+    ),
+    "sinks per kv head": (
+        dict(sinks=f32(2)),
+        ValueError,
+        "sinks must have shape (nheads,) = (4,), one logit per query head, got (2,)",
+    ),
+    "sinks (batch, nheads)": (dict(sinks=f32(2, 4)), ValueError, "got (2, 4)"),
+    "sinks a float": (dict(sinks=0.5), TypeError, "sinks must be a torch.Tensor, got float"),
+    "sinks on cpu": (dict(sinks=torch.zeros(4)), ValueError, "but sinks is on cpu"),
 }
 
 
@@ -246,6 +326,13 @@ BAD_VARLEN = {
         ValueError,
         "with block_table, k must be a 4-D paged cache",
     ),
+    # Two sequences: (batch, nheads) is (2, 4), whatever the packed rows.
+    "alibi of the packed rows": (
+        dict(alibi_slopes=f32(40, 4)),
+        ValueError,
+        "alibi_slopes must have shape (nheads,) = (4,) or (batch, nheads) = (2, 4), got (40, 4)",
+    ),
+    "sinks of every row": (dict(sinks=f32(40, 4)), ValueError, "sinks must have shape"),
 }
 
 
@@ -408,6 +495,19 @@ BAD_C = {
     "lse overlaps": (dict(lse_seq_stride=0), "make elements of lse overlap"),
     "q overflows": (dict(q_batch_stride=2**62), "q sizes and strides overflow"),
     "lse overflows": (dict(lse_batch_stride=2**62), "lse sizes and strides overflow"),
+    # The score terms (ABI 6).
+    "alibi misaligned": (dict(alibi_slopes=FAKE + 2), "4-byte aligned"),
+    "sinks misaligned": (dict(sinks=FAKE + 1), "4-byte aligned"),
+    "alibi stride without slopes": (dict(alibi_batch_stride=4), "alibi_batch_stride must be"),
+    "alibi stride negative": (
+        dict(alibi_slopes=FAKE, alibi_batch_stride=-4),
+        "alibi_batch_stride must be",
+    ),
+    "alibi stride below nheads": (
+        dict(alibi_slopes=FAKE, alibi_batch_stride=2),
+        "alibi_batch_stride must be",
+    ),
+    "dsinks in a forward": (dict(sinks=FAKE, dsinks=FAKE + 256), "dsinks is backward-only"),
 }
 
 
@@ -455,9 +555,14 @@ def _has_gpu() -> bool:
         dict(family=80, dtype=_lib.BF16, causal=1, window_left=3, softcap=30.0),
         dict(headdim=37),  # any head dim: element-by-element rows
         dict(q=FAKE + 2, k_seq_stride=129, v_head_stride=63),  # rows off 16 bytes
+        dict(alibi_slopes=FAKE, sinks=FAKE + 64),
+        {**VARLEN, "alibi_slopes": FAKE, "alibi_batch_stride": 4, "sinks": FAKE + 4, "causal": 1},
     ],
-    ids=["plain", "no keys", "no lse", "varlen", "bf16 forced", "head dim 37", "odd strides"],
-)
+    ids=[
+        "plain", "no keys", "no lse", "varlen", "bf16 forced", "head dim 37", "odd strides",
+        "alibi and sinks", "varlen, alibi per sequence, sinks",
+    ],
+)  # fmt: skip
 def test_c_abi_valid_arguments_reach_the_device(changes):
     status, used, message = call_forward(attention_args(**changes))
     assert status == _lib.CUDA_ERROR and "no CUDA device" in message, message
@@ -466,6 +571,7 @@ def test_c_abi_valid_arguments_reach_the_device(changes):
 
 # ------------------------------------------------------ C ABI backward ----
 FAKE2, FAKE3, FAKE4, FAKE5 = 0x20000, 0x30000, 0x40000, 0x50000  # dout, dq, dk, dv
+FAKE6 = 0x60000  # dsinks
 
 
 def backward_args(**changes) -> _lib.AttentionArgs:
@@ -526,6 +632,9 @@ BAD_C_BACKWARD = {
     "small workspace": (dict(workspace_bytes=1024), "bytes of workspace, got 1024"),
     "workspace misaligned": (dict(workspace=FAKE + 16), "workspace must be 256-byte aligned"),
     "lse overlaps": (dict(lse_seq_stride=0), "make elements of lse overlap"),
+    "dsinks without sinks": (dict(dsinks=FAKE6), "dsinks (the sinks' gradient) needs sinks"),
+    "dsinks misaligned": (dict(sinks=FAKE, dsinks=FAKE6 + 2), "4-byte aligned"),
+    "alibi misaligned": (dict(alibi_slopes=FAKE + 3), "4-byte aligned"),
 }
 
 
@@ -625,6 +734,8 @@ def test_backward_workspace_size_validates_sizes():
         dict(family=80, dtype=_lib.BF16, causal=1, window_left=3, softcap=30.0, deterministic=1),
         dict(headdim=5),
         dict(dq=FAKE3 + 2, dv_seq_stride=65),
+        dict(alibi_slopes=FAKE, alibi_batch_stride=8, sinks=FAKE + 64, dsinks=FAKE6),
+        dict(sinks=FAKE, dsinks=FAKE6 + 4, deterministic=1),
     ],
     ids=[
         "plain",
@@ -634,6 +745,8 @@ def test_backward_workspace_size_validates_sizes():
         "bf16 forced deterministic",
         "head dim 5",
         "odd strides",
+        "alibi, sinks and dsinks",
+        "dsinks deterministic",
     ],
 )
 def test_c_abi_backward_valid_arguments_reach_the_device(changes):
@@ -828,9 +941,28 @@ def test_backward_op_rejects_varlen_lse_shape():
 def test_backward_fake_shapes():
     for varlen in (False, True):
         args = _backward_args(varlen)
-        dq, dk, dv = torch.ops.samattn.flash_attn_backward(*args)
+        dq, dk, dv, dsinks = torch.ops.samattn.flash_attn_backward(*args)
         assert (dq.shape, dk.shape, dv.shape) == (args[1].shape, args[2].shape, args[3].shape)
         assert dq.dtype == F16 and dq.device.type == "meta"
+        # No sinks: an empty gradient.
+        assert dsinks.shape == (0,) and dsinks.dtype == torch.float32
+        alibi = f32(2, 4) if not varlen else f32(4)
+        *_, dsinks = torch.ops.samattn.flash_attn_backward(*args, alibi, f32(4))
+        assert dsinks.shape == (4,) and dsinks.dtype == torch.float32
+
+
+@pytest.mark.parametrize(
+    "alibi, sinks, fragment",
+    [
+        (f32(3), None, "alibi_slopes must have shape (nheads,) = (4,)"),
+        (None, meta(4), "sinks must have dtype torch.float32"),
+        (None, f32(5), "sinks must have shape (nheads,) = (4,)"),
+    ],
+)
+def test_backward_op_rejects_bad_score_terms(alibi, sinks, fragment):
+    with pytest.raises((TypeError, ValueError)) as info:
+        torch.ops.samattn.flash_attn_backward(*_backward_args(), alibi, sinks)
+    assert fragment in str(info.value) and "samattn.flash_attn_backward" in str(info.value)
 
 
 def test_backward_cuda_implementation_checks_before_the_library():
@@ -848,9 +980,10 @@ def test_deterministic_and_family_reach_the_backward(monkeypatch):
     seen = {}
 
     def fake_backward(dout, q, k, v, out, lse, *rest):
-        seen["deterministic"] = rest[-1]
+        seen["deterministic"] = rest[-3]  # before alibi_slopes and sinks
         seen["family"] = samattn._family.requested_family()
-        return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        empty = q.new_empty((0,), dtype=torch.float32)
+        return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), empty
 
     monkeypatch.setattr(torch.ops.samattn, "flash_attn_backward", fake_backward, raising=False)
     q, k, v = qkv(grad=True)
@@ -858,6 +991,121 @@ def test_deterministic_and_family_reach_the_backward(monkeypatch):
         out = samattn.flash_attn_func(q, k, v, deterministic=True)
     out.sum().backward()
     assert seen == {"deterministic": True, "family": _lib.FAMILY_CODES["sm80"]}
+
+
+# --------------------------------------------------- the sinks' gradient ----
+def _spy_backward(monkeypatch) -> list:
+    """Records (alibi_slopes, sinks) of each backward op call, then runs its fake."""
+    calls = []
+    real = torch.ops.samattn.flash_attn_backward
+
+    def spy(*args):
+        calls.append(args[-2:])
+        return real(*args)
+
+    monkeypatch.setattr(torch.ops.samattn, "flash_attn_backward", spy, raising=False)
+    return calls
+
+
+def test_sinks_gradient_through_the_fakes(monkeypatch):
+    calls = _spy_backward(monkeypatch)
+    q, k, v = qkv(grad=True)
+    sinks, alibi = f32(4, grad=True), f32(2, 4)
+    out = samattn.flash_attn_func(q, k, v, causal=True, alibi_slopes=alibi, sinks=sinks)
+    out.sum().backward()
+    assert sinks.grad.shape == (4,) and sinks.grad.dtype == torch.float32
+    assert q.grad.shape == q.shape and k.grad.shape == k.shape
+    ((passed_alibi, passed_sinks),) = calls
+    assert passed_alibi is alibi and passed_sinks is sinks
+
+
+def test_sinks_without_grad_are_not_passed_to_the_backward(monkeypatch):
+    # dq, dk, dv do not depend on the sinks (the forward's lse holds them): the backward
+    # gets them only to compute their gradient.
+    calls = _spy_backward(monkeypatch)
+    q, k, v = qkv(grad=True)
+    out = samattn.flash_attn_func(q, k, v, sinks=f32(4))
+    out.sum().backward()
+    assert calls == [(None, None)]
+
+
+def test_only_the_sinks_require_grad(monkeypatch):
+    calls = _spy_backward(monkeypatch)
+    sinks = f32(4, grad=True)
+    samattn.flash_attn_varlen_func(
+        *packed(), offsets(0, 10, 40), offsets(0, 20, 50), 30, 30, sinks=sinks
+    ).sum().backward()
+    assert sinks.grad.shape == (4,) and calls[0][1] is sinks
+
+
+def test_alibi_slopes_get_no_gradient():
+    q, k, v = qkv(grad=True)
+    alibi = f32(4, grad=True)
+    samattn.flash_attn_func(q, k, v, alibi_slopes=alibi).sum().backward()
+    assert alibi.grad is None and q.grad is not None
+
+
+def test_paged_prefill_refuses_a_sinks_gradient():
+    q = meta(40, 4, 64)
+    cache = meta(10, 16, 2, 64)
+    with pytest.raises(NotImplementedError, match="paged cache is not supported"):
+        samattn.flash_attn_varlen_func(
+            q, cache, cache, offsets(0, 10, 40), offsets(0, 20, 50), 30, 32,
+            block_table=meta(2, 2, dtype=torch.int32), sinks=f32(4, grad=True),
+        )  # fmt: skip
+    with torch.no_grad():
+        out = samattn.flash_attn_varlen_func(
+            q, cache, cache, offsets(0, 10, 40), offsets(0, 20, 50), 30, 32,
+            block_table=meta(2, 2, dtype=torch.int32), sinks=f32(4, grad=True),
+            alibi_slopes=f32(2, 4),
+        )  # fmt: skip
+    assert out.shape == q.shape
+
+
+def train_with_terms(q, k, v, sinks, alibi):
+    out = samattn.flash_attn_func(
+        q, k, v, causal=True, window_size=(16, 0), alibi_slopes=alibi, sinks=sinks,
+        deterministic=True,
+    )  # fmt: skip
+    return out.float().square().sum()
+
+
+def train_varlen_with_terms(q, k, v, sinks, alibi, cu_q, cu_k):
+    out = samattn.flash_attn_varlen_func(
+        q, k, v, cu_q, cu_k, 30, 30, causal=True, alibi_slopes=alibi, sinks=sinks
+    )
+    return out.float().sum()
+
+
+@pytest.mark.parametrize("varlen", [False, True], ids=["fixed", "varlen"])
+def test_compiled_training_graph_with_score_terms(varlen):
+    torch._dynamo.reset()
+    sinks = f32(4, grad=True)
+    if varlen:
+        leaves = packed(grad=True)
+        fn, extra = train_varlen_with_terms, (offsets(0, 10, 40), offsets(0, 20, 50))
+    else:
+        leaves = qkv(grad=True)
+        fn, extra = train_with_terms, ()
+    alibi = f32(2, 4)
+    loss = torch.compile(fn, fullgraph=True, backend="aot_eager")(*leaves, sinks, alibi, *extra)
+    loss.backward()
+    assert sinks.grad is not None and sinks.grad.shape == (4,)
+    for t in leaves:
+        assert t.grad is not None and t.grad.shape == t.shape
+    torch._dynamo.reset()
+    explanation = torch._dynamo.explain(fn)(*leaves, sinks, alibi, *extra)
+    assert explanation.graph_break_count == 0 and explanation.graph_count == 1
+
+
+@pytest.mark.parametrize("varlen", [False, True], ids=["fixed", "varlen"])
+def test_opcheck_with_score_terms(varlen):
+    args = (*_op_args(varlen), None, f32(2, 4) if not varlen else f32(4), f32(4))
+    torch.library.opcheck(torch.ops.samattn.flash_attn_forward.default, args)
+    q, k, v = args[:3]
+    out, lse = torch.ops.samattn.flash_attn_forward(*args)
+    backward_args = (torch.empty_like(out), q, k, v, out, lse, *args[3:13], *args[14:])
+    torch.library.opcheck(torch.ops.samattn.flash_attn_backward.default, backward_args)
 
 
 # ----------------------------------------------------------------- SDPA ----

@@ -76,9 +76,54 @@ def test_attention_args_fields(monkeypatch):
         # No KV cache: every inference field off.
         seqused_k=None, block_table=None, page_size=0, kv_cache_batch=0, k_new=None,
         seqlen_new=0, rotary_cos=None, rotary_dim=0, num_splits=0,
+        # No score terms, no mask.
+        alibi_slopes=None, alibi_batch_stride=0, sinks=None, dsinks=None, attn_mask=None,
+        mask_dtype=0, mask_k_stride=0, dmask=None,
     )  # fmt: skip
     assert {name: getattr(args, name) for name in expected} == expected
     assert keep[0] is q  # read in place
+
+
+def _f32(*values) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.float32)
+
+
+def test_score_terms_fields():
+    per_head, sinks, dsinks = _f32(1, 2, 3, 4), _f32(0, 0, 0, 0), _f32(9, 9, 9, 9)
+    fields, keep = _cuda._score_terms(per_head, sinks, dsinks)
+    assert fields == (per_head.data_ptr(), 0, sinks.data_ptr(), dsinks.data_ptr())
+    assert keep[0] is per_head and keep[1] is sinks  # read in place
+    # (batch, nheads): the row stride, in elements; a padded row is read in place.
+    padded = torch.zeros(3, 6)[:, :4]
+    fields, keep = _cuda._score_terms(padded, None)
+    assert fields == (padded.data_ptr(), 6, 0, 0) and keep == (padded,)
+    # Broadcast over the batch (stride 0), or one batch entry: per-head slopes.
+    broadcast = per_head.expand(3, 4)
+    assert _cuda._score_terms(broadcast, None)[0] == (per_head.data_ptr(), 0, 0, 0)
+    assert _cuda._score_terms(per_head[None], None)[0][1] == 0
+    # A strided head dim is copied to a contiguous one (the library reads unit strides).
+    strided = torch.arange(16, dtype=torch.float32).reshape(2, 8)[:, ::2]
+    fields, keep = _cuda._score_terms(strided, strided[0])
+    copied, sinks_copy = keep
+    assert copied.is_contiguous() and torch.equal(copied, strided) and fields[1] == 4
+    assert sinks_copy.is_contiguous() and torch.equal(sinks_copy, strided[0])
+    assert fields == (copied.data_ptr(), 4, sinks_copy.data_ptr(), 0)
+    # One head: its stride is never stepped over.
+    one = torch.zeros(2, 3)[:, :1]
+    assert _cuda._score_terms(one, None)[1][0] is one
+
+
+def test_attention_args_carry_the_score_terms(monkeypatch):
+    monkeypatch.setattr(_cuda, "_stream", lambda t: 0)
+    q = _plain(2, 5, 4, 64)
+    sizes = _checks.AttentionShape(2, 4, 4, 5, 5, 64, False)
+    out, lse = torch.empty_like(q), torch.empty(sizes.lse_shape)
+    terms = (0x1000, 4, 0x2000, 0x3000)
+    args, _ = _cuda._attention_args(
+        None, sizes, q, q, q, out, lse, None, None, 0, 0, 1.0, False, -1, -1, 0.0, terms=terms
+    )
+    assert (args.alibi_slopes, args.alibi_batch_stride, args.sinks, args.dsinks) == terms
+    assert args.attn_mask is None and args.num_splits == 0
 
 
 def test_size_one_modes_get_stride_zero(monkeypatch):

@@ -84,6 +84,15 @@ VALID = {
         v_cache=meta(4, 256, HK, D, dtype=BF16),
     ),
     "more cache sequences than batch": dict(k_cache=meta(9, 64, HK, D), v_cache=meta(9, 64, HK, D)),
+    "alibi per head, sinks": dict(
+        cache_seqlens=ints(B),
+        alibi_slopes=meta(H, dtype=torch.float32),
+        sinks=meta(H, dtype=torch.float32),
+        **new_kv(),
+    ),
+    "alibi per sequence, paged": dict(
+        cache_seqlens=ints(B), alibi_slopes=meta(B, H, dtype=torch.float32), **paged()
+    ),
 }
 
 
@@ -261,11 +270,29 @@ BAD = {
     "num_splits float": (dict(num_splits=2.0), TypeError, "num_splits must be an int"),
     "window floats": (dict(window_size=(1.5, 0)), ValueError, "window_size must be a pair"),
     "softcap negative": (dict(softcap=-1.0), ValueError, "softcap must be finite and >= 0"),
-    "alibi": (
-        dict(alibi_slopes=meta(H, dtype=torch.float32)),
-        NotImplementedError,
-        '"attention features"',
+    "alibi float16": (
+        dict(alibi_slopes=meta(H)),
+        TypeError,
+        "alibi_slopes must have dtype torch.float32",
     ),
+    "alibi per kv head": (
+        dict(alibi_slopes=meta(HK, dtype=torch.float32)),
+        ValueError,
+        f"alibi_slopes must have shape (nheads,) = ({H},) or (batch, nheads) = ({B}, {H}), "
+        f"got ({HK},)",
+    ),
+    "alibi on the cpu": (
+        dict(alibi_slopes=torch.zeros(H)),
+        ValueError,
+        "alibi_slopes is on cpu",
+    ),
+    "sinks (batch, nheads)": (
+        dict(sinks=meta(B, H, dtype=torch.float32)),
+        ValueError,
+        f"sinks must have shape (nheads,) = ({H},)",
+    ),
+    "sinks bfloat16": (dict(sinks=meta(H, dtype=BF16)), TypeError, "sinks must have dtype"),
+    "sinks not a tensor": (dict(sinks=[0.0] * H), TypeError, "sinks must be a torch.Tensor"),
     "cpu cache": (
         dict(k_cache=torch.empty(4, 256, HK, D, dtype=F16)),
         ValueError,
@@ -512,6 +539,36 @@ def test_kvcache_fields_are_packed(monkeypatch):
     assert {name: getattr(args, name) for name in expected} == expected
 
 
+def test_kvcache_score_terms_are_packed(monkeypatch):
+    """ALiBi slopes (batch, nheads) whose head dim is strided (copied: the library reads
+    them with a unit stride) and sinks: the score-term fields of a decode call."""
+    captured = {}
+
+    def launch(function, size_function, args, like, expected=False):
+        captured["args"] = args
+        # Read now: a copy lives until the launch is queued.
+        slopes = ctypes.cast(args.alibi_slopes, ctypes.POINTER(ctypes.c_float))
+        captured["slopes"] = [slopes[i] for i in range(8)]
+
+    monkeypatch.setattr(_cuda, "_stream", lambda t: 0)
+    monkeypatch.setattr(_cuda, "_run_with_workspace", launch)
+    monkeypatch.setattr(_cuda, "_checking_values", lambda: False)
+    monkeypatch.setattr(_checks, "_check_devices", lambda op, tensors: None)
+    q = torch.zeros(2, 1, 4, 64, dtype=BF16)
+    cache = torch.zeros(2, 32, 2, 64, dtype=BF16)
+    wide = torch.arange(16, dtype=torch.float32).reshape(2, 8)
+    slopes = wide[:, ::2]  # (2, 4), head stride 2
+    sinks = torch.tensor([0.5, -1.0, 2.0, 0.0])
+    _cuda.flash_attn_kvcache(
+        q, cache, cache, None, None, None, None, 7, None, None, None, 0.125, True, -1, 0,
+        0.0, True, 0, slopes, sinks,
+    )  # fmt: skip
+    args = captured["args"]
+    assert args.alibi_batch_stride == 4 and args.sinks == sinks.data_ptr()
+    assert args.dsinks is None and args.attn_mask is None  # forward: no gradient, no mask
+    assert captured["slopes"] == slopes.reshape(-1).tolist()
+
+
 def test_kvcache_values_are_checked_before_the_launch(monkeypatch):
     monkeypatch.setattr(_cuda, "_run_with_workspace", lambda *a, **k: pytest.fail("launched"))
     monkeypatch.setattr(_cuda, "_stream", lambda t: 0)
@@ -561,7 +618,25 @@ def test_decode_step_has_no_graph_break():
     assert explanation.graph_break_count == 0 and explanation.graph_count == 1
 
 
-def test_opcheck_kvcache():
+@pytest.mark.parametrize("terms", [False, True], ids=["plain", "alibi and sinks"])
+def test_opcheck_kvcache(terms):
     tensors = (meta(B, 1, H, D), meta(4, 256, HK, D), meta(4, 256, HK, D), *new_kv().values())
     args = (*tensors, *rotary().values(), ints(B), None, None, None, 0.1, True, -1, 0, 0.0, True, 0)
+    if terms:
+        args += (meta(B, H, dtype=torch.float32), meta(H, dtype=torch.float32))
     torch.library.opcheck(torch.ops.samattn.flash_attn_with_kvcache.default, args)
+
+
+def decode_step_with_terms(q, k_cache, v_cache, k, v, lens, table, slopes, sinks):
+    return samattn.flash_attn_with_kvcache(
+        q, k_cache, v_cache, k, v, cache_seqlens=lens, block_table=table, causal=True,
+        alibi_slopes=slopes, sinks=sinks,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_compiled_decode_step_with_score_terms(backend):
+    torch._dynamo.reset()
+    terms = (meta(H, dtype=torch.float32), meta(H, dtype=torch.float32))
+    step = torch.compile(decode_step_with_terms, fullgraph=True, backend=backend)
+    assert step(*_decode_inputs(), *terms).shape == (B, 1, H, D)

@@ -1,5 +1,5 @@
 """The op x family registry without a GPU: argument structs that carry their own size
-(C ABI 5), plans that decline a problem and automatic selection falling through to the next
+(C ABI 6), plans that decline a problem and automatic selection falling through to the next
 family, and the attention window as the kernels get it (samattn_attention_plan)."""
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ SIZED_CALLS = {
 
 
 def test_abi_version():
-    assert _lib.ABI_VERSION == 5 == _lib.lib().samattn_abi_version()
+    assert _lib.ABI_VERSION == 6 == _lib.lib().samattn_abi_version()
 
 
 @pytest.mark.parametrize("op", SIZED_CALLS)
