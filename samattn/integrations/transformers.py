@@ -44,9 +44,16 @@ their (batch, seq, heads, head_dim) transposes in place, no copies):
 - ``count_calls()`` counts which of these routes each call took (prefill or decode step, and
   "fixed", "varlen", "packed" or "torch"), e.g. to check that no decode step fell back to
   torch.
+- Attention sinks: models whose attention layers have learnable sinks (gpt-oss, and the
+  others that pass ``s_aux`` to the attention function) run them in samattn's kernels
+  (``sinks=``, float32: a bf16 parameter is cast, and its gradient cast back by autograd),
+  on every route above; under a custom 4-D mask the torch route computes them in torch.
+- ALiBi: transformers' ALiBi models (BLOOM, MPT, Falcon with ``alibi=True``) build the bias
+  into their own attention code and never call the attention interface, so samattn cannot
+  serve them through ``attn_implementation``; ``samattn.flash_attn_func(alibi_slopes=...)``
+  serves code that calls flash-attn directly.
 - ``dropout > 0`` (training with ``config.attention_dropout > 0``): NotImplementedError,
   as samattn has no attention dropout yet; set ``attention_dropout=0.0`` in the config.
-  Attention sinks (``s_aux``) raise NotImplementedError too.
 
 Attention weights are never returned (``output_attentions=True`` gives None, as with
 flash attention).
@@ -299,17 +306,24 @@ def _cu_seqlens(keep: Tensor) -> Tensor:
     return F.pad(keep.sum(-1, dtype=torch.int32).cumsum(0, dtype=torch.int32), (1, 0))
 
 
-def _check_supported(module: torch.nn.Module, dropout: float, kwargs: dict) -> None:
+def _check_supported(module: torch.nn.Module, dropout: float) -> None:
     if dropout > 0.0:
         raise NotImplementedError(
             f"samattn attention for transformers: attention dropout ({dropout}) is not "
             "implemented in samattn; set the model config's attention_dropout to 0.0 "
             f"(layer {type(module).__name__}) or use another attn_implementation"
         )
-    if kwargs.get("s_aux") is not None:
-        raise NotImplementedError(
-            "samattn attention for transformers: attention sinks (s_aux) are not implemented"
-        )
+
+
+def _sinks(kwargs: dict) -> Tensor | None:
+    """The layer's attention sinks (``s_aux``: one logit per query head, in the model's
+    dtype) as samattn takes them, float32; differentiable (autograd casts the gradient
+    back to the parameter's dtype)."""
+    sinks = kwargs.get("s_aux")
+    if sinks is None:
+        return None
+    sinks = sinks.reshape(-1)
+    return sinks if sinks.dtype == torch.float32 else sinks.float()
 
 
 def attention_forward(
@@ -341,15 +355,19 @@ def attention_forward(
         sliding_window: each query sees the last sliding_window keys (itself included).
         softcap: > 0 caps scores at softcap * tanh(score / softcap).
         kwargs: position_ids, cu_seq_lens_q/k, max_length_q/k (padding-free batches),
-            deterministic; others are ignored.
+            deterministic, s_aux (attention sinks, (heads,): gpt-oss and others); others
+            are ignored.
 
     Returns:
         (attn_output (batch, q_len, heads, head_dim), None).
     """
-    _check_supported(module, dropout, kwargs)
+    _check_supported(module, dropout)
     causal = bool(getattr(module, "is_causal", True) if is_causal is None else is_causal)
     q, k, v = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)
     options: dict[str, Any] = {"softmax_scale": scaling, "causal": causal}
+    sinks = _sinks(kwargs)
+    if sinks is not None:
+        options["sinks"] = sinks
     if sliding_window is not None and sliding_window > 0:
         options["window_size"] = (sliding_window - 1, sliding_window - 1)
     if softcap:
@@ -367,7 +385,7 @@ def attention_forward(
         expressible, keep = _mask_4d(attention_mask, batch, q_len, kv_len, causal, left)
         if not expressible:
             _count(phase, "torch")
-            out = _custom_mask_attention(query, key, value, attention_mask, scaling, softcap)
+            out = _custom_mask_attention(query, key, value, attention_mask, scaling, softcap, sinks)
             return out, None
         attention_mask = keep  # padding (or None) + the causality and window samattn runs
     if attention_mask is not None:  # (batch, seen tokens) keep-mask: some keys are padding
@@ -444,8 +462,10 @@ def _custom_mask_attention(
     mask: Tensor,
     scaling: float | None,
     softcap: float | None,
+    sinks: Tensor | None = None,
 ) -> Tensor:
-    """torch's SDPA under a caller-made 4-D mask (bool: True = attend, or additive)."""
+    """torch's SDPA under a caller-made 4-D mask (bool: True = attend, or additive); with
+    attention sinks, which SDPA lacks, the same attention written out in torch."""
     if softcap:
         raise NotImplementedError(
             "samattn attention for transformers: softcap with a custom 4-D attention mask"
@@ -458,5 +478,25 @@ def _custom_mask_attention(
     if group > 1:
         key = key.repeat_interleave(group, dim=1)
         value = value.repeat_interleave(group, dim=1)
+    if sinks is not None:
+        return _masked_attention_with_sinks(query, key, value, mask, scaling, sinks)
     out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scaling)
+    return out.transpose(1, 2)
+
+
+def _masked_attention_with_sinks(
+    query: Tensor, key: Tensor, value: Tensor, mask: Tensor, scaling: float | None, sinks: Tensor
+) -> Tensor:
+    """Attention with one sink logit per head in every softmax denominator (a key whose
+    value is zero), under a bool or additive 4-D mask; fp32 scores. (batch, q_len, heads,
+    head_dim) out."""
+    scale = query.shape[-1] ** -0.5 if scaling is None else scaling
+    scores = torch.matmul(query.float(), key.float().transpose(-1, -2)) * scale
+    if mask.dtype == torch.bool:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    else:
+        scores = scores + mask.float()
+    sink = sinks.float().reshape(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
+    weights = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
+    out = torch.matmul(weights.to(value.dtype), value)
     return out.transpose(1, 2)

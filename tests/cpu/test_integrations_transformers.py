@@ -18,9 +18,9 @@ from samattn.integrations import transformers as integration  # noqa: E402
 
 
 def reference_attention(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1),
-                        softcap=0.0, deterministic=False):  # fmt: skip
+                        softcap=0.0, deterministic=False, sinks=None):  # fmt: skip
     """flash_attn_func's contract on torch's math: (batch, seq, heads, d), GQA, bottom-right
-    causal, (left, right) window."""
+    causal, (left, right) window, attention sinks (float32 (heads,))."""
     sq, sk = q.shape[1], k.shape[1]
     group = q.shape[2] // k.shape[2]
     i = torch.arange(sq)[:, None] + sk - sq
@@ -31,6 +31,15 @@ def reference_attention(q, k, v, softmax_scale=None, causal=False, window_size=(
         visible &= j <= i + (0 if causal else right)
     if left >= 0:
         visible &= j >= i - left
+    if sinks is not None:
+        assert sinks.dtype == torch.float32 and sinks.shape == (q.shape[2],)
+        qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
+        kt, vt = kt.repeat_interleave(group, 1), vt.repeat_interleave(group, 1)
+        scale = q.shape[-1] ** -0.5 if softmax_scale is None else softmax_scale
+        scores = (qt @ kt.transpose(-1, -2) * scale).masked_fill(~visible, float("-inf"))
+        sink = sinks.reshape(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
+        weights = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
+        return (weights.to(vt.dtype) @ vt).transpose(1, 2)
     out = torch.nn.functional.scaled_dot_product_attention(
         q.transpose(1, 2),
         k.transpose(1, 2).repeat_interleave(group, 1),
@@ -82,14 +91,16 @@ def tiny_config(model_type="llama", **extra):
     )  # fmt: skip
 
 
-def model_pair(model_type="llama", **extra):
-    """The same random model with attn_implementation "samattn" and "sdpa" (one config
+def model_pair(model_type="llama", reference="sdpa", **extra):
+    """The same random model with attn_implementation "samattn" and `reference` (one config
     object each: transformers writes the implementation into the config)."""
     integration.register()
     torch.manual_seed(0)
     model_class = transformers.AutoModelForCausalLM
     ours = model_class.from_config(tiny_config(model_type, **extra), attn_implementation="samattn")
-    theirs = model_class.from_config(tiny_config(model_type, **extra), attn_implementation="sdpa")
+    theirs = model_class.from_config(
+        tiny_config(model_type, **extra), attn_implementation=reference
+    )
     theirs.load_state_dict(ours.state_dict())
     assert ours.config._attn_implementation == "samattn"
     return ours.eval(), theirs.eval()
@@ -348,15 +359,19 @@ def test_sliding_window(calls):
     assert calls[0][3]["window_size"] == (5, 5) and calls[0][3]["causal"] is True
 
 
-def test_training_step_gradients_match(calls):
-    ours, theirs = model_pair()
-    ours.train()
-    theirs.train()
+def training_step_gradients(ours, theirs):
+    """(name, ours' gradient, theirs') of every parameter after one loss.backward() each."""
     ids = torch.randint(0, 256, (2, 16))
     for model in (ours, theirs):
+        model.train()
         model(ids, labels=ids).loss.backward()
-    for (name, a), (_, b) in zip(ours.named_parameters(), theirs.named_parameters()):
-        torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-6, msg=name)
+    pairs = zip(ours.named_parameters(), theirs.named_parameters())
+    return [(name, a.grad, b.grad) for (name, a), (_, b) in pairs]
+
+
+def test_training_step_gradients_match(calls):
+    for name, ours, theirs in training_step_gradients(*model_pair()):
+        torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-6, msg=name)
 
 
 def test_dropout_is_refused(calls):
@@ -366,3 +381,85 @@ def test_dropout_is_refused(calls):
     ).train()
     with pytest.raises(NotImplementedError, match="attention_dropout"):
         model(torch.randint(0, 256, (1, 8)))
+
+
+# ------------------------------------------------------------ attention sinks ----
+GPT_OSS = dict(head_dim=32, num_local_experts=4, num_experts_per_tok=2, sliding_window=6)
+
+
+def gpt_oss_pair():
+    """A tiny gpt-oss (attention sinks, alternating sliding and full layers) as "samattn"
+    and "eager" (gpt-oss has no sdpa), with sinks large enough to matter."""
+    ours, theirs = model_pair("gpt_oss", reference="eager", **GPT_OSS)
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for model in (ours, theirs):
+            for layer in model.model.layers:
+                sinks = torch.randn(layer.self_attn.sinks.shape, generator=generator) * 2
+                layer.self_attn.sinks.copy_(sinks)
+            generator.manual_seed(1)
+    return ours, theirs
+
+
+def test_gpt_oss_sinks_reach_samattn(calls):
+    ours, theirs = gpt_oss_pair()
+    ids = torch.randint(0, 256, (2, 20))
+    with torch.no_grad():
+        expected = theirs(ids).logits
+        with integration.count_calls() as counts:
+            got = ours(ids).logits
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
+    assert counts == {"prefill:fixed": 2}
+    for (_, _, _, options), layer in zip(calls, ours.model.layers):
+        sinks = options["sinks"]
+        assert sinks.dtype == torch.float32 and torch.equal(sinks, layer.self_attn.sinks)
+    assert calls[0][3]["window_size"] == (5, 5) and "window_size" not in calls[1][3]
+
+
+def test_gpt_oss_padding_and_generation_with_sinks(calls):
+    ours, theirs = gpt_oss_pair()
+    ids, mask = left_padded([5, 12, 9], 12)
+    options = {"max_new_tokens": 4, "do_sample": False, "pad_token_id": 0}
+    with torch.no_grad():
+        expected = theirs.generate(ids, attention_mask=mask, **options)
+        with integration.count_calls() as counts:
+            got = ours.generate(ids, attention_mask=mask, **options)
+    assert torch.equal(got, expected)
+    assert counts["prefill:torch"] == counts["decode:torch"] == 0
+    assert all("sinks" in call[3] for call in calls)
+
+
+def test_gpt_oss_training_step_gradients_match(calls):
+    """The sinks' gradient (through the float32 cast) and every other one."""
+    ours, theirs = gpt_oss_pair()
+    for name, a, b in training_step_gradients(ours, theirs):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6, msg=name)
+    sinks = ours.model.layers[0].self_attn.sinks
+    assert sinks.grad is not None and sinks.grad.abs().sum() > 0
+
+
+@pytest.mark.filterwarnings("ignore:samattn attention for transformers")
+def test_sinks_under_a_custom_4d_mask_run_in_torch(calls):
+    ours, theirs = gpt_oss_pair()
+    ids = torch.randint(0, 256, (2, 12))
+    generator = torch.Generator().manual_seed(0)
+    mask_4d = torch.rand(2, 1, 12, 12, generator=generator) < 0.5
+    mask_4d |= torch.eye(12, dtype=torch.bool)
+    # Additive: gpt-oss's eager attention adds the mask to its scores.
+    additive = torch.zeros(mask_4d.shape).masked_fill(~mask_4d, torch.finfo(torch.float32).min)
+    with torch.no_grad(), integration.count_calls() as counts:
+        expected = theirs(ids, attention_mask=additive).logits
+        got = ours(ids, attention_mask=additive).logits
+    assert counts == {"prefill:torch": 2} and not calls
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
+    # A row that sees no key: the sink takes all its weight, the output is 0.
+    query, key, value = (torch.randn(2, 4, 12, 32) for _ in range(3))
+    sinks = torch.randn(4)
+    mask_4d[1, 0, 3] = False
+    out = integration._custom_mask_attention(query, key, value, mask_4d, 0.2, None, sinks)
+    visible = mask_4d.expand(2, 4, 12, 12)
+    scores = (query @ key.transpose(-1, -2) * 0.2).masked_fill(~visible, float("-inf"))
+    both = torch.cat([scores, sinks.reshape(1, 4, 1, 1).expand(2, 4, 12, 1)], dim=-1)
+    expected = (torch.softmax(both, dim=-1)[..., :-1] @ value).transpose(1, 2)
+    torch.testing.assert_close(out, expected)
+    assert torch.all(out[1, 3] == 0)
