@@ -24,7 +24,7 @@
 extern "C" {
 #endif
 
-#define SAMATTN_ABI_VERSION 5
+#define SAMATTN_ABI_VERSION 6
 
 /* Status codes. */
 enum {
@@ -38,7 +38,7 @@ enum {
 };
 
 /* Element types. */
-enum { SAMATTN_F16 = 0, SAMATTN_BF16 = 1, SAMATTN_F32 = 2 };
+enum { SAMATTN_F16 = 0, SAMATTN_BF16 = 1, SAMATTN_F32 = 2, SAMATTN_BOOL = 3 /* masks only */ };
 
 /* Kernel families. AUTO = choose from the device (or SAMATTN_FAMILY). */
 enum {
@@ -223,6 +223,46 @@ typedef struct samattn_attention_args {
   int64_t rotary_dim, rotary_seqlen;
   int32_t rotary_interleaved; /* 0 or 1 */
   int32_t num_splits;         /* 0 = heuristic, >= 1 forced */
+  /*
+   * Score terms (ABI 6), forward and backward, every mode above included;
+   * NULL = off. fp32, 4-byte aligned.
+   * alibi_slopes: the slope of batch entry b and query head h is
+   *   alibi_slopes[b * alibi_batch_stride + h] (alibi_batch_stride 0: one
+   *   slope per head); -slope * |i + seqlen_k - seqlen_q - j| is added to the
+   *   scaled (and capped) score of query i and key j, with the lengths of
+   *   that sequence (bottom-right, as causal).
+   * sinks: (nheads,) one logit per query head that joins every row's softmax
+   *   denominator, as a key whose value is zero: rows sum to less than one,
+   *   lse includes it, and a row that attends no key gets output 0 and
+   *   lse = sink.
+   * dsinks: backward only, (nheads,), written with the gradient of the
+   *   loss with respect to sinks, in a fixed order (NULL: not computed); left
+   *   alone by a call with nothing to compute (batch or nheads 0, or neither
+   *   query nor key rows), whose gradient is zero.
+   */
+  const float* alibi_slopes;
+  int64_t alibi_batch_stride;
+  const float* sinks;
+  float* dsinks;
+  /*
+   * attn_mask (ABI 6): a mask the kernels read, fixed length only (no
+   * cu_seqlens, no KV-cache field). The value for batch entry b, query head
+   * h, query i and key j is at attn_mask + b * mask_batch_stride +
+   * h * mask_head_stride + i * mask_q_stride + j * mask_k_stride elements
+   * (strides >= 0, 0 broadcasting; mask_k_stride 1: contiguous keys). mask_dtype: SAMATTN_BOOL (1
+   * byte; 0 masks the key for that query) or SAMATTN_F32 (added to the scaled, capped, ALiBi-biased
+   * score; -inf masks). A query that attends no key gets output 0 and lse +inf (or its sink). NULL:
+   * no mask (the other mask fields are then ignored). dmask: backward only, with an additive mask:
+   * fp32 (batch, nheads, seqlen_q, seqlen_k), contiguous, zeroed by the caller; receives the
+   * gradient with respect to the mask of each (batch, head, query, key)
+   * (summing it over broadcast dimensions is the caller's). NULL: not
+   * computed.
+   */
+  const void* attn_mask;
+  int32_t mask_dtype;
+  int32_t mask_reserved; /* 0 */
+  int64_t mask_batch_stride, mask_head_stride, mask_q_stride, mask_k_stride;
+  float* dmask;
 } samattn_attention_args;
 
 /* Ops. `family_used` (may be NULL) receives the family that ran. */

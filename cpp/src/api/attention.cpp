@@ -134,6 +134,79 @@ int check_attention_sizes(Subject* subject, const samattn_attention_args& a, boo
                       " seqlen_k=" + to_text(a.seqlen_k));
     }
   }
+  if (!aligned(a.alibi_slopes, 4) || !aligned(a.sinks, 4) || !aligned(a.dsinks, 4)) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                s + ": alibi_slopes, sinks and dsinks must be 4-byte aligned fp32 arrays");
+  }
+  if (a.alibi_slopes == nullptr ? a.alibi_batch_stride != 0
+                                : a.alibi_batch_stride < 0 || (a.alibi_batch_stride > 0 &&
+                                                               a.alibi_batch_stride < a.nheads)) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                s + ": alibi_batch_stride must be 0 (one slope per head) or >= nheads (" +
+                    to_text(a.nheads) +
+                    ", slopes per batch entry), and 0 without alibi_slopes; got " +
+                    to_text(a.alibi_batch_stride));
+  }
+  if (a.alibi_batch_stride > 0 && a.batch > 1 && a.alibi_batch_stride > INT64_MAX / 4 / a.batch) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                s + ": alibi_batch_stride x batch overflows a 64-bit byte offset");
+  }
+  if (a.attn_mask != nullptr) {
+    const bool additive = a.mask_dtype == SAMATTN_F32;
+    if (a.mask_dtype != SAMATTN_BOOL && !additive) {
+      return fail(
+          SAMATTN_INVALID_ARGUMENT,
+          s + ": mask_dtype must be SAMATTN_BOOL or SAMATTN_F32, got " + to_text(a.mask_dtype));
+    }
+    if (varlen || uses_cache(a)) {
+      return fail(SAMATTN_INVALID_ARGUMENT,
+                  s + ": attn_mask is for fixed-length calls only (no cu_seqlens, no KV-cache "
+                      "field)");
+    }
+    const int64_t element = additive ? 4 : 1;
+    if (!aligned(a.attn_mask, static_cast<uintptr_t>(element)) || a.mask_reserved != 0) {
+      return fail(SAMATTN_INVALID_ARGUMENT, s + ": attn_mask must be aligned to its " +
+                                                to_text(element) +
+                                                "-byte elements, and mask_reserved 0");
+    }
+    if (a.mask_batch_stride < 0 || a.mask_head_stride < 0 || a.mask_q_stride < 0) {
+      return fail(SAMATTN_INVALID_ARGUMENT,
+                  s + ": the attn_mask strides (batch, head, q) must be >= 0 (0 broadcasts)");
+    }
+    if (a.mask_k_stride != 1 && a.seqlen_k > 1) {
+      return fail(SAMATTN_INVALID_ARGUMENT,
+                  s + ": attn_mask must be contiguous along the keys (mask_k_stride 1), got " +
+                      to_text(a.mask_k_stride));
+    }
+    // The largest offset read, in bytes, must fit int64.
+    int64_t offset = 0, term = 0;
+    const int64_t extents[] = {a.batch, a.nheads, a.seqlen_q, a.seqlen_k};
+    const int64_t strides[] = {a.mask_batch_stride, a.mask_head_stride, a.mask_q_stride,
+                               a.mask_k_stride};
+    for (int i = 0; i < 4; ++i) {
+      if (extents[i] > 0 && (__builtin_mul_overflow(extents[i] - 1, strides[i], &term) ||
+                             __builtin_add_overflow(offset, term, &offset))) {
+        return fail(SAMATTN_INVALID_ARGUMENT,
+                    s + ": attn_mask sizes and strides overflow a 64-bit byte offset");
+      }
+    }
+    if (__builtin_mul_overflow(offset + 1, element, &offset)) {
+      return fail(SAMATTN_INVALID_ARGUMENT,
+                  s + ": attn_mask sizes and strides overflow a 64-bit byte offset");
+    }
+    if (a.dmask != nullptr && (!backward || !additive || !aligned(a.dmask, 4))) {
+      return fail(SAMATTN_INVALID_ARGUMENT,
+                  s + ": dmask is the backward's gradient of an additive (SAMATTN_F32) "
+                      "attn_mask, a 4-byte aligned fp32 array");
+    }
+  } else if (a.dmask != nullptr) {
+    return fail(SAMATTN_INVALID_ARGUMENT, s + ": dmask (the mask's gradient) needs attn_mask");
+  }
+  if (a.dsinks != nullptr && (!backward || a.sinks == nullptr)) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                s + (backward ? ": dsinks (the sinks' gradient) needs sinks"
+                              : ": dsinks is backward-only; leave it NULL in a forward call"));
+  }
   if (backward && any_cache_field(a)) {
     return fail(SAMATTN_INVALID_ARGUMENT,
                 s + ": the KV-cache fields (seqused_k ... num_splits) are forward-only; leave "
@@ -446,6 +519,13 @@ void fill_forward(const samattn_attention_args& a, int sm_count, int max_smem_pe
   p->o = {a.o, varlen ? no_batch : a.o_batch_stride, a.o_seq_stride, a.o_head_stride};
   p->cu_seqlens_q = varlen ? a.cu_seqlens_q : nullptr;
   p->cu_seqlens_k = varlen ? a.cu_seqlens_k : nullptr;
+  AttnMaskView mask{};
+  if (a.attn_mask != nullptr) {
+    mask = {a.attn_mask,         a.mask_dtype == SAMATTN_BOOL ? MaskKind::keep : MaskKind::add_f32,
+            a.mask_batch_stride, a.mask_head_stride,
+            a.mask_q_stride,     a.mask_k_stride};
+  }
+  p->terms = {a.alibi_slopes, a.alibi_slopes != nullptr ? a.alibi_batch_stride : 0, a.sinks, mask};
   set_scores(*p, a.softmax_scale, a.softcap, a.causal != 0, a.window_left, a.window_right);
   p->lse = a.lse;
   p->lse_batch_stride = varlen ? no_batch : a.lse_batch_stride;
@@ -508,6 +588,8 @@ AttentionBackwardProblem backward_problem(const samattn_attention_args& a, int s
   p.total_q = varlen ? a.seqlen_q : 0;
   p.total_k = varlen ? a.seqlen_k : 0;
   p.deterministic = a.deterministic != 0;
+  p.dsinks = a.sinks != nullptr ? a.dsinks : nullptr;
+  p.dmask = a.attn_mask != nullptr ? a.dmask : nullptr;
   p.workspace = a.workspace;
   p.workspace_bytes = a.workspace_bytes < 0 ? 0 : static_cast<size_t>(a.workspace_bytes);
   return p;

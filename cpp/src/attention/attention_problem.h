@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "common/problem.h"
 
@@ -71,6 +72,46 @@ struct KVCacheView {
   bool rotary_q_per_row;  // causal or a window: query row i at seqused_k[b] + i
 };
 
+// An attention mask read by the kernels (fixed length only): the value for
+// (batch b, query head h, query i, key j) at ptr + b * batch_stride +
+// h * head_stride + i * q_stride + j * k_stride elements (0 broadcasts).
+enum class MaskKind : int {
+  none = 0,
+  keep = 1,     // uint8: 0 masks the key for that query
+  add_f32 = 2,  // fp32, added to the scaled score (-inf masks)
+};
+struct AttnMaskView {
+  const void* ptr;
+  MaskKind kind;
+  int64_t batch_stride, head_stride, q_stride, k_stride;
+};
+
+// Terms of the scores beyond scale q k^T (samattn.h, ABI 6); nullptr: off.
+// The scaled (and capped) score of query i, key j becomes
+//   s + ALiBi's -slope * |i + sk - sq - j| + an additive mask,
+// or -inf where a keep mask says 0.
+struct ScoreTerms {
+  // slope = alibi_slopes[b * alibi_batch_stride + h] (stride 0: per head).
+  const float* alibi_slopes;
+  int64_t alibi_batch_stride;
+  // Sinks: (nheads,) one logit per query head in every row's softmax
+  // denominator, a key whose value is zero.
+  const float* sinks;
+  AttnMaskView mask;
+};
+inline bool additive_terms(const ScoreTerms& t) {
+  return t.alibi_slopes != nullptr || t.mask.kind == MaskKind::add_f32;
+}
+// Whether the forward needs its kTerms kernel (score_terms.cuh).
+inline bool any_terms(const ScoreTerms& t) {
+  return t.alibi_slopes != nullptr || t.sinks != nullptr || t.mask.kind != MaskKind::none;
+}
+// Whether the backward's main kernel does: the sinks change only the LSE it
+// reads (their gradient is a kernel of its own).
+inline bool backward_terms(const ScoreTerms& t) {
+  return t.alibi_slopes != nullptr || t.mask.kind != MaskKind::none;
+}
+
 // Forward: o = softmax(scale q k^T + mask) v per (batch, query head).
 struct AttentionForwardProblem {
   DType dtype;  // f16 or bf16; output and inputs share it
@@ -91,8 +132,12 @@ struct AttentionForwardProblem {
   // softmax_scale / softcap, and the softmax exponent is scale_log2 * s with
   // scale_log2 = log2(e) (the capped scores are already scaled); off:
   // softcap = softcap_pre = 0 and scale_log2 = log2(e) * softmax_scale.
-  float softcap, softcap_pre, scale_log2;
+  // With additive terms (ALiBi, an additive mask) the kernels scale the
+  // scores themselves before adding them (by bias_pre: softmax_scale, or 1
+  // when capped), and scale_log2 is log2(e); without, bias_pre is 1.
+  float softcap, softcap_pre, scale_log2, bias_pre;
   AttentionWindow window;  // normalized (normalize_window), causal included
+  ScoreTerms terms;
 
   // Log-sum-exp of each row's scaled scores, natural log; may be nullptr in
   // the forward. Fixed length: (batch, nheads, seqlen_q); varlen: (nheads,
@@ -117,15 +162,19 @@ struct AttentionForwardProblem {
 };
 
 // Sets the score parameters of `p`, whose seqlen_q and seqlen_k (the maxima,
-// with varlen) are set: the scale, the softcap factors and the normalized
-// window. The one place they are derived from the caller's values.
+// with varlen) and terms are set: the scale, the softcap and ALiBi factors
+// and the normalized window. The one place they are derived from the
+// caller's values.
 inline void set_scores(AttentionForwardProblem& p, float softmax_scale, float softcap, bool causal,
                        int64_t window_left, int64_t window_right) {
   constexpr float kLog2e = 1.4426950408889634f;
+  const bool capped = softcap > 0.0f, additive = additive_terms(p.terms);
   p.softmax_scale = softmax_scale;
-  p.softcap = softcap > 0.0f ? softcap : 0.0f;
-  p.softcap_pre = softcap > 0.0f ? softmax_scale / softcap : 0.0f;
-  p.scale_log2 = softcap > 0.0f ? kLog2e : softmax_scale * kLog2e;  // capped: already scaled
+  p.softcap = capped ? softcap : 0.0f;
+  p.softcap_pre = capped ? softmax_scale / softcap : 0.0f;
+  p.bias_pre = additive && !capped ? softmax_scale : 1.0f;
+  // Capped or biased scores are already scaled.
+  p.scale_log2 = capped || additive ? kLog2e : softmax_scale * kLog2e;
   p.window = normalize_window(causal, window_left, window_right, p.seqlen_q, p.seqlen_k);
 }
 
@@ -142,6 +191,14 @@ struct AttentionBackwardProblem : AttentionForwardProblem {
 
   // true: dq is accumulated in a fixed order, bit-identical run to run.
   bool deterministic;
+
+  // With terms.sinks: (nheads,) fp32, written with the sinks' gradient;
+  // nullptr: not computed.
+  float* dsinks;
+  // With an additive mask: fp32 (batch, nheads, seqlen_q, seqlen_k),
+  // contiguous and zeroed by the caller; the kernels write the gradient of
+  // every pair some query tile visits. nullptr: not computed.
+  float* dmask;
 };
 
 // Whether the kernels may move rows as 16-byte vectors (8 elements): the head
@@ -174,6 +231,19 @@ inline bool backward_vectors(const AttentionBackwardProblem& p) {
   return p.headdim % 8 == 0 && view(p.q, varlen_q) && out(p.o, varlen_q) &&
          view(p.dout, varlen_q) && out(p.dq, varlen_q) && view(p.k, varlen_k) &&
          view(p.v, varlen_k) && out(p.dk, varlen_k) && out(p.dv, varlen_k);
+}
+
+// The mma.sync families run score terms on 16-byte vectors only (their
+// kTerms kernels): a plan declines the others, saying why.
+inline bool plan_terms(bool terms, bool vectors, std::string* why) {
+  if (!terms || vectors) return true;
+  if (why != nullptr) {
+    *why =
+        "ALiBi, sinks and attention masks run on 16-byte vectors: the head dim must be a "
+        "multiple of 8 and every tensor 16-byte aligned with strides that are multiples of 8 "
+        "elements";
+  }
+  return false;
 }
 
 // Workspace layout of the backward, in 256-byte aligned pieces:

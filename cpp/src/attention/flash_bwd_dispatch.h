@@ -22,7 +22,10 @@ bool run_flash_bwd_row(const AttentionBackwardProblem& problem, int head_dim, cu
   } else {
     using Config =
         FlashBwdConfig<T, row.head_dim, row.block_m, row.block_n, row.warps, row.q_stages, F>;
-    if (row.head_dim != head_dim || problem.max_smem_per_block < Config::kSmemBytes) return false;
+    if (row.head_dim != head_dim || problem.max_smem_per_block < Config::kSmemBytes ||
+        (backward_terms(problem.terms) && !bwd_tile_takes_terms(row))) {
+      return false;
+    }
     *result = run_flash_bwd<Config>(problem);
     return true;
   }

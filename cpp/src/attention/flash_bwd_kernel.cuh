@@ -6,7 +6,7 @@
 //  2. flash_bwd_kernel: one CTA per (key tile, head, batch) keeps K and V in
 //     shared memory and dK, dV in registers, and loops over the query tiles
 //     that attend its keys:
-//        S = Q K^T (softcapped, masked), P = exp(scale S - LSE),
+//        S = Q K^T (softcapped, ALiBi, masked), P = exp(scale S - LSE),
 //        dP = dO V^T, dS = P (dP - D) [x (1 - tanh^2) with softcap],
 //        dV += P^T dO, dK += dS^T Q, and dQ = dS K added to an fp32
 //        accumulator with atomics (in key-tile order under a per-query-tile
@@ -28,6 +28,7 @@
 #include "attention/flash_fwd_kernel.cuh"
 #include "attention/fragment_layout.cuh"
 #include "attention/mask.cuh"
+#include "attention/score_terms.cuh"
 #include "attention/softmax_online.cuh"
 
 namespace samattn::attention {
@@ -66,6 +67,11 @@ struct FlashBwdParams {
   float scale_log2;   // log2(e) * softmax_scale, or log2(e) with softcap
   float softcap;      // 0: off
   float softcap_pre;  // softmax_scale / softcap
+  // Read by the kernel compiled with kTerms only (score_terms.cuh).
+  ScoreTermsParams terms;
+  // With an additive mask: its gradient, fp32 (batch, nheads, seqlen_q,
+  // seqlen_k) contiguous, written where visited; nullptr: not computed.
+  float* dmask;
 };
 
 // A sequence's extent and its first row, in the packed (varlen) or the
@@ -192,6 +198,50 @@ __global__ void __launch_bounds__(256) flash_bwd_dot_do_o_kernel(DotDoOParams co
   if (valid && lane == 0) p.dsum[head * p.rows_q + seq.row0 + row] = dot;
 }
 
+// ------------------------------------------------------- step 1b: sinks
+// d loss / d sink_h = -sum over the rows of head h of P_sink D, P_sink =
+// exp(sink_h - LSE): the sink is a key whose value is zero, so its dP is 0
+// and its dS is P_sink (0 - D). One CTA per head sums every row of every
+// sequence in a fixed order, so the result is deterministic.
+struct DsinksParams {
+  const float* sinks;  // (nheads,)
+  float* dsinks;       // (nheads,), written
+  const float* lse;
+  int64_t lse_batch, lse_head, lse_seq;
+  const float* dsum;  // (nheads, rows_q)
+  int64_t rows_q;
+  const int32_t* cu_seqlens_q;
+  int batch, seqlen_q;
+};
+
+constexpr int kDsinksThreads = 256;
+
+template <Family F>
+__global__ void __launch_bounds__(kDsinksThreads) flash_bwd_dsinks_kernel(DsinksParams const p) {
+  __shared__ float warp_sums[kDsinksThreads / 32];
+  const int head = blockIdx.x;
+  const float sink = p.sinks[head];
+  const float* dsum = p.dsum + head * p.rows_q;
+  const bool varlen = p.cu_seqlens_q != nullptr;
+  float sum = 0.0f;
+  for (int b = 0; b < p.batch; ++b) {
+    const SeqExtent seq = seq_extent(p.cu_seqlens_q, p.seqlen_q, b);
+    const float* lse =
+        p.lse + (varlen ? seq.row0 * p.lse_seq : b * p.lse_batch) + head * p.lse_head;
+    for (int i = threadIdx.x; i < seq.len; i += kDsinksThreads) {
+      sum += expf(sink - lse[i * p.lse_seq]) * dsum[seq.row0 + i];
+    }
+  }
+  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = sum;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float total = 0.0f;
+    for (int w = 0; w < kDsinksThreads / 32; ++w) total += warp_sums[w];
+    p.dsinks[head] = -total;
+  }
+}
+
 // ---------------------------------------------------------------- step 3
 struct ConvertParams {
   const float* accum;  // (heads * group, rows, headdim)
@@ -315,7 +365,10 @@ __global__ void __launch_bounds__(Traits::kThreads)
 // kVectors: the host's GmemAccess choice (backward_vectors), as in
 // flash_fwd_kernel; it also picks 32-bit pair stores of dK and dV. One CTA
 // per SM is what the tiles are sized for (flash_sm80_tiles.h).
-template <class Traits, bool kVectors>
+// kTerms: the kernel reads ALiBi slopes and a mask (score_terms.cuh); a
+// separate kernel so that calls without them run code that never carries
+// them (vectors only).
+template <class Traits, bool kVectors, bool kTerms = false>
 __global__ void __launch_bounds__(Traits::kThreads, 1) flash_bwd_kernel(FlashBwdParams const p) {
   using namespace cute;
   using Element = typename Traits::Element;
@@ -380,6 +433,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_bwd_kernel(FlashBwd
     const float* lse =
         p.lse + (varlen_q ? seq_q.row0 * p.lse_seq : batch * p.lse_batch) + head * p.lse_head;
     const float* dsum = p.dsum + head * p.rows_q + seq_q.row0;
+    static_assert(!kTerms || kVectors, "score terms run on 16-byte vectors only");
 
     auto tile_q = Shape<Int<kBlockM>, Int<kHeadDim>>{};
     Tensor mQ = make_tensor(make_gmem_ptr(static_cast<Element const*>(p.q) + q_base),
@@ -563,6 +617,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_bwd_kernel(FlashBwd
           acc_s(i) = p.softcap * tanhf(acc_s(i) * p.softcap_pre);
       }
       Tensor scores = rowcol_view(acc_s);
+      if constexpr (kTerms) {
+        apply_score_terms(
+            scores, tScS, m0, n0, p.terms, batch, [head](int) { return head; },
+            AttentionMask::Identity{}, mask);
+      }
       if (mask.tile_needs_mask(m0, kBlockM, n0, kBlockN)) mask.apply(scores, tScS, m0, n0);
       CUTE_UNROLL
       for (int r = 0; r < size<0>(scores); ++r) {
@@ -589,10 +648,27 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_bwd_kernel(FlashBwd
         CUTE_UNROLL
         for (int c = 0; c < size<1>(dp); ++c) dp(r, c) = scores(r, c) * (dp(r, c) - row_dsum);
       }
+      if constexpr (kTerms) {
+        // dS is also the gradient of an additive mask (added after softcap).
+        if (p.dmask != nullptr) {
+          CUTE_UNROLL
+          for (int r = 0; r < size<0>(dp); ++r) {
+            const int row = m0 + get<0>(tScS(r, 0));
+            if (row >= seqlen_q) continue;
+            float* dmask = p.dmask + ((int64_t(batch) * p.nheads + head) * p.seqlen_q + row) *
+                                         int64_t(p.seqlen_k);
+            CUTE_UNROLL
+            for (int c = 0; c < size<1>(dp); ++c) {
+              const int key = n0 + get<1>(tScS(0, c));
+              if (key < seqlen_k) dmask[key] = dp(r, c);
+            }
+          }
+        }
+      }
       if (p.softcap > 0.0f) {
-        // With softcap scale_log2 is log2(e): log2(P) + LSE = log2(e) cap,
-        // so tanh = (log2(P) + LSE) / (log2(e) softcap). P = 0 (masked or
-        // underflowed) already gives dS = 0.
+        // With softcap scale_log2 is log2(e): log2(P) + LSE = log2(e) (cap +
+        // terms), so tanh = (log2(P) + LSE) / (log2(e) softcap) - terms /
+        // softcap. P = 0 (masked or underflowed) already gives dS = 0.
         const float tanh_per_log2 = 1.0f / (p.scale_log2 * p.softcap);
         CUTE_UNROLL
         for (int r = 0; r < size<0>(dp); ++r) {
@@ -600,7 +676,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_bwd_kernel(FlashBwd
           CUTE_UNROLL
           for (int c = 0; c < size<1>(dp); ++c) {
             if (scores(r, c) > 0.0f) {
-              const float t = (fast_log2(scores(r, c)) + row_lse) * tanh_per_log2;
+              float t = (fast_log2(scores(r, c)) + row_lse) * tanh_per_log2;
+              if constexpr (kTerms) {
+                const int row = m0 + get<0>(tScS(r, 0));
+                const RowTerms row_terms(p.terms, batch, head, row, mask);
+                t -= additive_term(p.terms, row_terms, n0 + get<1>(tScS(0, c)), seqlen_k) /
+                     p.softcap;
+              }
               dp(r, c) *= 1.0f - t * t;
             }
           }

@@ -11,6 +11,7 @@
 #include "attention/flash_bwd_config.h"
 #include "attention/flash_bwd_kernel.cuh"
 #include "attention/flash_bwd_traits.h"
+#include "attention/flash_tiles.h"
 #include "common/launch_setup.h"
 
 namespace samattn::attention {
@@ -29,6 +30,13 @@ cudaError_t launch_convert(ConvertParams const& p, bool vectors, int sm_count,
     flash_bwd_convert_kernel<Element, 1, F><<<blocks, 256, 0, stream>>>(p);
   }
   return cudaGetLastError();
+}
+
+// One launch of the main kernel compiled for (kVectors, kTerms).
+template <class Traits, bool kVectors, bool kTerms>
+cudaError_t launch_bwd(FlashBwdParams const& p, dim3 grid, cudaStream_t stream) {
+  return launch_with_smem<flash_bwd_kernel<Traits, kVectors, kTerms>>(p, grid, Traits::kThreads,
+                                                                      Traits::kSmemBytes, stream);
 }
 
 }  // namespace detail
@@ -51,6 +59,8 @@ cudaError_t run_flash_bwd(const AttentionBackwardProblem& problem) {
     return cudaErrorInvalidValue;
   }
   const bool vectors = backward_vectors(P);
+  const bool terms = backward_terms(P.terms);
+  if (terms && !vectors) return cudaErrorNotSupported;  // the plan declines these (plan_terms)
 
   const FlashBwdWorkspace layout = flash_bwd_workspace_layout(P);
   char* workspace = static_cast<char*>(P.workspace);
@@ -106,14 +116,28 @@ cudaError_t run_flash_bwd(const AttentionBackwardProblem& problem) {
     if (status != cudaSuccess) return status;
   }
 
+  // 1b. The sinks' gradient, from D and the LSE.
+  if (P.dsinks != nullptr && P.terms.sinks != nullptr) {
+    DsinksParams d{};
+    d.sinks = P.terms.sinks;
+    d.dsinks = P.dsinks;
+    d.lse = P.lse;
+    d.lse_batch = P.lse_batch_stride, d.lse_head = P.lse_head_stride;
+    d.lse_seq = P.lse_seq_stride;
+    d.dsum = dsum;
+    d.rows_q = rows_q;
+    d.cu_seqlens_q = P.cu_seqlens_q;
+    d.batch = P.batch;
+    d.seqlen_q = P.seqlen_q;
+    flash_bwd_dsinks_kernel<Traits::kFamily>
+        <<<unsigned(P.nheads), kDsinksThreads, 0, P.stream>>>(d);
+    status = cudaGetLastError();
+    if (status != cudaSuccess) return status;
+  }
+
   // 2. The main kernel.
   const int n_blocks = (P.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
   if (n_blocks > 0) {
-    auto kernel = vectors ? flash_bwd_kernel<Traits, true> : flash_bwd_kernel<Traits, false>;
-    constexpr int kSmem = Traits::kSmemBytes;
-    status = vectors ? allow_dynamic_smem<flash_bwd_kernel<Traits, true>>(kSmem)
-                     : allow_dynamic_smem<flash_bwd_kernel<Traits, false>>(kSmem);
-    if (status != cudaSuccess) return status;
     FlashBwdParams p{};
     p.q = P.q.ptr;
     p.k = P.k.ptr;
@@ -153,9 +177,23 @@ cudaError_t run_flash_bwd(const AttentionBackwardProblem& problem) {
     p.softcap = P.softcap;
     p.softcap_pre = P.softcap_pre;
     p.scale_log2 = P.scale_log2;
+    p.terms = score_terms_params(P);
+    p.dmask = P.dmask;
     dim3 grid(unsigned(n_blocks), unsigned(P.nheads), unsigned(P.batch));
-    kernel<<<grid, Traits::kThreads, kSmem, P.stream>>>(p);
-    status = cudaGetLastError();
+    if (terms) {
+      // Rows without room for the terms are not instantiated with them
+      // (bwd_tile_takes_terms; the dispatch skips them).
+      constexpr FlashBwdTile kRow{Traits::kHeadDim, Traits::kBlockM, Traits::kBlockN,
+                                  Traits::kWarps, Traits::kQStages};
+      if constexpr (bwd_tile_takes_terms(kRow)) {
+        status = detail::launch_bwd<Traits, true, true>(p, grid, P.stream);
+      } else {
+        status = cudaErrorNotSupported;
+      }
+    } else {
+      status = vectors ? detail::launch_bwd<Traits, true, false>(p, grid, P.stream)
+                       : detail::launch_bwd<Traits, false, false>(p, grid, P.stream);
+    }
     if (status != cudaSuccess) return status;
   }
 

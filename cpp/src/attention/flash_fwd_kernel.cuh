@@ -25,6 +25,7 @@
 
 #include "attention/fragment_layout.cuh"
 #include "attention/mask.cuh"
+#include "attention/score_terms.cuh"
 #include "attention/softmax_online.cuh"
 
 namespace samattn::attention {
@@ -50,6 +51,9 @@ struct FlashFwdParams {
   float scale_log2;   // log2(e) * softmax_scale, or log2(e) with softcap
   float softcap;      // 0: off
   float softcap_pre;  // softmax_scale / softcap
+  // Read by the kernels compiled with kTerms only (score_terms.cuh).
+  ScoreTermsParams terms;
+  const float* sinks;  // nullptr: none
 
   // The kvcache kernel only (FlashFwdConfig's kKVCache; see KVCacheView).
   // Grid (m tiles x splits, heads or KV heads, batch). Query row R of a
@@ -273,8 +277,11 @@ __device__ inline void gemm_from_smem(TiledMma& tiled_mma, Acc& acc, FragA& frag
 
 // kVectors: the host's GmemAccess choice, a template parameter so
 // that the vector kernel carries no element-by-element code (which costs its
-// register allocation several percent at some tile sizes).
-template <class Traits, bool kVectors>
+// register allocation several percent at some tile sizes). kTerms: the
+// kernel reads ALiBi slopes, a mask and sinks (score_terms.cuh); a separate
+// kernel, so that calls without them run code that never carries them
+// (vectors only: the host declines the others).
+template <class Traits, bool kVectors, bool kTerms = false>
 __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(FlashFwdParams const p) {
   using namespace cute;
   using Element = typename Traits::Element;
@@ -285,6 +292,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(FlashFwd
 
   constexpr bool kKVCache = Traits::kKVCache;
   static_assert(!kKVCache || kVectors, "the kvcache kernel moves 16-byte vectors only");
+  static_assert(!kTerms || kVectors, "score terms run on 16-byte vectors only");
 
   // Causal and windowed CTAs with high m_block have the most key tiles:
   // launch them first so that the tail of the grid is short. The kvcache
@@ -423,9 +431,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(FlashFwd
                  int64_t(head0 + row % group) * p.lse_head + int64_t(query_of(row)) * p.lse_seq];
   };
 
+  // A row that attends no key: LSE +inf, or its head's sink logit.
+  const auto empty_lse = [&](int r) {
+    return kTerms && p.sinks != nullptr ? p.sinks[head0 + (m0 + r) % group] : INFINITY;
+  };
+
   if (n_begin >= n_end) {
     // No row of this tile attends any key (of this split): output 0 and LSE
-    // +inf (split partials: -inf, a share that adds nothing).
+    // empty_lse (split partials: -inf, a share that adds nothing; the
+    // combine adds the sink).
     if constexpr (kKVCache) {
       const int rows = min(kBlockM, rows_left);
       if (num_splits > 1) {
@@ -440,7 +454,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(FlashFwd
           o_row(i / p.headdim)[i % p.headdim] = Element(0);
         }
         if (write_lse) {
-          for (int r = threadIdx.x; r < rows; r += Traits::kThreads) lse_at(r) = INFINITY;
+          for (int r = threadIdx.x; r < rows; r += Traits::kThreads) lse_at(r) = empty_lse(r);
         }
       }
       return;
@@ -448,7 +462,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(FlashFwd
     store_zero_tile(gmem_store, gO, tOcO, tQcolok, rows_left, access);
     if (write_lse) {
       for (int r = threadIdx.x; r < min(kBlockM, rows_left); r += Traits::kThreads) {
-        lse[(m0 + r) * p.lse_seq] = INFINITY;
+        lse[(m0 + r) * p.lse_seq] = empty_lse(r);
       }
     }
     return;
@@ -495,6 +509,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(FlashFwd
   Tensor acc_o_rc = rowcol_view(acc_o);
   constexpr int kRows = decltype(size<0>(acc_o_rc))::value;
   OnlineSoftmax<kRows> softmax;
+  const auto head_of = [&](int row) { return head0 + row % group; };
 
   // Pipeline. Key tiles run last to first; tile n uses stage s, the next one
   // (n - 1) stage s + 1 (mod kStages). Commit groups go out in the order Q,
@@ -579,6 +594,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(FlashFwd
     }
     Tensor scores = rowcol_view(acc_s);
     const int n0 = n_block * kBlockN;
+    if constexpr (kTerms) {
+      apply_score_terms(scores, tScS, m0, n0, p.terms, batch, head_of, query_of, mask);
+    }
     if (mask.rows_need_mask(query_of(m0), query_of(m0 + kBlockM - 1), n0, kBlockN)) {
       mask.apply(scores, tScS, m0, n0, query_of);
     }
@@ -613,7 +631,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(FlashFwd
   // Epilogue: normalize, stage O through shared memory (Q's buffer, which no
   // warp reads any more: the last tile's barriers follow its last Q read).
   float row_lse[kRows];
-  softmax.finalize(acc_o_rc, p.scale_log2, row_lse);
+  // Split partials leave the sinks to the combine.
+  float sink_log2[kRows];
+  sink_logits_log2(kTerms && num_splits == 1 ? p.sinks : nullptr, tScS, m0, head_of, sink_log2);
+  softmax.finalize(acc_o_rc, p.scale_log2, row_lse, sink_log2);
   if constexpr (kKVCache) {
     if (num_splits > 1) {
       // This split's share, normalized by its own sum, straight from the

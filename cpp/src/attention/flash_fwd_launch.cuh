@@ -13,6 +13,13 @@
 
 namespace samattn::attention {
 
+// One launch of the forward kernel compiled for (kVectors, kTerms).
+template <class Traits, bool kVectors, bool kTerms>
+cudaError_t launch_flash_fwd(FlashFwdParams const& p, dim3 grid, cudaStream_t stream) {
+  return launch_with_smem<flash_fwd_kernel<Traits, kVectors, kTerms>>(p, grid, Traits::kThreads,
+                                                                      Traits::kSmemBytes, stream);
+}
+
 // The kvcache kernel: append (and rotate), the attention over the caches with
 // the keys split over `splits` CTAs per query tile, and the combine of the
 // splits. Every launch goes to problem.stream, in that order.
@@ -55,14 +62,11 @@ cudaError_t run_flash_fwd_kvcache(const AttentionForwardProblem& problem, FlashF
   p.seqlen_new = cache.k_new.ptr != nullptr ? cache.seqlen_new : 0;
   p.seqlen_k = cache.capacity;  // fixed-length caches: every row unless seqused_k says
 
-  auto kernel = flash_fwd_kernel<Traits, true>;
-  constexpr int kSmem = Traits::kSmemBytes;
-  status = allow_dynamic_smem<flash_fwd_kernel<Traits, true>>(kSmem);
-  if (status != cudaSuccess) return status;
   dim3 blocks(static_cast<unsigned>(grid.m_blocks * grid.splits), static_cast<unsigned>(grid.heads),
               static_cast<unsigned>(problem.batch));
-  kernel<<<blocks, Traits::kThreads, kSmem, problem.stream>>>(p);
-  status = cudaGetLastError();
+  status = any_terms(problem.terms)
+               ? launch_flash_fwd<Traits, true, true>(p, blocks, problem.stream)
+               : launch_flash_fwd<Traits, true, false>(p, blocks, problem.stream);
   if (status != cudaSuccess || grid.splits == 1) return status;
   return split_combine<F>(problem, grid.splits, p.o_partial, p.lse_partial);
 }
@@ -107,20 +111,21 @@ cudaError_t run_flash_fwd(const AttentionForwardProblem& problem) {
   p.softcap = problem.softcap;
   p.softcap_pre = problem.softcap_pre;
   p.scale_log2 = problem.scale_log2;
+  p.terms = score_terms_params(problem);
+  p.sinks = problem.terms.sinks;
   if constexpr (Traits::kKVCache) {
     return run_flash_fwd_kvcache<Traits>(problem, p);
   } else {
     const bool vectors = forward_vectors(problem);
-    auto kernel = vectors ? flash_fwd_kernel<Traits, true> : flash_fwd_kernel<Traits, false>;
-    constexpr int kSmem = Traits::kSmemBytes;
-    const cudaError_t allowed = vectors
-                                    ? allow_dynamic_smem<flash_fwd_kernel<Traits, true>>(kSmem)
-                                    : allow_dynamic_smem<flash_fwd_kernel<Traits, false>>(kSmem);
-    if (allowed != cudaSuccess) return allowed;
     dim3 grid(static_cast<unsigned>(m_blocks), static_cast<unsigned>(problem.nheads),
               static_cast<unsigned>(problem.batch));
-    kernel<<<grid, Traits::kThreads, kSmem, problem.stream>>>(p);
-    return cudaGetLastError();
+    if (any_terms(problem.terms)) {
+      // The plan declines terms without vectors (plan_terms).
+      if (!vectors) return cudaErrorNotSupported;
+      return launch_flash_fwd<Traits, true, true>(p, grid, problem.stream);
+    }
+    return vectors ? launch_flash_fwd<Traits, true, false>(p, grid, problem.stream)
+                   : launch_flash_fwd<Traits, false, false>(p, grid, problem.stream);
   }
 }
 

@@ -49,6 +49,27 @@ struct FlashBwdTile {
   int q_stages;
 };
 
+// Whether a backward row also runs calls with score terms (ALiBi, a mask):
+// its kTerms kernel needs registers for them next to S and dP. With 64 of
+// each per thread (a 128 x 128 tile over 8 warps) the d = 64 kernel spilled
+// 424 bytes where the plain one spills none; those calls take the next row.
+constexpr bool bwd_tile_takes_terms(const FlashBwdTile& row) {
+  return row.block_m * row.block_n / (32 * row.warps) <= 32;
+}
+
+// Every head dim of a backward table has a row that takes score terms.
+template <size_t N>
+constexpr bool bwd_terms_covered(const FlashBwdTile (&rows)[N]) {
+  for (size_t i = 0; i < N; ++i) {
+    bool covered = false;
+    for (size_t j = 0; j < N; ++j) {
+      covered = covered || (rows[j].head_dim == rows[i].head_dim && bwd_tile_takes_terms(rows[j]));
+    }
+    if (!covered) return false;
+  }
+  return true;
+}
+
 constexpr bool tile_head_dim_known(int head_dim) {
   return head_dim == 32 || head_dim == 64 || head_dim == 96 || head_dim == 128 || head_dim == 192 ||
          head_dim == 256;

@@ -120,7 +120,8 @@ __global__ void kvcache_append_kernel(const AppendParams<Element> a) {
 }
 
 // Sums the split partials of each output row, weighted by exp(lse_s - lse)
-// with lse = log sum_s exp(lse_s): one block per (batch, head, query) row,
+// with lse = log (sum_s exp(lse_s) + exp(sink)) (no sink: exp(sink) = 0; the
+// splits leave it out, so that it counts once): one block per (batch, head, query) row,
 // one thread per head-dim column. The weights go through shared memory once;
 // the column loop then issues its partial loads in batches (they are
 // independent), which hides the L2 latency that a serial loop over the
@@ -133,6 +134,7 @@ struct CombineParams {
   int64_t o_batch, o_seq, o_head;
   float* lse;  // nullptr: not written
   int64_t lse_batch, lse_head, lse_seq;
+  const float* sinks;  // (nheads,); nullptr: none
   int batch, nheads, seqlen_q, headdim, splits;
 };
 
@@ -157,11 +159,12 @@ __global__ void __launch_bounds__(kCombineThreads)
     v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
   if (lane == 0) reduce[warp] = v;
   __syncthreads();
-  float max_lse = reduce[0];
+  const float sink = c.sinks != nullptr ? c.sinks[h] : -INFINITY;
+  float max_lse = fmaxf(reduce[0], sink);
   for (int w = 1; w < kCombineThreads / 32; ++w) max_lse = fmaxf(max_lse, reduce[w]);
   __syncthreads();
   Element* out = c.o + b * c.o_batch + q * c.o_seq + h * c.o_head;
-  if (max_lse == -INFINITY) {  // no split saw a key: 0 and LSE +inf, as unsplit
+  if (max_lse == -INFINITY) {  // no split saw a key, no sink: 0 and LSE +inf, as unsplit
     for (int col = t; col < c.headdim; col += kCombineThreads) out[col] = Element(0.0f);
     if (c.lse != nullptr && t == 0)
       c.lse[b * c.lse_batch + h * c.lse_head + q * c.lse_seq] = INFINITY;
@@ -171,7 +174,7 @@ __global__ void __launch_bounds__(kCombineThreads)
   for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
   if (lane == 0) reduce[warp] = v;
   __syncthreads();
-  float sum = 0.0f;
+  float sum = sink != -INFINITY ? __expf(sink - max_lse) : 0.0f;
   for (int w = 0; w < kCombineThreads / 32; ++w) sum += reduce[w];
   const float lse = max_lse + __logf(sum);
   if (t < c.splits) weight[t] = __expf(mine - lse);
@@ -259,6 +262,7 @@ cudaError_t launch_split_combine(const AttentionForwardProblem& p, int splits,
   c.lse_batch = p.lse_batch_stride;
   c.lse_head = p.lse_head_stride;
   c.lse_seq = p.lse_seq_stride;
+  c.sinks = p.terms.sinks;
   c.batch = p.batch;
   c.nheads = p.nheads;
   c.seqlen_q = p.seqlen_q;

@@ -75,17 +75,29 @@ struct OnlineSoftmax {
   }
 
   // Divides out by the row sums and returns each row's natural-log LSE in
-  // lse[]. Rows that attended nothing (sum 0) get output 0 and LSE +inf.
+  // lse[]. sink_log2[r] (-inf: none) is one more key of row r with value 0,
+  // in log2 units: it joins the sum only. Rows that attended nothing (sum 0)
+  // get output 0 and LSE +inf, or the sink's logit.
   template <class Out>
-  __device__ void finalize(Out& out, float scale_log2, float (&lse)[kRows]) {
+  __device__ void finalize(Out& out, float scale_log2, float (&lse)[kRows],
+                           const float (&sink_log2)[kRows]) {
     using namespace cute;
     constexpr float kLn2 = 0.69314718055994530942f;
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
-      const float sum = quad_allreduce(row_sum[r], [](float a, float b) { return a + b; });
+      float sum = quad_allreduce(row_sum[r], [](float a, float b) { return a + b; });
+      float max_log2 = row_max[r] * scale_log2;
+      float keep = 1.0f;  // what the sink leaves of the keys' share
+      if (sink_log2[r] != -INFINITY) {
+        const float new_max =
+            row_max[r] == -INFINITY ? sink_log2[r] : fmaxf(max_log2, sink_log2[r]);
+        keep = row_max[r] == -INFINITY ? 0.0f : fast_exp2(max_log2 - new_max);
+        sum = sum * keep + fast_exp2(sink_log2[r] - new_max);
+        max_log2 = new_max;
+      }
       const bool empty = sum == 0.0f || sum != sum;
-      const float inv_sum = empty ? 1.0f : 1.0f / sum;
-      lse[r] = empty ? INFINITY : (row_max[r] * scale_log2 + __log2f(sum)) * kLn2;
+      const float inv_sum = empty ? 1.0f : keep / sum;
+      lse[r] = empty ? INFINITY : (max_log2 + __log2f(sum)) * kLn2;
       CUTE_UNROLL
       for (int c = 0; c < size<1>(out); ++c) out(r, c) *= inv_sum;
     }

@@ -67,6 +67,19 @@ cudaError_t allow_dynamic_smem(int bytes) {
   return detail::raise_dynamic_smem(reinterpret_cast<const void*>(Kernel), bytes, allowed);
 }
 
+#ifdef __CUDACC__
+// Kernel<<<grid, threads, smem, stream>>>(params), its dynamic shared memory
+// allowed first (allow_dynamic_smem).
+template <auto Kernel, class Params>
+cudaError_t launch_with_smem(Params const& params, dim3 grid, int threads, int smem,
+                             cudaStream_t stream) {
+  const cudaError_t allowed = allow_dynamic_smem<Kernel>(smem);
+  if (allowed != cudaSuccess) return allowed;
+  Kernel<<<grid, threads, smem, stream>>>(params);
+  return cudaGetLastError();
+}
+#endif
+
 // cudaDevAttrMaxSharedMemoryPerBlockOptin of the current device, queried once
 // per device.
 inline cudaError_t device_smem_optin(int* bytes) {

@@ -17,6 +17,7 @@ cudaError_t attention_backward_sm75(const AttentionBackwardProblem& problem) {
 namespace {
 
 bool plan(const AttentionBackwardProblem& problem, std::string* why) {
+  if (!plan_terms(backward_terms(problem.terms), backward_vectors(problem), why)) return false;
   return attention::plan_flash(
       problem.headdim,
       attention::min_bwd_smem<Family::sm75, attention::kSm75BwdTiles>(problem.headdim),

@@ -75,5 +75,6 @@ inline constexpr FlashBwdTile kSm75BwdTiles[] = {
     {192, 32, 32, 4, 1},
 };
 static_assert(tiles_valid(kSm75BwdTiles));
+static_assert(bwd_terms_covered(kSm75BwdTiles), "a row for calls with score terms");
 
 }  // namespace samattn::attention

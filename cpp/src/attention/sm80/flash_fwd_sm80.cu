@@ -27,6 +27,7 @@ cudaError_t attention_forward_sm80(const AttentionForwardProblem& problem) {
 namespace {
 
 bool plan(const AttentionForwardProblem& problem, std::string* why) {
+  if (!plan_terms(any_terms(problem.terms), forward_vectors(problem), why)) return false;
   if (problem.cache.enabled && head_dim_built(padded_headdim(problem.headdim))) {
     return attention::plan_kvcache<attention::kSm80FwdTiles>(problem, why);
   }

@@ -94,5 +94,6 @@ inline constexpr FlashBwdTile kSm80BwdTiles[] = {
     {256, 32, 32, 4, 1},
 };
 static_assert(tiles_valid(kSm80BwdTiles));
+static_assert(bwd_terms_covered(kSm80BwdTiles), "a row for calls with score terms");
 
 }  // namespace samattn::attention

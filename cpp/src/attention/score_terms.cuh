@@ -1,0 +1,132 @@
+// The score terms beyond scale q k^T (ScoreTerms in attention_problem.h) in
+// the kernels: ALiBi's bias, an attention mask and the sinks.
+//
+// Kernels compiled with these terms (kTerms) scale the scores themselves
+// (by bias_pre) before adding ALiBi's -slope * |d - j| (d: the row's
+// diagonal, mask.cuh) and an additive mask, and run the softmax with
+// scale_log2 = log2(e), as with softcap; a keep mask sets -inf. Slopes and
+// diagonals are recomputed per key tile (a few L1 loads) rather than held in
+// registers through the key loop.
+// A sink is one more key of the row with value zero: it joins the softmax
+// denominator once, in the epilogue (OnlineSoftmax::finalize).
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include <cmath>
+#include <cstdint>
+
+#include "attention/attention_problem.h"
+#include "attention/mask.cuh"
+
+namespace samattn::attention {
+
+// The terms as the kernels read them.
+struct ScoreTermsParams {
+  const float* alibi_slopes;  // nullptr: none
+  int64_t alibi_batch_stride;
+  const char* mask;  // nullptr: none
+  MaskKind mask_kind;
+  int64_t mask_batch, mask_head, mask_q;  // strides in bytes; keys are contiguous
+  float bias_pre;                         // the scores' scale before additive terms (1 when capped)
+};
+
+inline ScoreTermsParams score_terms_params(const AttentionForwardProblem& p) {
+  const AttnMaskView& m = p.terms.mask;
+  const int64_t bytes = m.kind == MaskKind::add_f32 ? 4 : 1;
+  return {p.terms.alibi_slopes,
+          p.terms.alibi_batch_stride,
+          m.kind == MaskKind::none ? nullptr : static_cast<const char*>(m.ptr),
+          m.ptr == nullptr ? MaskKind::none : m.kind,
+          m.batch_stride * bytes,
+          m.head_stride * bytes,
+          m.q_stride * bytes,
+          p.bias_pre};
+}
+
+// The terms of one row of a score tile: its ALiBi slope and diagonal, and
+// its row of the mask (key j at element j of mask_row).
+struct RowTerms {
+  float slope, diagonal;
+  const char* mask_row;  // (batch, head, query, key 0); the query clamped into the mask
+
+  __device__ RowTerms(ScoreTermsParams const& t, int batch, int head, int query,
+                      AttentionMask const& mask)
+      : slope(t.alibi_slopes != nullptr ? t.alibi_slopes[batch * t.alibi_batch_stride + head]
+                                        : 0.0f),
+        diagonal(float(mask.diagonal(query))),
+        mask_row(t.mask + batch * t.mask_batch + head * t.mask_head +
+                 min(query, mask.seqlen_q - 1) * t.mask_q) {}
+
+  __device__ float alibi(int key) const { return -slope * fabsf(diagonal - float(key)); }
+  // Key `key`'s mask element, the key clamped into the mask: a key past the
+  // sequence is masked by AttentionMask anyway, so the loads need no branch.
+  template <class T>
+  __device__ T mask_at(int key, int seqlen_k) const {
+    return reinterpret_cast<const T*>(mask_row)[min(key, seqlen_k - 1)];
+  }
+};
+
+// scores (rows, cols) of the key tile at (m0, n0): pre * s + the additive
+// terms, -inf where a keep mask says 0. coords(r, c): the tile coordinates of
+// fragment element (r, c); head_of / query_of map a tile row to its query
+// head and query row. The branches on the terms are uniform over the CTA and
+// outside the unrolled loops, whose element code has none (a branch per
+// element, or a loop copy per mask kind, made the kernel twice its size).
+template <class Scores, class Coords, class HeadOf, class QueryOf>
+__device__ inline void apply_score_terms(Scores& scores, Coords const& coords, int m0, int n0,
+                                         ScoreTermsParams const& t, int batch, HeadOf head_of,
+                                         QueryOf query_of, AttentionMask const& mask) {
+  using namespace cute;
+  const bool alibi = t.alibi_slopes != nullptr;
+  CUTE_UNROLL
+  for (int r = 0; r < size<0>(scores); ++r) {
+    const int row = m0 + get<0>(coords(r, 0));
+    const RowTerms terms(t, batch, head_of(row), query_of(row), mask);
+    if (alibi) {
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(scores); ++c) {
+        scores(r, c) = fmaf(scores(r, c), t.bias_pre, terms.alibi(n0 + get<1>(coords(0, c))));
+      }
+    } else if (t.mask_kind == MaskKind::add_f32) {
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(scores); ++c) scores(r, c) *= t.bias_pre;
+    }
+    if (t.mask_kind == MaskKind::add_f32) {
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(scores); ++c) {
+        scores(r, c) += terms.mask_at<float>(n0 + get<1>(coords(0, c)), mask.seqlen_k);
+      }
+    } else if (t.mask_kind == MaskKind::keep) {
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(scores); ++c) {
+        const uint8_t keep = terms.mask_at<uint8_t>(n0 + get<1>(coords(0, c)), mask.seqlen_k);
+        scores(r, c) = keep != 0 ? scores(r, c) : -INFINITY;
+      }
+    }
+  }
+}
+
+// The additive terms of one score (ALiBi and an additive mask; a keep mask
+// adds nothing), for the backward's softcap derivative.
+__device__ inline float additive_term(ScoreTermsParams const& t, RowTerms const& row, int key,
+                                      int seqlen_k) {
+  float term = t.alibi_slopes != nullptr ? row.alibi(key) : 0.0f;
+  if (t.mask_kind == MaskKind::add_f32) term += row.mask_at<float>(key, seqlen_k);
+  return term;
+}
+
+// Each fragment row's sink logit in log2 units (-inf without sinks).
+template <int kRows, class Coords, class HeadOf>
+__device__ inline void sink_logits_log2(const float* sinks, Coords const& coords, int m0,
+                                        HeadOf head_of, float (&sink_log2)[kRows]) {
+  using namespace cute;
+  constexpr float kLog2e = 1.4426950408889634f;
+  CUTE_UNROLL
+  for (int r = 0; r < kRows; ++r) {
+    sink_log2[r] =
+        sinks != nullptr ? sinks[head_of(m0 + get<0>(coords(r, 0)))] * kLog2e : -INFINITY;
+  }
+}
+
+}  // namespace samattn::attention
