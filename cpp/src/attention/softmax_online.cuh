@@ -87,16 +87,20 @@ struct OnlineSoftmax {
     for (int r = 0; r < kRows; ++r) {
       float sum = quad_allreduce(row_sum[r], [](float a, float b) { return a + b; });
       float max_log2 = row_max[r] * scale_log2;
-      float keep = 1.0f;  // what the sink leaves of the keys' share
+      float inv_sum;
       if (sink_log2[r] != -INFINITY) {
-        const float new_max =
-            row_max[r] == -INFINITY ? sink_log2[r] : fmaxf(max_log2, sink_log2[r]);
-        keep = row_max[r] == -INFINITY ? 0.0f : fast_exp2(max_log2 - new_max);
+        // The sink joins the sum, rescaled to the larger maximum; the keys'
+        // share shrinks by `keep`.
+        const bool no_keys = row_max[r] == -INFINITY;
+        const float new_max = no_keys ? sink_log2[r] : fmaxf(max_log2, sink_log2[r]);
+        const float keep = no_keys ? 0.0f : fast_exp2(max_log2 - new_max);
         sum = sum * keep + fast_exp2(sink_log2[r] - new_max);
         max_log2 = new_max;
+        inv_sum = keep / sum;
+      } else {
+        inv_sum = sum == 0.0f || sum != sum ? 1.0f : 1.0f / sum;
       }
       const bool empty = sum == 0.0f || sum != sum;
-      const float inv_sum = empty ? 1.0f : keep / sum;
       lse[r] = empty ? INFINITY : (max_log2 + __log2f(sum)) * kLn2;
       CUTE_UNROLL
       for (int c = 0; c < size<1>(out); ++c) out(r, c) *= inv_sum;
