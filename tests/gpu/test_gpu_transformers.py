@@ -13,6 +13,11 @@ weights; samattn's error must be at most twice SDPA's, plus a floor of 1e-3 rela
 bf16's unit roundoff, 2^-8) for quantities SDPA happens to get almost exactly. Everything but
 the attention is the same bf16 computation in both runs, so an attention bug shows up as an
 error well beyond SDPA's.
+
+Attention sinks: a tiny gpt-oss (sinks in every layer, sliding and full layers), whose
+baseline is transformers' eager attention in bf16 (gpt-oss has no sdpa), under the same rule:
+logits with and without padding, a training step's gradients (the sinks' included), and
+teacher-forced decode steps.
 """
 
 from __future__ import annotations
@@ -226,4 +231,127 @@ def test_generate_matches_sdpa(head_dim, lengths):
             f"row {row}: the tokens differ from step {step} on ({int(ours[row, step])} vs "
             f"sdpa's {int(theirs[row, step])}), whose fp32 logits differ by {gap:.3g}, more "
             f"than the bf16 runs' error {error:.3g}: not a rounding near-tie"
+        )
+
+
+# ------------------------------------------------------------ attention sinks ----
+# A tiny gpt-oss: attention sinks in every layer, sliding-window and full layers alternating.
+# One expert, so that no routing decision can differ between the runs (a flipped top-k choice
+# would swamp the attention's rounding).
+GPT_OSS = dict(
+    num_hidden_layers=2, hidden_size=128, intermediate_size=256, num_attention_heads=4,
+    num_key_value_heads=2, head_dim=64, num_local_experts=1, num_experts_per_tok=1,
+    vocab_size=256, max_position_embeddings=1024, sliding_window=64,
+)  # fmt: skip
+# gpt-oss has no sdpa: its bf16 baseline is transformers' eager attention.
+GPT_OSS_RUNS = {
+    "samattn": ("samattn", torch.bfloat16),
+    "baseline": ("eager", torch.bfloat16),
+    "reference": ("eager", torch.float32),
+}
+
+
+def gpt_oss_models() -> dict[str, torch.nn.Module]:
+    """The same random gpt-oss as "samattn" and "baseline" (eager) in bf16 and "reference"
+    (eager) in fp32 with the bf16-rounded weights; sinks drawn large enough to matter."""
+    integration.register()
+    torch.manual_seed(0)
+    auto = transformers.AutoModelForCausalLM
+
+    def build(implementation: str) -> torch.nn.Module:
+        return auto.from_config(
+            transformers.GptOssConfig(**GPT_OSS), attn_implementation=implementation,
+            experts_implementation="eager",
+        )  # fmt: skip
+
+    source = build("eager")
+    with torch.no_grad():
+        for layer in source.model.layers:
+            layer.self_attn.sinks.normal_(0.0, 2.0)
+    weights = {k: v.to(torch.bfloat16) for k, v in source.state_dict().items()}
+    runs = {}
+    for name, (implementation, dtype) in GPT_OSS_RUNS.items():
+        model = build(implementation)
+        model.load_state_dict({k: v.to(dtype) for k, v in weights.items()})
+        runs[name] = model.to(device=DEVICE, dtype=dtype)
+    assert runs["samattn"].config._attn_implementation == "samattn"
+    return runs
+
+
+def assert_within_twice_baseline(runs: dict, what: str) -> None:
+    """samattn's error against the fp32 reference at most twice eager bf16's, plus FLOOR."""
+    ours, baseline, reference = (runs[n] for n in GPT_OSS_RUNS)
+    ours_error, base_error = relative_error(ours, reference), relative_error(baseline, reference)
+    assert ours_error <= 2 * base_error + FLOOR, (
+        f"{what}: samattn's error {ours_error:.3g} vs fp32, eager bf16's {base_error:.3g}"
+    )
+
+
+@pytest.mark.parametrize("padded", [False, True], ids=["full", "left-padded"])
+def test_gpt_oss_logits(padded):
+    """Sequences longer than the sliding window, with and without left padding: the sinks
+    run in samattn's kernels on every layer (nothing falls back to torch)."""
+    runs = gpt_oss_models()
+    ids = torch.randint(0, 256, (3, 200), device=DEVICE)
+    mask = torch.ones(3, 200, dtype=torch.long, device=DEVICE)
+    if padded:
+        mask[0, :70] = 0
+        mask[2, :5] = 0
+    logits = {}
+    with torch.no_grad():
+        for name, model in runs.items():
+            with integration.count_calls() as counts:
+                logits[name] = model(ids, attention_mask=mask).logits.float()
+            if name == "samattn":
+                route = "varlen" if padded else "fixed"
+                assert counts == {f"prefill:{route}": 2}, counts
+    keep = mask.bool()
+    assert torch.isfinite(logits["samattn"][keep]).all()
+    assert_within_twice_baseline({n: t[keep] for n, t in logits.items()}, "gpt-oss logits")
+
+
+def test_gpt_oss_training_step():
+    """loss.backward(): the loss and every gradient (the sinks' included) within twice eager
+    bf16's error against the fp32 run. (No optimizer step: gpt-oss's k_proj bias has a
+    gradient that is rounding noise, which Adam's first step turns into +-lr.)"""
+    runs = gpt_oss_models()
+    ids = torch.randint(0, 256, (4, 160), device=DEVICE)
+    losses = {}
+    for name, model in runs.items():
+        model.train()
+        loss = model(ids, labels=ids).loss
+        loss.backward()
+        losses[name] = loss.detach().float()
+    assert_within_twice_baseline(losses, "loss")
+    params = {name: dict(model.named_parameters()) for name, model in runs.items()}
+    sinks = [key for key in params["reference"] if key.endswith("self_attn.sinks")]
+    assert len(sinks) == GPT_OSS["num_hidden_layers"]
+    for key in params["reference"]:
+        grads = {name: params[name][key].grad for name in runs}
+        assert grads["samattn"] is not None, f"{key}: no gradient"
+        assert_within_twice_baseline(grads, f"grad {key}")
+
+
+def test_gpt_oss_decode_steps():
+    """Generation with sinks: every prefill and decode step on samattn, and under teacher
+    forcing each step's logits within twice eager bf16's error (the cache grows past the
+    sliding window)."""
+    runs = gpt_oss_models()
+    for model in runs.values():
+        model.eval()
+        model.generation_config.eos_token_id = None
+        model.generation_config.pad_token_id = 0
+    ids, mask = left_padded([40, 56, 9])
+    steps = 32
+    with torch.no_grad(), integration.count_calls() as counts:
+        tokens = runs["samattn"].generate(
+            ids, attention_mask=mask, max_new_tokens=steps, do_sample=False
+        )[:, ids.shape[1] :]
+    assert counts["prefill:torch"] == counts["decode:torch"] == 0
+    assert counts["decode:varlen"] == 2 * (steps - 1), counts
+    logits = {name: teacher_forced_logits(model, ids, mask, tokens) for name, model in runs.items()}
+    assert torch.isfinite(logits["samattn"]).all()
+    for step in range(steps):
+        assert_within_twice_baseline(
+            {n: t[:, step] for n, t in logits.items()}, f"teacher-forced logits, step {step}"
         )
