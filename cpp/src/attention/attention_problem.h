@@ -102,14 +102,29 @@ struct ScoreTerms {
 inline bool additive_terms(const ScoreTerms& t) {
   return t.alibi_slopes != nullptr || t.mask.kind == MaskKind::add_f32;
 }
-// Whether the forward needs its kTerms kernel (score_terms.cuh).
+// The kernel variant a call's score terms need (score_terms.cuh): none; the
+// computed terms (ALiBi, sinks); or also a mask, whose per-element loads
+// take registers that the other calls should not pay for.
+enum class TermsKernel : int { none = 0, computed = 1, masked = 2 };
+inline TermsKernel forward_terms_kernel(const ScoreTerms& t) {
+  if (t.mask.kind != MaskKind::none) return TermsKernel::masked;
+  return t.alibi_slopes != nullptr || t.sinks != nullptr ? TermsKernel::computed
+                                                         : TermsKernel::none;
+}
+// The backward's main kernel: the sinks change only the LSE it reads (their
+// gradient is a kernel of its own).
+inline TermsKernel backward_terms_kernel(const ScoreTerms& t) {
+  if (t.mask.kind != MaskKind::none) return TermsKernel::masked;
+  return t.alibi_slopes != nullptr ? TermsKernel::computed : TermsKernel::none;
+}
+
+// Whether the forward needs a kernel with terms.
 inline bool any_terms(const ScoreTerms& t) {
   return t.alibi_slopes != nullptr || t.sinks != nullptr || t.mask.kind != MaskKind::none;
 }
-// Whether the backward's main kernel does: the sinks change only the LSE it
-// reads (their gradient is a kernel of its own).
+// Whether the backward's main kernel does.
 inline bool backward_terms(const ScoreTerms& t) {
-  return t.alibi_slopes != nullptr || t.mask.kind != MaskKind::none;
+  return backward_terms_kernel(t) != TermsKernel::none;
 }
 
 // Forward: o = softmax(scale q k^T + mask) v per (batch, query head).

@@ -365,10 +365,10 @@ __global__ void __launch_bounds__(Traits::kThreads)
 // kVectors: the host's GmemAccess choice (backward_vectors), as in
 // flash_fwd_kernel; it also picks 32-bit pair stores of dK and dV. One CTA
 // per SM is what the tiles are sized for (flash_sm80_tiles.h).
-// kTerms: the kernel reads ALiBi slopes and a mask (score_terms.cuh); a
-// separate kernel so that calls without them run code that never carries
-// them (vectors only).
-template <class Traits, bool kVectors, bool kTerms = false>
+// kTermsKernel: the kernel reads ALiBi slopes, and with
+// TermsKernel::masked a mask too (score_terms.cuh); separate kernels so that
+// calls without them run code that never carries them (vectors only).
+template <class Traits, bool kVectors, TermsKernel kTermsKernel = TermsKernel::none>
 __global__ void __launch_bounds__(Traits::kThreads, 1) flash_bwd_kernel(FlashBwdParams const p) {
   using namespace cute;
   using Element = typename Traits::Element;
@@ -433,6 +433,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_bwd_kernel(FlashBwd
     const float* lse =
         p.lse + (varlen_q ? seq_q.row0 * p.lse_seq : batch * p.lse_batch) + head * p.lse_head;
     const float* dsum = p.dsum + head * p.rows_q + seq_q.row0;
+    constexpr bool kTerms = kTermsKernel != TermsKernel::none;
+    constexpr bool kMask = kTermsKernel == TermsKernel::masked;
     static_assert(!kTerms || kVectors, "score terms run on 16-byte vectors only");
 
     auto tile_q = Shape<Int<kBlockM>, Int<kHeadDim>>{};
@@ -618,7 +620,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_bwd_kernel(FlashBwd
       }
       Tensor scores = rowcol_view(acc_s);
       if constexpr (kTerms) {
-        apply_score_terms(
+        apply_score_terms<kMask>(
             scores, tScS, m0, n0, p.terms, batch, [head](int) { return head; },
             AttentionMask::Identity{}, mask);
       }
@@ -648,7 +650,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_bwd_kernel(FlashBwd
         CUTE_UNROLL
         for (int c = 0; c < size<1>(dp); ++c) dp(r, c) = scores(r, c) * (dp(r, c) - row_dsum);
       }
-      if constexpr (kTerms) {
+      if constexpr (kMask) {
         // dS is also the gradient of an additive mask (added after softcap).
         if (p.dmask != nullptr) {
           CUTE_UNROLL
@@ -680,7 +682,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_bwd_kernel(FlashBwd
               if constexpr (kTerms) {
                 const int row = m0 + get<0>(tScS(r, 0));
                 const RowTerms row_terms(p.terms, batch, head, row, mask);
-                t -= additive_term(p.terms, row_terms, n0 + get<1>(tScS(0, c)), seqlen_k) /
+                t -= additive_term<kMask>(p.terms, row_terms, n0 + get<1>(tScS(0, c)), seqlen_k) /
                      p.softcap;
               }
               dp(r, c) *= 1.0f - t * t;

@@ -33,7 +33,7 @@ cudaError_t launch_convert(ConvertParams const& p, bool vectors, int sm_count,
 }
 
 // One launch of the main kernel compiled for (kVectors, kTerms).
-template <class Traits, bool kVectors, bool kTerms>
+template <class Traits, bool kVectors, TermsKernel kTerms>
 cudaError_t launch_bwd(FlashBwdParams const& p, dim3 grid, cudaStream_t stream) {
   return launch_with_smem<flash_bwd_kernel<Traits, kVectors, kTerms>>(p, grid, Traits::kThreads,
                                                                       Traits::kSmemBytes, stream);
@@ -186,13 +186,15 @@ cudaError_t run_flash_bwd(const AttentionBackwardProblem& problem) {
       constexpr FlashBwdTile kRow{Traits::kHeadDim, Traits::kBlockM, Traits::kBlockN,
                                   Traits::kWarps, Traits::kQStages};
       if constexpr (bwd_tile_takes_terms(kRow)) {
-        status = detail::launch_bwd<Traits, true, true>(p, grid, P.stream);
+        status = backward_terms_kernel(P.terms) == TermsKernel::masked
+                     ? detail::launch_bwd<Traits, true, TermsKernel::masked>(p, grid, P.stream)
+                     : detail::launch_bwd<Traits, true, TermsKernel::computed>(p, grid, P.stream);
       } else {
         status = cudaErrorNotSupported;
       }
     } else {
-      status = vectors ? detail::launch_bwd<Traits, true, false>(p, grid, P.stream)
-                       : detail::launch_bwd<Traits, false, false>(p, grid, P.stream);
+      status = vectors ? detail::launch_bwd<Traits, true, TermsKernel::none>(p, grid, P.stream)
+                       : detail::launch_bwd<Traits, false, TermsKernel::none>(p, grid, P.stream);
     }
     if (status != cudaSuccess) return status;
   }

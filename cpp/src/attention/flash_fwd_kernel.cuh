@@ -278,10 +278,10 @@ __device__ inline void gemm_from_smem(TiledMma& tiled_mma, Acc& acc, FragA& frag
 // kVectors: the host's GmemAccess choice, a template parameter so
 // that the vector kernel carries no element-by-element code (which costs its
 // register allocation several percent at some tile sizes). kTerms: the
-// kernel reads ALiBi slopes, a mask and sinks (score_terms.cuh); a separate
-// kernel, so that calls without them run code that never carries them
-// (vectors only: the host declines the others).
-template <class Traits, bool kVectors, bool kTerms = false>
+// kernel reads ALiBi slopes and sinks, and with TermsKernel::masked a mask
+// too (score_terms.cuh); separate kernels, so that calls without them run
+// code that never carries them (vectors only: the host declines the others).
+template <class Traits, bool kVectors, TermsKernel kTermsKernel = TermsKernel::none>
 __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(FlashFwdParams const p) {
   using namespace cute;
   using Element = typename Traits::Element;
@@ -292,7 +292,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(FlashFwd
 
   constexpr bool kKVCache = Traits::kKVCache;
   static_assert(!kKVCache || kVectors, "the kvcache kernel moves 16-byte vectors only");
+  constexpr bool kTerms = kTermsKernel != TermsKernel::none;
+  constexpr bool kMask = kTermsKernel == TermsKernel::masked;
   static_assert(!kTerms || kVectors, "score terms run on 16-byte vectors only");
+  static_assert(!kMask || !kKVCache, "masks run in the prefill kernel (uses_kvcache_kernel)");
 
   // Causal and windowed CTAs with high m_block have the most key tiles:
   // launch them first so that the tail of the grid is short. The kvcache
@@ -595,7 +598,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(FlashFwd
     Tensor scores = rowcol_view(acc_s);
     const int n0 = n_block * kBlockN;
     if constexpr (kTerms) {
-      apply_score_terms(scores, tScS, m0, n0, p.terms, batch, head_of, query_of, mask);
+      apply_score_terms<kMask>(scores, tScS, m0, n0, p.terms, batch, head_of, query_of, mask);
     }
     if (mask.rows_need_mask(query_of(m0), query_of(m0 + kBlockM - 1), n0, kBlockN)) {
       mask.apply(scores, tScS, m0, n0, query_of);

@@ -14,7 +14,7 @@
 namespace samattn::attention {
 
 // One launch of the forward kernel compiled for (kVectors, kTerms).
-template <class Traits, bool kVectors, bool kTerms>
+template <class Traits, bool kVectors, TermsKernel kTerms>
 cudaError_t launch_flash_fwd(FlashFwdParams const& p, dim3 grid, cudaStream_t stream) {
   return launch_with_smem<flash_fwd_kernel<Traits, kVectors, kTerms>>(p, grid, Traits::kThreads,
                                                                       Traits::kSmemBytes, stream);
@@ -64,9 +64,10 @@ cudaError_t run_flash_fwd_kvcache(const AttentionForwardProblem& problem, FlashF
 
   dim3 blocks(static_cast<unsigned>(grid.m_blocks * grid.splits), static_cast<unsigned>(grid.heads),
               static_cast<unsigned>(problem.batch));
+  // Masks never reach this kernel (uses_kvcache_kernel).
   status = any_terms(problem.terms)
-               ? launch_flash_fwd<Traits, true, true>(p, blocks, problem.stream)
-               : launch_flash_fwd<Traits, true, false>(p, blocks, problem.stream);
+               ? launch_flash_fwd<Traits, true, TermsKernel::computed>(p, blocks, problem.stream)
+               : launch_flash_fwd<Traits, true, TermsKernel::none>(p, blocks, problem.stream);
   if (status != cudaSuccess || grid.splits == 1) return status;
   return split_combine<F>(problem, grid.splits, p.o_partial, p.lse_partial);
 }
@@ -119,13 +120,20 @@ cudaError_t run_flash_fwd(const AttentionForwardProblem& problem) {
     const bool vectors = forward_vectors(problem);
     dim3 grid(static_cast<unsigned>(m_blocks), static_cast<unsigned>(problem.nheads),
               static_cast<unsigned>(problem.batch));
-    if (any_terms(problem.terms)) {
-      // The plan declines terms without vectors (plan_terms).
-      if (!vectors) return cudaErrorNotSupported;
-      return launch_flash_fwd<Traits, true, true>(p, grid, problem.stream);
+    switch (forward_terms_kernel(problem.terms)) {
+      case TermsKernel::none:
+        return vectors
+                   ? launch_flash_fwd<Traits, true, TermsKernel::none>(p, grid, problem.stream)
+                   : launch_flash_fwd<Traits, false, TermsKernel::none>(p, grid, problem.stream);
+      case TermsKernel::computed:
+        // The plan declines terms without vectors (plan_terms).
+        if (!vectors) return cudaErrorNotSupported;
+        return launch_flash_fwd<Traits, true, TermsKernel::computed>(p, grid, problem.stream);
+      case TermsKernel::masked:
+        if (!vectors) return cudaErrorNotSupported;
+        return launch_flash_fwd<Traits, true, TermsKernel::masked>(p, grid, problem.stream);
     }
-    return vectors ? launch_flash_fwd<Traits, true, false>(p, grid, problem.stream)
-                   : launch_flash_fwd<Traits, false, false>(p, grid, problem.stream);
+    return cudaErrorNotSupported;
   }
 }
 

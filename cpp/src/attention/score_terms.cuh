@@ -1,7 +1,7 @@
 // The score terms beyond scale q k^T (ScoreTerms in attention_problem.h) in
 // the kernels: ALiBi's bias, an attention mask and the sinks.
 //
-// Kernels compiled with these terms (kTerms) scale the scores themselves
+// Kernels compiled with these terms (kTerms, TermsKernel) scale the scores themselves
 // (by bias_pre) before adding ALiBi's -slope * |d - j| (d: the row's
 // diagonal, mask.cuh) and an additive mask, and run the softmax with
 // scale_log2 = log2(e), as with softcap; a keep mask sets -inf. Slopes and
@@ -68,12 +68,12 @@ struct RowTerms {
 };
 
 // scores (rows, cols) of the key tile at (m0, n0): pre * s + the additive
-// terms, -inf where a keep mask says 0. coords(r, c): the tile coordinates of
-// fragment element (r, c); head_of / query_of map a tile row to its query
-// head and query row. The branches on the terms are uniform over the CTA and
-// outside the unrolled loops, whose element code has none (a branch per
-// element, or a loop copy per mask kind, made the kernel twice its size).
-template <class Scores, class Coords, class HeadOf, class QueryOf>
+// terms, -inf where a keep mask says 0 (kMask: the kernel variant with masks). coords(r, c): the
+// tile coordinates of fragment element (r, c); head_of / query_of map a tile row to its query head
+// and query row. The branches on the terms are uniform over the CTA and outside the unrolled loops,
+// whose element code has none (a branch per element, or a loop copy per mask kind, made the kernel
+// twice its size).
+template <bool kMask, class Scores, class Coords, class HeadOf, class QueryOf>
 __device__ inline void apply_score_terms(Scores& scores, Coords const& coords, int m0, int n0,
                                          ScoreTermsParams const& t, int batch, HeadOf head_of,
                                          QueryOf query_of, AttentionMask const& mask) {
@@ -88,20 +88,22 @@ __device__ inline void apply_score_terms(Scores& scores, Coords const& coords, i
       for (int c = 0; c < size<1>(scores); ++c) {
         scores(r, c) = fmaf(scores(r, c), t.bias_pre, terms.alibi(n0 + get<1>(coords(0, c))));
       }
-    } else if (t.mask_kind == MaskKind::add_f32) {
+    } else if (kMask && t.mask_kind == MaskKind::add_f32) {
       CUTE_UNROLL
       for (int c = 0; c < size<1>(scores); ++c) scores(r, c) *= t.bias_pre;
     }
-    if (t.mask_kind == MaskKind::add_f32) {
-      CUTE_UNROLL
-      for (int c = 0; c < size<1>(scores); ++c) {
-        scores(r, c) += terms.mask_at<float>(n0 + get<1>(coords(0, c)), mask.seqlen_k);
-      }
-    } else if (t.mask_kind == MaskKind::keep) {
-      CUTE_UNROLL
-      for (int c = 0; c < size<1>(scores); ++c) {
-        const uint8_t keep = terms.mask_at<uint8_t>(n0 + get<1>(coords(0, c)), mask.seqlen_k);
-        scores(r, c) = keep != 0 ? scores(r, c) : -INFINITY;
+    if constexpr (kMask) {
+      if (t.mask_kind == MaskKind::add_f32) {
+        CUTE_UNROLL
+        for (int c = 0; c < size<1>(scores); ++c) {
+          scores(r, c) += terms.mask_at<float>(n0 + get<1>(coords(0, c)), mask.seqlen_k);
+        }
+      } else if (t.mask_kind == MaskKind::keep) {
+        CUTE_UNROLL
+        for (int c = 0; c < size<1>(scores); ++c) {
+          const uint8_t keep = terms.mask_at<uint8_t>(n0 + get<1>(coords(0, c)), mask.seqlen_k);
+          scores(r, c) = keep != 0 ? scores(r, c) : -INFINITY;
+        }
       }
     }
   }
@@ -109,10 +111,11 @@ __device__ inline void apply_score_terms(Scores& scores, Coords const& coords, i
 
 // The additive terms of one score (ALiBi and an additive mask; a keep mask
 // adds nothing), for the backward's softcap derivative.
+template <bool kMask>
 __device__ inline float additive_term(ScoreTermsParams const& t, RowTerms const& row, int key,
                                       int seqlen_k) {
   float term = t.alibi_slopes != nullptr ? row.alibi(key) : 0.0f;
-  if (t.mask_kind == MaskKind::add_f32) term += row.mask_at<float>(key, seqlen_k);
+  if (kMask && t.mask_kind == MaskKind::add_f32) term += row.mask_at<float>(key, seqlen_k);
   return term;
 }
 
