@@ -322,13 +322,18 @@ def attention_scalars(
     return float(softmax_scale), left, right
 
 
-def check_dropout(op: str, dropout_p: float) -> None:
-    """dropout_p checked: a float in [0, 1]; NotImplementedError for dropout_p > 0, which
-    samattn does not have yet."""
+def dropout_value(op: str, dropout_p: float) -> None:
+    """dropout_p checked: a float in [0, 1]."""
     if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)):
         raise TypeError(f"{op}: dropout_p must be a float, got {type(dropout_p).__name__}")
     if not 0.0 <= dropout_p <= 1.0:
         raise ValueError(f"{op}: dropout_p must be in [0, 1], got {dropout_p}")
+
+
+def check_dropout(op: str, dropout_p: float) -> None:
+    """dropout_p checked: a float in [0, 1]; NotImplementedError for dropout_p > 0, which
+    samattn does not have yet."""
+    dropout_value(op, dropout_p)
     if dropout_p > 0.0:
         raise NotImplementedError(
             f"{op}: dropout_p={dropout_p} is not implemented yet in samattn (attention dropout "
@@ -377,6 +382,48 @@ def attention_terms(
         terms["sinks"] = sinks
     if terms:
         _check_devices(op, {"q": q, **terms})
+
+
+# The dtypes of an attention mask: bool (True: the key takes part) or floating point (added
+# to the scores; the kernels read float32, other float dtypes are converted).
+MASK_DTYPES = (torch.bool, torch.float32, torch.float16, torch.bfloat16)
+
+
+def attention_mask(
+    op: str, attn_mask: torch.Tensor, sizes: AttentionShape, q: torch.Tensor, grad: bool = False
+) -> None:
+    """Validate the attention mask of a fixed-length attention call whose q, k, v are
+    already checked (`sizes`): bool or float (float32, float16, bfloat16), broadcastable
+    to (batch, nheads, seqlen_q, seqlen_k) as torch broadcasts (trailing dims aligned, each
+    the size there or 1), on q's device; a float one when its gradient is asked for
+    (`grad`). Its strides are free: the CUDA implementation copies what the library cannot
+    read."""
+    require_tensor(attn_mask, f"{op}: attn_mask")
+    if sizes.varlen:
+        raise ValueError(
+            f"{op}: attn_mask is for fixed-length calls only (no cu_seqlens, no KV cache)"
+        )
+    if attn_mask.dtype not in MASK_DTYPES:
+        raise TypeError(
+            f"{op}: attn_mask must be torch.bool (True: the key takes part) or a float "
+            f"tensor added to the scores (torch.float32, torch.float16 or torch.bfloat16), "
+            f"got {attn_mask.dtype}"
+        )
+    target = (sizes.batch, sizes.nheads, sizes.seqlen_q, sizes.seqlen_k)
+    shape = _shape(attn_mask)
+    if len(shape) > 4 or any(
+        m != 1 and m != t for m, t in zip(reversed(shape), reversed(target))
+    ):  # fmt: skip
+        raise ValueError(
+            f"{op}: attn_mask of shape {shape} does not broadcast to (batch, nheads, "
+            f"seqlen_q, seqlen_k) = {target}"
+        )
+    if grad and attn_mask.dtype == torch.bool:
+        raise ValueError(
+            f"{op}: mask_grad asks for the gradient of attn_mask, which only a float "
+            "(additive) mask has; this one is torch.bool"
+        )
+    _check_devices(op, {"q": q, "attn_mask": attn_mask})
 
 
 def _check_head_dim(op: str, headdim: int, what: str) -> None:
@@ -1045,15 +1092,19 @@ def sdpa_fallback_reason(
     attn_mask: torch.Tensor | None,
     is_causal: bool,
     enable_gqa: bool,
+    dropout_p: float = 0.0,
 ) -> str | None:
     """Why samattn.scaled_dot_product_attention hands this call to torch's (None: it serves
     it itself), as a clause that completes "samattn.scaled_dot_product_attention: ..., so
-    ...". Pure: looks at shapes, dtypes and devices only."""
+    ...". Pure: looks at shapes, dtypes and devices only. An attn_mask is served by the
+    kernels: attention_mask checks it (and raises) once this says None."""
     tensors = {"query": query, "key": key, "value": value}
     if not all(isinstance(t, torch.Tensor) for t in tensors.values()):
         return "query, key and value are not all tensors"
-    if attn_mask is not None:
-        return "an attn_mask was given (samattn's kernels serve is_causal or no mask)"
+    if any(t.is_nested for t in tensors.values()):
+        return "the inputs are nested tensors"
+    if dropout_p > 0.0:
+        return f"dropout_p is {dropout_p} (samattn's kernels have no attention dropout yet)"
     if any(t.dim() != 4 for t in tensors.values()):
         return "the inputs are not 4-D (batch, heads, seq, dim)"
     for name, t in tensors.items():

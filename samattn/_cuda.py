@@ -332,6 +332,51 @@ def _score_terms(
     return (alibi_ptr, alibi_stride, sinks_ptr, _pointer(dsinks)), keep
 
 
+def _mask_fields(
+    attn_mask: torch.Tensor, sizes: _checks.AttentionShape, dmask: torch.Tensor | None = None
+) -> tuple[tuple[int, ...], torch.Tensor]:
+    """The eight attention-mask fields of the C arguments, and the tensor they point to
+    (kept alive until the launch). The library reads element (b, h, i, j) at
+    b * mask_batch_stride + h * mask_head_stride + i * mask_q_stride + j * mask_k_stride
+    of a bool (keep) or float32 (additive) mask, the keys contiguous: a float mask of
+    another dtype is converted as given, before broadcasting (a broadcast mask stays small),
+    its broadcast dims read with stride 0; a mask whose keys are broadcast or strided is
+    copied with contiguous keys. dmask: the backward's zeroed float32 (batch, nheads,
+    seqlen_q, seqlen_k) gradient, or None. Checked by _checks.attention_mask first."""
+    mask = attn_mask
+    if mask.dtype is torch.bool:
+        code = _lib.BOOL
+    else:
+        code = _lib.F32
+        if mask.dtype is not torch.float32:
+            mask = mask.float()
+    if mask.dim() < 4:
+        mask = mask[(None,) * (4 - mask.dim())]
+    seqlen_k = sizes.seqlen_k
+    if seqlen_k > 1 and (mask.shape[3] == 1 or mask.stride(3) != 1):
+        mask = mask.expand(*mask.shape[:3], seqlen_k).contiguous()
+    strides = mask.expand(sizes.batch, sizes.nheads, sizes.seqlen_q, seqlen_k).stride()
+    return (mask.data_ptr(), code, 0, *strides, _pointer(dmask)), mask
+
+
+def _mask_gradient(dmask: torch.Tensor, attn_mask: torch.Tensor) -> torch.Tensor:
+    """The gradient of attn_mask from the kernels' (batch, nheads, seqlen_q, seqlen_k)
+    dmask: summed over the dims attn_mask broadcasts, in its shape and dtype."""
+    shape = (1,) * (4 - attn_mask.dim()) + tuple(attn_mask.shape)
+    return dmask.sum_to_size(shape).reshape(attn_mask.shape).to(attn_mask.dtype)
+
+
+# The kernels run the score terms (ALiBi, sinks, masks) on 16-byte rows only: head dims
+# that are multiples of 8 elements. Other head dims are padded with zeros to one.
+_TERMS_HEAD_DIM_MULTIPLE = _VECTOR_BYTES // 2
+
+
+def _pad_head_dim(t: torch.Tensor) -> torch.Tensor:
+    """t with zero columns appended to its head dim, up to the next multiple of 8: q . k
+    and the softmax are unchanged, and v's zero columns give zero output columns."""
+    return torch.nn.functional.pad(t, (0, -t.shape[-1] % _TERMS_HEAD_DIM_MULTIPLE))
+
+
 def _attention_args(
     op: str | None,
     sizes: _checks.AttentionShape,
@@ -353,13 +398,15 @@ def _attention_args(
     deterministic: bool = False,
     kvcache: tuple[int, ...] | None = None,
     terms: tuple[int, int, int, int] = _NO_TERMS,
+    mask: tuple[int, ...] = _NO_MASK,
 ) -> tuple[_lib.AttentionArgs, tuple[torch.Tensor, ...]]:
     """The C arguments of the forward, or of the backward when `gradients` holds
     (dout, dq, dk, dv); and the tensors they point to (q, k, v as the kernels read them,
     the contiguous offsets), to keep alive until the launch. With `kvcache` (the 23
     KV-cache fields) k and v are caches, used in place as they are (checked by
     _cache_pointers); varlen offsets are then the caller's to check. `terms`: the four
-    score-term fields (_score_terms; the caller keeps their tensors alive)."""
+    score-term fields (_score_terms; the caller keeps their tensors alive); `mask` the eight
+    attention-mask fields (_mask_fields, likewise)."""
     q = _attention_operand(q)
     if kvcache is None:
         k, v = _attention_operand(k), _attention_operand(v)
@@ -402,7 +449,7 @@ def _attention_args(
         int(deterministic), 0, _stream(q), 0, 0,
         *(kvcache or _NO_KVCACHE),
         *terms,
-        *_NO_MASK,
+        *mask,
     )  # fmt: skip
     return args, keep
 
@@ -424,21 +471,36 @@ def flash_attn_forward(
     block_table: torch.Tensor | None = None,
     alibi_slopes: torch.Tensor | None = None,
     sinks: torch.Tensor | None = None,
+    attn_mask: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(out, softmax_lse) of FlashAttention on the GPU; see samattn.flash_attn_func.
     `op` names the public function in error messages. With block_table (paged prefill,
     varlen only) k and v are paged caches (num_blocks, page_size, nheads_k, headdim).
-    alibi_slopes and sinks: the score terms (float32), None = off."""
+    alibi_slopes and sinks: the score terms (float32), None = off. attn_mask: None, or a
+    bool / float mask broadcastable to (batch, nheads, seqlen_q, seqlen_k), fixed length
+    only. With any of the three, a head dim that is not a multiple of 8 runs padded with
+    zeros to one (the kernels run the terms on 16-byte rows)."""
     sizes = _checks.attention_sizes(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, op, block_table
     )
-    terms = _NO_TERMS
-    if alibi_slopes is not None or sinks is not None:
-        _checks.attention_terms(
-            _op_name(op, sizes), alibi_slopes, sinks, sizes.batch, sizes.nheads, q
-        )
-        # _keep_terms: alive until the launch is queued.
+    terms, mask = _NO_TERMS, _NO_MASK
+    if alibi_slopes is not None or sinks is not None or attn_mask is not None:
+        name = _op_name(op, sizes)
+        if alibi_slopes is not None or sinks is not None:
+            _checks.attention_terms(name, alibi_slopes, sinks, sizes.batch, sizes.nheads, q)
+        if attn_mask is not None:
+            _checks.attention_mask(name, attn_mask, sizes, q)
+        if sizes.headdim % _TERMS_HEAD_DIM_MULTIPLE:
+            out, lse = flash_attn_forward(
+                _pad_head_dim(q), _pad_head_dim(k), _pad_head_dim(v), cu_seqlens_q,
+                cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left,
+                window_right, softcap, op, block_table, alibi_slopes, sinks, attn_mask,
+            )  # fmt: skip
+            return out[..., : sizes.headdim].contiguous(), lse
+        # _keep_terms, _keep_mask: alive until the launch is queued.
         terms, _keep_terms = _score_terms(alibi_slopes, sinks)
+        if attn_mask is not None:
+            mask, _keep_mask = _mask_fields(attn_mask, sizes)
     # out has q's shape (fixed length and varlen alike) and is contiguous.
     out = torch.empty_like(q) if q.is_contiguous() else q.new_empty(sizes.out_shape)
     lse = q.new_empty(sizes.lse_shape, dtype=torch.float32)
@@ -461,6 +523,7 @@ def flash_attn_forward(
     args, _keep = _attention_args(
         op, sizes, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
         softmax_scale, causal, window_left, window_right, softcap, kvcache=kvcache, terms=terms,
+        mask=mask,
     )  # fmt: skip
     # Decode-shaped problems (the query heads of a KV head fit one 64-row tile) split the
     # keys over CTAs, which needs a workspace.
@@ -609,23 +672,47 @@ def flash_attn_backward(
     alibi_slopes: torch.Tensor | None = None,
     sinks: torch.Tensor | None = None,
     op: str | None = None,
+    attn_mask: torch.Tensor | None = None,
+    dmask: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """(dq, dk, dv, dsinks) of FlashAttention on the GPU: dq, dk, dv contiguous in q's
     dtype; dsinks (nheads,) float32, the gradient of the forward's sinks, when sinks is given
-    (the forward's: its lse includes them), else None. alibi_slopes: the forward's."""
+    (the forward's: its lse includes them), else None. alibi_slopes and attn_mask: the
+    forward's. dmask: None, or with a float attn_mask a zeroed float32 (batch, nheads,
+    seqlen_q, seqlen_k) tensor that receives the gradient of every (batch, head, query,
+    key) pair (flash_attn_masked_backward sums it to the mask's shape). Head dims that are
+    not multiples of 8 run padded, as in the forward."""
     sizes = _checks.attention_sizes(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, op
     )
     _checks.flash_attn_backward(dout, out, softmax_lse, q, sizes)
-    terms, dsinks = _NO_TERMS, None
-    if alibi_slopes is not None or sinks is not None:
-        _checks.attention_terms(
-            "samattn.flash_attn_backward", alibi_slopes, sinks, sizes.batch, sizes.nheads, q
-        )
+    terms, mask, dsinks = _NO_TERMS, _NO_MASK, None
+    if alibi_slopes is not None or sinks is not None or attn_mask is not None:
+        name = "samattn.flash_attn_backward"
+        if alibi_slopes is not None or sinks is not None:
+            _checks.attention_terms(name, alibi_slopes, sinks, sizes.batch, sizes.nheads, q)
+        if attn_mask is not None:
+            _checks.attention_mask(name, attn_mask, sizes, q)
+        if sizes.headdim % _TERMS_HEAD_DIM_MULTIPLE:
+            padded = (_pad_head_dim(t) for t in (dout, q, k, v, out))
+            dq, dk, dv, dsinks = flash_attn_backward(
+                *padded, softmax_lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                softmax_scale, causal, window_left, window_right, softcap, deterministic,
+                alibi_slopes, sinks, op, attn_mask, dmask,
+            )  # fmt: skip
+            d = sizes.headdim
+            return (
+                dq[..., :d].contiguous(),
+                dk[..., :d].contiguous(),
+                dv[..., :d].contiguous(),
+                dsinks,
+            )
         if sinks is not None:
             # Written by the library (every head, deterministically): no zeroing.
             dsinks = q.new_empty((sizes.nheads,), dtype=torch.float32)
         terms, _keep_terms = _score_terms(alibi_slopes, sinks, dsinks)
+        if attn_mask is not None:
+            mask, _keep_mask = _mask_fields(attn_mask, sizes, dmask)
     # Varlen: the library leaves rows of dq, dk, dv outside every sequence alone; their
     # gradient is 0.
     if sizes.varlen:
@@ -640,7 +727,7 @@ def flash_attn_backward(
     args, _keep = _attention_args(
         op, sizes, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
         max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap,
-        (dout, dq, dk, dv), deterministic, terms=terms,
+        (dout, dq, dk, dv), deterministic, terms=terms, mask=mask,
     )  # fmt: skip
     library = _lib.lib()
     args_ref = ctypes.byref(args)
@@ -654,3 +741,43 @@ def flash_attn_backward(
     _lib.check(library.samattn_attention_backward(args_ref, ctypes.byref(family)))
     _lib.set_last_family(family.value)
     return dq, dk, dv, dsinks
+
+
+def flash_attn_masked_backward(
+    dout: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    softmax_lse: torch.Tensor,
+    attn_mask: torch.Tensor,
+    softmax_scale: float,
+    causal: bool,
+    window_left: int,
+    window_right: int,
+    softcap: float,
+    deterministic: bool,
+    alibi_slopes: torch.Tensor | None = None,
+    sinks: torch.Tensor | None = None,
+    mask_grad: bool = False,
+    op: str | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """(dq, dk, dv, dsinks, dmask) of fixed-length attention under attn_mask on the GPU:
+    flash_attn_backward's four, and with mask_grad (a float mask only) the gradient of
+    attn_mask, in its shape and dtype, else None."""
+    dmask = None
+    if mask_grad:
+        sizes = _checks.attention_sizes(q, k, v, None, None, 0, 0, op)
+        name = op or "samattn.flash_attn_backward"
+        _checks.attention_mask(name, attn_mask, sizes, q, grad=True)
+        shape = (sizes.batch, sizes.nheads, sizes.seqlen_q, sizes.seqlen_k)
+        # The library writes the gradient of the pairs it visits; the others (outside the
+        # causal mask or the window, rows without keys) keep this zero.
+        dmask = q.new_zeros(shape, dtype=torch.float32)
+    dq, dk, dv, dsinks = flash_attn_backward(
+        dout, q, k, v, out, softmax_lse, None, None, 0, 0, softmax_scale, causal, window_left,
+        window_right, softcap, deterministic, alibi_slopes, sinks, op, attn_mask, dmask,
+    )  # fmt: skip
+    if dmask is not None:
+        dmask = _mask_gradient(dmask, attn_mask)
+    return dq, dk, dv, dsinks, dmask

@@ -22,12 +22,28 @@ Ops (namespace ``samattn``)::
         float softmax_scale, bool causal, int window_left, int window_right, float softcap,
         bool rotary_interleaved, int num_splits, Tensor? alibi_slopes=None,
         Tensor? sinks=None) -> (Tensor out, Tensor softmax_lse)
+    flash_attn_masked_forward(Tensor q, Tensor k, Tensor v, Tensor attn_mask,
+        float softmax_scale, bool causal, int window_left, int window_right, float softcap,
+        bool deterministic, Tensor? alibi_slopes=None, Tensor? sinks=None)
+        -> (Tensor out, Tensor softmax_lse)
+    flash_attn_masked_backward(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out,
+        Tensor softmax_lse, Tensor attn_mask, float softmax_scale, bool causal,
+        int window_left, int window_right, float softcap, bool deterministic,
+        Tensor? alibi_slopes=None, Tensor? sinks=None, bool mask_grad=False)
+        -> (Tensor dq, Tensor dk, Tensor dv, Tensor dsinks, Tensor dmask)
 
 block_table in flash_attn_forward: paged prefill (varlen, k and v paged caches, forward
 only). alibi_slopes (float32 (nheads,) or (batch, nheads)) and sinks (float32 (nheads,)):
 the score terms, None = off. The backward takes the forward's; its dsinks is the gradient
 of sinks, (nheads,) float32, when sinks is given, else an empty (0,) tensor (autograd
 passes sinks to it only when sinks requires grad: dq, dk, dv do not depend on it).
+
+The masked ops are flash_attn_forward / flash_attn_backward for fixed-length q, k, v under
+an attn_mask (docs/attention_masks.md): bool or float, broadcastable to (batch, nheads,
+seqlen_q, seqlen_k). Ops of their own because the C ABI's mask is fixed length only and the
+backward has a fifth output: dmask, the gradient of a float attn_mask in its shape and
+dtype when mask_grad (autograd sets it when the mask requires grad), else an empty (0,)
+tensor.
 
 Fixed length when cu_seqlens_q/k are None: q (batch, seqlen_q, nheads, headdim), k and v
 (batch, seqlen_k, nheads_k, headdim), softmax_lse (batch, nheads, seqlen_q). Varlen: packed
@@ -45,7 +61,10 @@ scratch memory comes from torch's caching allocator, so it can be captured in CU
 ALiBi and sinks (docs/attention_terms.md): flash-attn's documented ALiBi bias
 ``-slope * |i + seqlen_k - seqlen_q - j|``, exactly, also in softmax_lse (flash-attn's causal
 kernel adds ``slope * j`` instead, which gives the same output but another lse); sinks are
-gpt-oss's attention sinks, not in flash-attn.
+gpt-oss's attention sinks, not in flash-attn. The kernels run ALiBi, sinks and masks on
+16-byte rows: with any of them, a head dim that is not a multiple of 8 runs on copies of
+q, k, v (and out, dout) padded with zeros to the next multiple of 8, the outputs and
+gradients cut back (KV caches, used in place, need such a head dim anyway).
 
 Inference (docs/inference.md): flash_attn_with_kvcache and paged prefill are forward only.
 Their integer arguments' values are checked in eager mode with one device-to-host copy
@@ -293,6 +312,178 @@ class _FlashAttnFunction(torch.autograd.Function):
     backward = staticmethod(_forward_grad)
 
 
+# ----------------------------------------------------------- masked ops ----
+# Attention under an attn_mask: ops of their own (fixed length only, as the C ABI's mask;
+# the backward has a fifth output, the mask's gradient), so that flash_attn_forward and
+# flash_attn_backward keep their schemas.
+@torch.library.custom_op("samattn::flash_attn_masked_forward", mutates_args=())
+def _flash_attn_masked_forward(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    attn_mask: Tensor,
+    softmax_scale: float,
+    causal: bool,
+    window_left: int,
+    window_right: int,
+    softcap: float,
+    deterministic: bool,
+    alibi_slopes: Optional[Tensor] = None,
+    sinks: Optional[Tensor] = None,
+) -> tuple[Tensor, Tensor]:
+    return _cuda.flash_attn_forward(
+        q, k, v, None, None, 0, 0, softmax_scale, causal, window_left, window_right, softcap,
+        alibi_slopes=alibi_slopes, sinks=sinks, attn_mask=attn_mask,
+    )  # fmt: skip
+
+
+@_flash_attn_masked_forward.register_fake
+def _flash_attn_masked_forward_fake(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    attn_mask: Tensor,
+    softmax_scale: float,
+    causal: bool,
+    window_left: int,
+    window_right: int,
+    softcap: float,
+    deterministic: bool,
+    alibi_slopes: Optional[Tensor] = None,
+    sinks: Optional[Tensor] = None,
+) -> tuple[Tensor, Tensor]:
+    op = "samattn.flash_attn_func"
+    sizes = _checks.attention_sizes(q, k, v, None, None, 0, 0, op)
+    _checks.attention_mask(op, attn_mask, sizes, q)
+    if alibi_slopes is not None or sinks is not None:
+        _checks.attention_terms(op, alibi_slopes, sinks, sizes.batch, sizes.nheads, q)
+    return q.new_empty(sizes.out_shape), q.new_empty(sizes.lse_shape, dtype=torch.float32)
+
+
+@torch.library.custom_op("samattn::flash_attn_masked_backward", mutates_args=())
+def _flash_attn_masked_backward(
+    dout: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    out: Tensor,
+    softmax_lse: Tensor,
+    attn_mask: Tensor,
+    softmax_scale: float,
+    causal: bool,
+    window_left: int,
+    window_right: int,
+    softcap: float,
+    deterministic: bool,
+    alibi_slopes: Optional[Tensor] = None,
+    sinks: Optional[Tensor] = None,
+    mask_grad: bool = False,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    dq, dk, dv, dsinks, dmask = _cuda.flash_attn_masked_backward(
+        dout, q, k, v, out, softmax_lse, attn_mask, softmax_scale, causal, window_left,
+        window_right, softcap, deterministic, alibi_slopes, sinks, mask_grad,
+    )  # fmt: skip
+    # Gradients not asked for: empty, so that the op has one schema.
+    if dsinks is None:
+        dsinks = q.new_empty((0,), dtype=torch.float32)
+    if dmask is None:
+        dmask = q.new_empty((0,), dtype=torch.float32)
+    return dq, dk, dv, dsinks, dmask
+
+
+@_flash_attn_masked_backward.register_fake
+def _flash_attn_masked_backward_fake(
+    dout: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    out: Tensor,
+    softmax_lse: Tensor,
+    attn_mask: Tensor,
+    softmax_scale: float,
+    causal: bool,
+    window_left: int,
+    window_right: int,
+    softcap: float,
+    deterministic: bool,
+    alibi_slopes: Optional[Tensor] = None,
+    sinks: Optional[Tensor] = None,
+    mask_grad: bool = False,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    op = "samattn.flash_attn_backward"
+    sizes = _checks.attention_sizes(q, k, v, None, None, 0, 0, op)
+    _checks.flash_attn_backward(dout, out, softmax_lse, q, sizes)
+    _checks.attention_mask(op, attn_mask, sizes, q, grad=mask_grad)
+    if alibi_slopes is not None or sinks is not None:
+        _checks.attention_terms(op, alibi_slopes, sinks, sizes.batch, sizes.nheads, q)
+    dsinks = q.new_empty((0 if sinks is None else sizes.nheads,), dtype=torch.float32)
+    if mask_grad:
+        dmask = attn_mask.new_empty(attn_mask.shape)
+    else:
+        dmask = q.new_empty((0,), dtype=torch.float32)
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), dsinks, dmask
+
+
+# flash_attn_masked_forward's inputs: q, k, v, attn_mask, the 6 scalars (softmax_scale ...
+# deterministic), alibi_slopes, sinks.
+_MASK = 3
+_MASKED_SCALARS = slice(4, 10)
+_MASKED_ALIBI, _MASKED_SINKS = 10, 11
+
+
+def _masked_setup_context(ctx, inputs, output) -> None:
+    q, k, v, attn_mask = inputs[:4]
+    out, lse = output
+    alibi_slopes, sinks = _input(inputs, _MASKED_ALIBI), _input(inputs, _MASKED_SINKS)
+    ctx.save_for_backward(q, k, v, out, lse, attn_mask, alibi_slopes, sinks)
+    ctx.scalars = inputs[_MASKED_SCALARS]
+    ctx.family = _family.requested_family()
+
+
+def _masked_grad(ctx, grad_out: Tensor, grad_lse: Optional[Tensor]):
+    # As _forward_grad; and a float attn_mask that requires grad gets its gradient (the
+    # kernels' per-pair gradient summed to the mask's shape, in its dtype).
+    q, k, v, out, lse, attn_mask, alibi_slopes, sinks = ctx.saved_tensors
+    needs = ctx.needs_input_grad
+    if sinks is not None and not (len(needs) > _MASKED_SINKS and needs[_MASKED_SINKS]):
+        sinks = None
+    mask_grad = bool(needs[_MASK]) and attn_mask.is_floating_point()
+    inputs = (grad_out, q, k, v, out, lse, attn_mask, *ctx.scalars, alibi_slopes, sinks)
+    with _family._forced_code(ctx.family):
+        if _eager.route(grad_out, q, k, v, out, attn_mask, alibi_slopes, sinks) == _eager.DIRECT:
+            dq, dk, dv, dsinks, dmask = _cuda.flash_attn_masked_backward(*inputs, mask_grad)
+        else:
+            dq, dk, dv, dsinks, dmask = torch.ops.samattn.flash_attn_masked_backward(
+                *inputs, mask_grad
+            )
+    return (
+        dq, dk, dv, dmask if mask_grad else None, *(None,) * (_MASKED_ALIBI - _MASK),
+        dsinks if sinks is not None else None,
+    )  # fmt: skip
+
+
+_flash_attn_masked_forward.register_autograd(_masked_grad, setup_context=_masked_setup_context)
+
+
+class _MaskedAttnFunction(torch.autograd.Function):
+    """The eager route with a gradient under an attn_mask (see _FlashAttnFunction): takes
+    flash_attn_masked_forward's 12 inputs."""
+
+    @staticmethod
+    def forward(ctx, *inputs):
+        q, k, v, attn_mask = inputs[:4]
+        scale, causal, left, right, softcap, _ = inputs[_MASKED_SCALARS]
+        output = _cuda.flash_attn_forward(
+            q, k, v, None, None, 0, 0, scale, causal, left, right, softcap,
+            alibi_slopes=inputs[_MASKED_ALIBI], sinks=inputs[_MASKED_SINKS],
+            attn_mask=attn_mask,
+        )  # fmt: skip
+        _masked_setup_context(ctx, inputs, output)
+        return output
+
+    backward = staticmethod(_masked_grad)
+
+
 # ------------------------------------------------------ flash-attn API ----
 def _attention(
     op: str,
@@ -313,9 +504,15 @@ def _attention(
     return_attn_probs: bool,
     block_table: Optional[Tensor] = None,
     sinks: Optional[Tensor] = None,
+    attn_mask: Optional[Tensor] = None,
 ) -> AttentionResult:
     if dropout_p != 0.0 or type(dropout_p) is not float:
         _checks.check_dropout(op, dropout_p)
+    if attn_mask is not None:  # fixed length: flash_attn_func's callers only
+        return _masked_attention(
+            op, q, k, v, attn_mask, softmax_scale, causal, window_size, softcap, alibi_slopes,
+            deterministic, return_attn_probs, sinks,
+        )  # fmt: skip
     route = _eager.route(q, k, v, cu_seqlens_q, cu_seqlens_k, block_table, alibi_slopes, sinks)
     if route == _eager.DISPATCH:
         # Everything the kernels would reject, checked first with this function's name.
@@ -361,6 +558,52 @@ def _attention(
     return (out, lse, None) if return_attn_probs else out
 
 
+def _masked_attention(
+    op: str,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    attn_mask: Tensor,
+    softmax_scale: Optional[float],
+    causal: bool,
+    window_size: tuple[int, int],
+    softcap: float,
+    alibi_slopes: Optional[Tensor],
+    deterministic: bool,
+    return_attn_probs: bool,
+    sinks: Optional[Tensor],
+) -> AttentionResult:
+    """_attention for fixed-length q, k, v under attn_mask (flash_attn_masked_forward)."""
+    route = _eager.route(q, k, v, attn_mask, alibi_slopes, sinks)
+    if route == _eager.DISPATCH:
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            _checks.require_tensor(t, f"{op}: {name}")
+        sizes = _checks.flash_attn(q, k, v, op)
+        _checks.attention_mask(op, attn_mask, sizes, q)
+        if alibi_slopes is not None or sinks is not None:
+            _checks.attention_terms(op, alibi_slopes, sinks, sizes.batch, sizes.nheads, q)
+    scale, left, right = _checks.attention_scalars(
+        op, softmax_scale, window_size, softcap, q.shape[-1]
+    )
+    causal, softcap = bool(causal), float(softcap)
+    if route == _eager.DIRECT:
+        out, lse = _cuda.flash_attn_forward(
+            q, k, v, None, None, 0, 0, scale, causal, left, right, softcap, op, None,
+            alibi_slopes, sinks, attn_mask,
+        )  # fmt: skip
+    else:
+        apply = (
+            _MaskedAttnFunction.apply
+            if route == _eager.AUTOGRAD
+            else torch.ops.samattn.flash_attn_masked_forward
+        )
+        out, lse = apply(
+            q, k, v, attn_mask, scale, causal, left, right, softcap, bool(deterministic),
+            alibi_slopes, sinks,
+        )  # fmt: skip
+    return (out, lse, None) if return_attn_probs else out
+
+
 def flash_attn_func(
     q: Tensor,
     k: Tensor,
@@ -375,6 +618,7 @@ def flash_attn_func(
     return_attn_probs: bool = False,
     *,
     sinks: Optional[Tensor] = None,
+    attn_mask: Optional[Tensor] = None,
 ) -> AttentionResult:
     """Attention of flash-attn 2: ``softmax(softmax_scale * q @ k^T + mask) @ v`` per head.
 
@@ -414,14 +658,25 @@ def flash_attn_func(
             softmax denominator as an extra key whose value is zero, so query i's weights
             are exp(s_ij - lse_i) with lse_i = log(exp(sinks[h]) + sum_j exp(s_ij)) and sum
             to less than 1. Differentiable: a gradient flows to sinks when it requires grad.
+        attn_mask: keyword only, not in flash-attn (docs/attention_masks.md): None, or a
+            mask broadcastable to (batch, nheads, seqlen_q, seqlen_k) (query heads, also
+            with GQA; e.g. (seqlen_q, seqlen_k) or (batch, 1, seqlen_q, seqlen_k)) on q's
+            device, read by the kernels: torch.bool (True: the key takes part, as in
+            torch's scaled_dot_product_attention) or float32 / float16 / bfloat16 added to
+            the score after the scale, softcap and ALiBi (-inf masks; float16 and bfloat16
+            are converted to float32 first). It combines with causal and the window (a key
+            takes part only if all allow it). A float mask that requires grad gets its
+            gradient (summed over its broadcast dims; the backward then holds a float32
+            (batch, nheads, seqlen_q, seqlen_k) buffer).
 
     Returns:
         out (batch, seqlen_q, nheads, headdim), in q's dtype, differentiable in q, k and v
-        (gradients in their dtype, GQA heads summed per group) and in sinks (float32);
-        with return_attn_probs ``(out, softmax_lse, None)``, softmax_lse (batch, nheads,
-        seqlen_q) float32: the natural log of the sum of exp of each query's scores (after
-        scale, softcap and ALiBi; the sink included). A query that sees no key gets out = 0
-        and softmax_lse = +inf, or sinks[h] with sinks.
+        (gradients in their dtype, GQA heads summed per group), in sinks (float32) and in
+        a float attn_mask; with return_attn_probs ``(out, softmax_lse, None)``,
+        softmax_lse (batch, nheads, seqlen_q) float32: the natural log of the sum of exp
+        of each query's scores (after scale, softcap, ALiBi and an additive mask; the sink
+        included). A query that sees no key (the mask included) gets out = 0 and
+        softmax_lse = +inf, or sinks[h] with sinks.
 
     Raises:
         ValueError / TypeError for bad arguments, NotImplementedError for dropout,
@@ -445,6 +700,7 @@ def flash_attn_func(
         deterministic,
         return_attn_probs,
         sinks=sinks,
+        attn_mask=attn_mask,
     )
 
 
@@ -857,38 +1113,57 @@ def scaled_dot_product_attention(
             headdim), torch.float16 or torch.bfloat16 on one CUDA device, headdim 1 to
             256. Read in place through their strides (no copies) when the head dim is
             contiguous.
-        attn_mask: None. A mask (boolean or additive) runs torch's own implementation,
-            with a warning the first time.
-        dropout_p: must be 0.0 (NotImplementedError otherwise).
+        attn_mask: None, or a mask broadcastable to (batch, heads, seqlen_q, seqlen_k)
+            (e.g. (seqlen_q, seqlen_k), or (batch, 1, seqlen_q, seqlen_k) for padding) on
+            query's device, read by the kernels: torch.bool, True where the key takes part,
+            or a float tensor (float32, float16, bfloat16) added to the scaled scores. A
+            float mask that requires grad gets its gradient. See docs/attention_masks.md.
+        dropout_p: 0.0 runs samattn; dropout_p > 0 runs torch's implementation (samattn's
+            kernels have no dropout yet), with a warning the first time.
         is_causal: torch's causal mask, aligned to the top-left corner when
-            seqlen_q != seqlen_k.
+            seqlen_q != seqlen_k. Together with attn_mask: RuntimeError, as torch documents.
         scale: defaults to headdim ** -0.5.
         enable_gqa: as torch's: heads_k may divide heads (grouped-query attention).
 
-    Other inputs samattn cannot serve (other ranks or dtypes, CPU tensors, a different
-    value head dim) also run torch's implementation, with a one-time warning per reason.
+    A query row whose keys are all masked gets zeros (torch's results for such rows depend
+    on its version and backend). Other inputs samattn cannot serve (other ranks or dtypes,
+    CPU tensors, nested tensors, a different value head dim) run torch's implementation,
+    with a one-time warning per reason.
 
     Returns:
         (batch, heads, seqlen_q, headdim) in query's dtype: a (batch, heads)-transposed view
         of a contiguous (batch, seqlen_q, heads, headdim) tensor, as torch's flash backend.
     """
     op = "samattn.scaled_dot_product_attention"
-    _checks.check_dropout(op, dropout_p)
-    reason = _checks.sdpa_fallback_reason(query, key, value, attn_mask, is_causal, enable_gqa)
+    _checks.dropout_value(op, dropout_p)
+    if is_causal and attn_mask is not None:
+        raise RuntimeError(
+            f"{op}: Explicit attn_mask should not be set when is_causal=True (torch documents "
+            "the combination as an error); fold the causal mask into attn_mask instead"
+        )
+    reason = _checks.sdpa_fallback_reason(
+        query, key, value, attn_mask, is_causal, enable_gqa, dropout_p
+    )
     if reason is not None:
         _warn_fallback_once(reason)
         extra = {"enable_gqa": True} if enable_gqa else {}
         return torch.nn.functional.scaled_dot_product_attention(
             query, key, value, attn_mask, dropout_p, is_causal, scale=scale, **extra
         )
-    seqlen_q, seqlen_k = query.shape[2], key.shape[2]
+    batch, heads, seqlen_q, headdim = query.shape
+    heads_k, seqlen_k = key.shape[1], key.shape[2]
     causal, window = bool(is_causal), (-1, -1)
     if is_causal and seqlen_q != seqlen_k:
         # Top-left causal (j <= i) is bottom-right causal shifted by seqlen_q - seqlen_k:
         # a window reaching that far right of the bottom-right diagonal.
         causal, window = False, (-1, seqlen_q - seqlen_k)
     if scale is None:
-        scale = 1.0 / math.sqrt(query.shape[-1])
+        scale = 1.0 / math.sqrt(headdim)
+    mask = {}
+    if attn_mask is not None:
+        sizes = _checks.AttentionShape(batch, heads, heads_k, seqlen_q, seqlen_k, headdim, False)
+        _checks.attention_mask(op, attn_mask, sizes, query)
+        mask["attn_mask"] = attn_mask
     out = flash_attn_func(
         query.transpose(1, 2),
         key.transpose(1, 2),
@@ -896,5 +1171,6 @@ def scaled_dot_product_attention(
         softmax_scale=scale,
         causal=causal,
         window_size=window,
+        **mask,
     )
     return out.transpose(1, 2)

@@ -1124,8 +1124,26 @@ SDPA_CASES = {
     "causal, more queries than keys": (sdpa_inputs(sq=20, sk=17), None, True, False, None),
     "non-causal, sq != sk": (sdpa_inputs(sq=5, sk=300), None, False, False, None),
     "GQA enabled": (sdpa_inputs(hk=2), None, False, True, None),
-    "bool mask": (sdpa_inputs(), torch.empty(17, 17, dtype=torch.bool), False, False, "attn_mask"),
-    "additive mask": (sdpa_inputs(), torch.empty(17, 17, dtype=F16), False, False, "attn_mask"),
+    # Masks run in the kernels (their errors: test_attention_mask.py).
+    "bool mask": (sdpa_inputs(), torch.empty(17, 17, dtype=torch.bool), False, False, None),
+    "additive mask": (sdpa_inputs(), torch.empty(17, 17, dtype=F16), False, False, None),
+    "bool mask, GQA": (
+        sdpa_inputs(hk=2),
+        torch.empty(2, 1, 17, 17, dtype=torch.bool),
+        False,
+        True,
+        None,
+    ),
+    "nested": (
+        tuple(
+            torch.nested.nested_tensor([torch.empty(4, 17, 64)], layout=torch.jagged)
+            for _ in range(3)
+        ),
+        None,
+        False,
+        False,
+        "nested",
+    ),
     "3-D": (
         tuple(t[0] for t in sdpa_inputs()),
         None,
@@ -1191,7 +1209,7 @@ def test_sdpa_fallback_runs_torch_and_warns_once(monkeypatch):
     mask = torch.rand(5, 5) > 0.3
     mask[:, 0] = True
     expected = torch.nn.functional.scaled_dot_product_attention(query, key, value, mask)
-    with pytest.warns(UserWarning, match="attn_mask .* running torch"):
+    with pytest.warns(UserWarning, match="query is on cpu.* running torch"):
         out = samattn.scaled_dot_product_attention(query, key, value, mask)
     torch.testing.assert_close(out, expected)
     with warnings.catch_warnings():
@@ -1199,9 +1217,18 @@ def test_sdpa_fallback_runs_torch_and_warns_once(monkeypatch):
         samattn.scaled_dot_product_attention(query, key, value, mask)
 
 
-def test_sdpa_not_implemented_features():
-    with pytest.raises(NotImplementedError, match=r"dropout_p=0\.5"):
-        samattn.scaled_dot_product_attention(*sdpa_inputs(), dropout_p=0.5)
+def test_sdpa_dropout_runs_torch(monkeypatch):
+    # samattn's kernels have no dropout: torch runs it (same seed, same dropout pattern).
+    monkeypatch.setattr(_warnings, "_warned_messages", set())
+    query, key, value = (torch.randn(1, 2, 5, 8) for _ in range(3))
+    torch.manual_seed(1)
+    expected = torch.nn.functional.scaled_dot_product_attention(query, key, value, dropout_p=0.5)
+    torch.manual_seed(1)
+    with pytest.warns(UserWarning, match=r"dropout_p is 0\.5 .* running torch"):
+        out = samattn.scaled_dot_product_attention(query, key, value, dropout_p=0.5)
+    torch.testing.assert_close(out, expected)
+    with pytest.raises(ValueError, match=r"dropout_p must be in \[0, 1\]"):
+        samattn.scaled_dot_product_attention(*sdpa_inputs(), dropout_p=1.5)
 
 
 # ------------------------------------------- how operands reach the kernels ----

@@ -446,17 +446,18 @@ def test_sdpa(attn_family, dtype, case):
     )
 
 
-def test_sdpa_mask_falls_back_to_torch(monkeypatch):
+def test_sdpa_dropout_falls_back_to_torch(monkeypatch):
+    # Masks run in samattn's kernels (test_gpu_attention_mask.py); dropout does not yet.
     from samattn import _warnings
 
     monkeypatch.setattr(_warnings, "_warned_messages", set())
     query, key, value = (randn(1, 2, 16, 64, dtype=torch.float16) for _ in range(3))
-    mask = torch.rand(16, 16, device=DEVICE) > 0.5
-    with pytest.warns(UserWarning, match="attn_mask"):
-        out = samattn.scaled_dot_product_attention(query, key, value, mask)
-    torch.testing.assert_close(
-        out, torch.nn.functional.scaled_dot_product_attention(query, key, value, mask)
-    )
+    torch.manual_seed(3)
+    with pytest.warns(UserWarning, match="dropout_p"):
+        out = samattn.scaled_dot_product_attention(query, key, value, dropout_p=0.25)
+    torch.manual_seed(3)
+    expected = torch.nn.functional.scaled_dot_product_attention(query, key, value, dropout_p=0.25)
+    torch.testing.assert_close(out, expected)
 
 
 # ------------------------------------------------ families and errors ----
