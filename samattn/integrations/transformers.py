@@ -36,18 +36,24 @@ their (batch, seq, heads, head_dim) transposes in place, no copies):
   as generation wants) ``flash_attn_varlen_func`` with one query per sequence. With a static
   cache (``cache_implementation="static"``) the mask covers the tokens seen so far and the
   cache's later, unused slots are taken as padding (varlen).
-- A 4-D mask (made by the caller, or by code that builds its own): when it is only key
-  padding plus the causal mask (and the layer's sliding window), the same for every head,
-  bool or additive, it is turned into the keep-mask above and samattn runs it (up to three
-  device-to-host copies per forward, shared by the layers); any other mask runs torch's
-  ``scaled_dot_product_attention`` with that mask, with a one-time warning.
+- A 4-D mask (made by the caller, or by code that builds its own: padded batches, custom
+  or prefix masks), bool (True: attend) or additive, (batch or 1, heads or 1, q_len,
+  kv_len): ``samattn.flash_attn_func(attn_mask=...)``, the kernels reading the mask (no
+  device-to-host copy). As in transformers' SDPA attention the mask alone decides what a
+  query sees (the layer's causality and sliding window are not added to it); the kernels
+  compute every (query, key) tile, so a causal 4-D mask costs the work of a full square.
+- A position bias (``position_bias``: T5's relative attention bias, and the other models
+  that pass one to the attention function): added to the scores as an additive mask, the
+  padding or 4-D mask folded in as transformers' SDPA attention folds it, with the
+  layer's causality and window when no 4-D mask is given; its gradient flows back (the
+  learned relative bias trains).
 - ``count_calls()`` counts which of these routes each call took (prefill or decode step, and
-  "fixed", "varlen", "packed" or "torch"), e.g. to check that no decode step fell back to
-  torch.
+  "fixed", "varlen", "packed" or "mask"), e.g. to check that no decode step took an
+  unexpected route.
 - Attention sinks: models whose attention layers have learnable sinks (gpt-oss, and the
   others that pass ``s_aux`` to the attention function) run them in samattn's kernels
   (``sinks=``, float32: a bf16 parameter is cast, and its gradient cast back by autograd),
-  on every route above; under a custom 4-D mask the torch route computes them in torch.
+  on every route above, a 4-D mask's included.
 - ALiBi: transformers' ALiBi models (BLOOM, MPT, Falcon with ``alibi=True``) build the bias
   into their own attention code and never call the attention interface, so samattn cannot
   serve them through ``attn_implementation``; ``samattn.flash_attn_func(alibi_slopes=...)``
@@ -73,7 +79,6 @@ import torch
 import torch.nn.functional as F
 
 import samattn
-from samattn._warnings import warn_once as _samattn_warn_once
 
 NAME = "samattn"
 MIN_TRANSFORMERS = (4, 56)
@@ -183,13 +188,13 @@ def count_calls() -> Iterator[collections.Counter[str]]:
     Yields a collections.Counter keyed "PHASE:ROUTE": PHASE "prefill" (as many queries as
     tokens seen) or "decode" (the queries follow tokens in a KV cache); ROUTE "fixed"
     (samattn.flash_attn_func), "varlen" (padded, samattn.flash_attn_varlen_func), "packed"
-    (padding-free packed sequences, varlen) or "torch" (torch's SDPA under a 4-D mask that
-    samattn cannot run). Counts every thread's calls; blocks do not nest (the inner one
-    counts alone).
+    (padding-free packed sequences, varlen) or "mask" (a 4-D mask or a position bias read
+    by the kernels, samattn.flash_attn_func with attn_mask). Counts every thread's calls;
+    blocks do not nest (the inner one counts alone).
 
         with samattn.integrations.transformers.count_calls() as counts:
             model.generate(ids, max_new_tokens=8)
-        assert counts["decode:torch"] == 0 and counts["decode:fixed"] > 0
+        assert counts["decode:mask"] == 0 and counts["decode:fixed"] > 0
     """
     global _counts
     previous, _counts = _counts, collections.Counter()
@@ -203,10 +208,6 @@ def _count(phase: str, route: str) -> None:
     counts = _counts
     if counts is not None:
         counts[f"{phase}:{route}"] += 1
-
-
-def _warn_once(message: str) -> None:
-    _samattn_warn_once(f"samattn attention for transformers: {message}", stacklevel=3)
 
 
 class _PerTensorCache:
@@ -248,45 +249,6 @@ def _packed_cu_seqlens(position_ids: Tensor) -> tuple[Tensor, int] | None:
 
 
 _packing = _PerTensorCache(_packed_cu_seqlens)
-
-
-def _keep_from_4d_mask(
-    mask: Tensor, batch: int, q_len: int, kv_len: int, causal: bool, left: int
-) -> tuple[bool, Tensor | None]:
-    """Whether a 4-D mask (batch or 1, 1, q_len, kv_len), bool (True: attend) or additive (0
-    or very negative), is what samattn runs without it: key padding and, when causal, the
-    bottom-right causal mask (and the sliding window of `left` keys, when >= 0), the same for
-    every head. Returns (True, the (batch, kv_len) keep-mask, or None when nothing is padded)
-    if so, else (False, None). Up to three device-to-host copies, once per forward.
-    """
-    if mask.dim() != 4 or mask.shape[1] != 1 or tuple(mask.shape[-2:]) != (q_len, kv_len):
-        return False, None
-    if mask.shape[0] not in (1, batch):
-        return False, None
-    mask = mask[:, 0].expand(batch, q_len, kv_len)
-    if mask.dtype == torch.bool:
-        allowed = mask
-    else:
-        allowed = mask == 0
-        blocked = mask <= torch.finfo(mask.dtype).min / 2
-        if not bool((allowed | blocked).all()):  # an additive bias, not a mask
-            return False, None
-    # The keys some query sees. A key that no query sees (older than every query's window)
-    # is dropped with the padding: a prefix, so the bottom-right alignment is kept.
-    keep = allowed.any(dim=1)
-    rows = torch.arange(q_len, device=mask.device)[:, None] + (kv_len - q_len)
-    columns = torch.arange(kv_len, device=mask.device)[None, :]
-    visible = torch.ones(q_len, kv_len, dtype=torch.bool, device=mask.device)
-    if causal:
-        visible &= columns <= rows
-    if left >= 0:
-        visible &= columns >= rows - left
-    if not torch.equal(allowed, keep[:, None, :] & visible):
-        return False, None
-    return True, None if bool(keep.all()) else keep
-
-
-_mask_4d = _PerTensorCache(_keep_from_4d_mask)
 
 
 def _unpad(x: Tensor, keep: Tensor) -> tuple[Tensor, Tensor]:
@@ -347,16 +309,17 @@ def attention_forward(
         query: (batch, heads, q_len, head_dim); key, value: (batch, kv_heads, kv_len,
             head_dim), heads a multiple of kv_heads; float16 or bfloat16 on CUDA.
         attention_mask: None, the (batch, seen tokens) bool keep-mask of attention_mask()
-            (seen tokens <= kv_len: a static cache's unused slots follow), or a 4-D mask:
-            run by samattn when it is key padding plus causality / the sliding window,
-            else by torch's SDPA (warning once).
+            (seen tokens <= kv_len: a static cache's unused slots follow), or a 4-D mask
+            (bool or additive), read by the kernels as the only mask (as transformers'
+            SDPA attention reads it).
         dropout: must be 0.0 (NotImplementedError otherwise).
         scaling: the softmax scale (default head_dim ** -0.5).
         sliding_window: each query sees the last sliding_window keys (itself included).
         softcap: > 0 caps scores at softcap * tanh(score / softcap).
         kwargs: position_ids, cu_seq_lens_q/k, max_length_q/k (padding-free batches),
-            deterministic, s_aux (attention sinks, (heads,): gpt-oss and others); others
-            are ignored.
+            deterministic, s_aux (attention sinks, (heads,): gpt-oss and others),
+            position_bias (an additive bias, (batch or 1, heads, q_len, kv_len): T5 and
+            others); others are ignored.
 
     Returns:
         (attn_output (batch, q_len, heads, head_dim), None).
@@ -380,14 +343,16 @@ def attention_forward(
     seen = kv_len if attention_mask is None else min(attention_mask.shape[-1], kv_len)
     phase = "decode" if q_len < seen else "prefill"
 
-    if attention_mask is not None and attention_mask.dim() == 4:
-        left = options.get("window_size", (-1, -1))[0]
-        expressible, keep = _mask_4d(attention_mask, batch, q_len, kv_len, causal, left)
-        if not expressible:
-            _count(phase, "torch")
-            out = _custom_mask_attention(query, key, value, attention_mask, scaling, softcap, sinks)
-            return out, None
-        attention_mask = keep  # padding (or None) + the causality and window samattn runs
+    position_bias = kwargs.get("position_bias")
+    if position_bias is not None or (attention_mask is not None and attention_mask.dim() == 4):
+        _count(phase, "mask")
+        if attention_mask is not None and attention_mask.dim() == 4:
+            # The mask holds the causality and the sliding window (transformers' SDPA
+            # attention reads it alone too).
+            options["causal"] = False
+            options.pop("window_size", None)
+        mask = _kernel_mask(attention_mask, position_bias, kv_len)
+        return samattn.flash_attn_func(q, k, v, attn_mask=mask, **options), None
     if attention_mask is not None:  # (batch, seen tokens) keep-mask: some keys are padding
         _count(phase, "varlen")
         return _padded_attention(q, k, v, attention_mask, options), None
@@ -409,6 +374,30 @@ def attention_forward(
         return out.view(batch, q_len, *out.shape[1:]), None
     _count(phase, "fixed")
     return samattn.flash_attn_func(q, k, v, **options), None
+
+
+def _kernel_mask(
+    attention_mask: Tensor | None, position_bias: Tensor | None, kv_len: int
+) -> Tensor:
+    """The attn_mask samattn's kernels read for a 4-D mask and / or a position bias (T5's
+    relative bias and other models' additive biases, (batch or 1, heads, q_len, kv_len)):
+    the mask as it is (bool: True = attend; or additive), or the bias with the mask folded
+    in as transformers' SDPA attention folds it (-inf where a bool or keep-mask masks, a
+    float mask added). A (batch, seen tokens) keep-mask becomes (batch, 1, 1, kv_len), a
+    static cache's slots after the seen tokens masked. The bias keeps its gradient."""
+    mask = attention_mask
+    if mask is not None and mask.dim() == 2:
+        keep = mask.to(torch.bool)
+        if keep.shape[1] < kv_len:
+            keep = F.pad(keep, (0, kv_len - keep.shape[1]), value=False)
+        mask = keep[:, None, None, -kv_len:]
+    if position_bias is None:
+        return mask
+    if mask is None:
+        return position_bias
+    if mask.dtype == torch.bool:
+        return torch.where(mask, position_bias, position_bias.new_tensor(float("-inf")))
+    return position_bias + mask
 
 
 def _padded_attention(
@@ -453,50 +442,3 @@ def _packed_sequences(
         return None
     found = _packing(position_ids)
     return None if found is None else (found, found)
-
-
-def _custom_mask_attention(
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    mask: Tensor,
-    scaling: float | None,
-    softcap: float | None,
-    sinks: Tensor | None = None,
-) -> Tensor:
-    """torch's SDPA under a caller-made 4-D mask (bool: True = attend, or additive); with
-    attention sinks, which SDPA lacks, the same attention written out in torch."""
-    if softcap:
-        raise NotImplementedError(
-            "samattn attention for transformers: softcap with a custom 4-D attention mask"
-        )
-    _warn_once(
-        "a custom 4-D attention mask runs torch.nn.functional.scaled_dot_product_attention "
-        "(samattn's kernels take causal / sliding-window / padding masks only)"
-    )
-    group = query.shape[1] // key.shape[1]
-    if group > 1:
-        key = key.repeat_interleave(group, dim=1)
-        value = value.repeat_interleave(group, dim=1)
-    if sinks is not None:
-        return _masked_attention_with_sinks(query, key, value, mask, scaling, sinks)
-    out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scaling)
-    return out.transpose(1, 2)
-
-
-def _masked_attention_with_sinks(
-    query: Tensor, key: Tensor, value: Tensor, mask: Tensor, scaling: float | None, sinks: Tensor
-) -> Tensor:
-    """Attention with one sink logit per head in every softmax denominator (a key whose
-    value is zero), under a bool or additive 4-D mask; fp32 scores. (batch, q_len, heads,
-    head_dim) out."""
-    scale = query.shape[-1] ** -0.5 if scaling is None else scaling
-    scores = torch.matmul(query.float(), key.float().transpose(-1, -2)) * scale
-    if mask.dtype == torch.bool:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    else:
-        scores = scores + mask.float()
-    sink = sinks.float().reshape(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
-    weights = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
-    out = torch.matmul(weights.to(value.dtype), value)
-    return out.transpose(1, 2)

@@ -18,9 +18,11 @@ from samattn.integrations import transformers as integration  # noqa: E402
 
 
 def reference_attention(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1),
-                        softcap=0.0, deterministic=False, sinks=None):  # fmt: skip
+                        softcap=0.0, deterministic=False, sinks=None, attn_mask=None):  # fmt: skip
     """flash_attn_func's contract on torch's math: (batch, seq, heads, d), GQA, bottom-right
-    causal, (left, right) window, attention sinks (float32 (heads,))."""
+    causal, (left, right) window, softcap, attention sinks (float32 (heads,)), an attn_mask
+    (bool: True = attend, or additive; broadcastable to (batch, heads, sq, sk)). A row that
+    sees no key gets zeros, as in samattn."""
     sq, sk = q.shape[1], k.shape[1]
     group = q.shape[2] // k.shape[2]
     i = torch.arange(sq)[:, None] + sk - sq
@@ -31,23 +33,34 @@ def reference_attention(q, k, v, softmax_scale=None, causal=False, window_size=(
         visible &= j <= i + (0 if causal else right)
     if left >= 0:
         visible &= j >= i - left
+    if sinks is None and attn_mask is None and not softcap:
+        out = torch.nn.functional.scaled_dot_product_attention(
+            q.transpose(1, 2),
+            k.transpose(1, 2).repeat_interleave(group, 1),
+            v.transpose(1, 2).repeat_interleave(group, 1),
+            attn_mask=visible,
+            scale=softmax_scale,
+        )
+        return out.transpose(1, 2)
+    qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
+    kt, vt = kt.repeat_interleave(group, 1), vt.repeat_interleave(group, 1)
+    scale = q.shape[-1] ** -0.5 if softmax_scale is None else softmax_scale
+    scores = (qt @ kt.transpose(-1, -2)).float() * scale
+    if softcap:
+        scores = softcap * torch.tanh(scores / softcap)
+    if attn_mask is not None and attn_mask.dtype != torch.bool:
+        scores = scores + attn_mask.float()
+    elif attn_mask is not None:
+        visible = visible & attn_mask
+    scores = scores.masked_fill(~visible, float("-inf"))
     if sinks is not None:
         assert sinks.dtype == torch.float32 and sinks.shape == (q.shape[2],)
-        qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
-        kt, vt = kt.repeat_interleave(group, 1), vt.repeat_interleave(group, 1)
-        scale = q.shape[-1] ** -0.5 if softmax_scale is None else softmax_scale
-        scores = (qt @ kt.transpose(-1, -2) * scale).masked_fill(~visible, float("-inf"))
         sink = sinks.reshape(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
-        weights = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
-        return (weights.to(vt.dtype) @ vt).transpose(1, 2)
-    out = torch.nn.functional.scaled_dot_product_attention(
-        q.transpose(1, 2),
-        k.transpose(1, 2).repeat_interleave(group, 1),
-        v.transpose(1, 2).repeat_interleave(group, 1),
-        attn_mask=visible,
-        scale=softmax_scale,
-    )
-    return out.transpose(1, 2)
+        scores = torch.cat([scores, sink], dim=-1)
+    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+    if sinks is not None:
+        weights = weights[..., :-1]
+    return (weights.to(vt.dtype) @ vt).transpose(1, 2)
 
 
 def reference_varlen(q, k, v, cu_q, cu_k, max_q, max_k, **options):
@@ -280,24 +293,22 @@ def causal_padding_mask(mask_2d: torch.Tensor, q_len: int, additive: bool = Fals
 
 
 @pytest.mark.parametrize("additive", [False, True], ids=["bool", "additive"])
-def test_a_causal_padding_4d_mask_runs_samattn(calls, monkeypatch, additive):
+def test_a_causal_padding_4d_mask_runs_samattn(calls, additive):
+    """A padded batch given as a 4-D mask: the kernels read the mask as it is (no
+    device-to-host copy), without the layer's causality (the mask holds it)."""
     ours, theirs = model_pair()
     ids, mask = left_padded([9, 16, 12], 16)
     mask_4d = causal_padding_mask(mask, 16, additive)
-    inspected = []
-    compute = integration._mask_4d._compute
-    monkeypatch.setattr(
-        integration._mask_4d, "_compute", lambda *a: inspected.append(1) or compute(*a)
-    )
     with torch.no_grad():
         expected = theirs(ids, attention_mask=mask).logits
         with integration.count_calls() as counts:
             got = ours(ids, attention_mask=mask_4d).logits
     keep = mask.bool()
     torch.testing.assert_close(got[keep], expected[keep], rtol=1e-4, atol=1e-5)
-    assert counts == {"prefill:varlen": 2}
-    assert len(inspected) == 1  # once per forward, not per layer
-    assert calls[0][:3] == ("varlen", [0, 9, 25, 37], [0, 9, 25, 37])
+    assert counts == {"prefill:mask": 2}
+    kind, q_shape, k_shape, options = calls[0]
+    assert (kind, q_shape, k_shape) == ("fixed", (3, 16, 4, 32), (3, 16, 2, 32))
+    assert options["attn_mask"] is mask_4d and options["causal"] is False
 
 
 def test_a_decode_step_with_a_4d_mask_runs_samattn(calls):
@@ -318,8 +329,8 @@ def test_a_decode_step_with_a_4d_mask_runs_samattn(calls):
                     step, attention_mask=mask_4d, past_key_values=cache, position_ids=positions
                 ).logits
     torch.testing.assert_close(logits["ours"], logits["theirs"], rtol=1e-4, atol=1e-5)
-    assert counts["ours"] == {"decode:varlen": 2}
-    assert calls[-1][:3] == ("varlen", [0, 1, 2], [0, 7, 18])
+    assert counts["ours"] == {"decode:mask": 2}
+    assert calls[-1][:3] == ("fixed", (2, 1, 4, 32), (2, 11, 2, 32))
 
 
 def test_a_sliding_window_4d_mask_runs_samattn(calls):
@@ -331,22 +342,42 @@ def test_a_sliding_window_4d_mask_runs_samattn(calls):
         with integration.count_calls() as counts:
             got = ours(ids, attention_mask=mask_4d).logits
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
-    assert counts == {"prefill:fixed": 2}  # nothing padded
+    assert counts == {"prefill:mask": 2}
+    # The window is the mask's: not added again.
+    assert all("window_size" not in call[3] for call in calls)
 
 
-@pytest.mark.filterwarnings("ignore:samattn attention for transformers")
-def test_another_4d_mask_runs_torch(calls):
+def random_4d_mask(batch, length, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    mask_4d = torch.rand(batch, 1, length, length, generator=generator) < 0.5
+    return mask_4d | torch.eye(length, dtype=torch.bool)  # every query sees a key
+
+
+@pytest.mark.parametrize("additive", [False, True], ids=["bool", "additive"])
+def test_a_custom_4d_mask_runs_samattn(calls, additive):
     ours, theirs = model_pair()
     ids = torch.randint(0, 256, (2, 12))
-    generator = torch.Generator().manual_seed(0)
-    mask_4d = torch.rand(2, 1, 12, 12, generator=generator) < 0.5
-    mask_4d |= torch.eye(12, dtype=torch.bool)  # every query sees a key
+    mask_4d = random_4d_mask(2, 12)
+    if additive:
+        mask_4d = torch.zeros(mask_4d.shape).masked_fill(~mask_4d, torch.finfo(torch.float32).min)
     with torch.no_grad():
         expected = theirs(ids, attention_mask=mask_4d).logits
         with integration.count_calls() as counts:
             got = ours(ids, attention_mask=mask_4d).logits
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
-    assert counts == {"prefill:torch": 2} and not calls
+    assert counts == {"prefill:mask": 2}
+    assert all(call[3]["attn_mask"] is mask_4d for call in calls)
+
+
+def test_a_custom_4d_mask_in_training(calls):
+    ours, theirs = model_pair()
+    ids = torch.randint(0, 256, (2, 12))
+    mask_4d = random_4d_mask(2, 12, seed=3)
+    for model in (ours, theirs):
+        model.train()
+        model(ids, attention_mask=mask_4d, labels=ids).loss.backward()
+    for (name, a), (_, b) in zip(ours.named_parameters(), theirs.named_parameters()):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-6, msg=name)
 
 
 def test_sliding_window(calls):
@@ -438,28 +469,83 @@ def test_gpt_oss_training_step_gradients_match(calls):
     assert sinks.grad is not None and sinks.grad.abs().sum() > 0
 
 
-@pytest.mark.filterwarnings("ignore:samattn attention for transformers")
-def test_sinks_under_a_custom_4d_mask_run_in_torch(calls):
+def test_sinks_under_a_custom_4d_mask_run_in_samattn(calls):
     ours, theirs = gpt_oss_pair()
     ids = torch.randint(0, 256, (2, 12))
-    generator = torch.Generator().manual_seed(0)
-    mask_4d = torch.rand(2, 1, 12, 12, generator=generator) < 0.5
-    mask_4d |= torch.eye(12, dtype=torch.bool)
+    mask_4d = random_4d_mask(2, 12)
     # Additive: gpt-oss's eager attention adds the mask to its scores.
     additive = torch.zeros(mask_4d.shape).masked_fill(~mask_4d, torch.finfo(torch.float32).min)
     with torch.no_grad(), integration.count_calls() as counts:
         expected = theirs(ids, attention_mask=additive).logits
         got = ours(ids, attention_mask=additive).logits
-    assert counts == {"prefill:torch": 2} and not calls
+    assert counts == {"prefill:mask": 2}
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
-    # A row that sees no key: the sink takes all its weight, the output is 0.
-    query, key, value = (torch.randn(2, 4, 12, 32) for _ in range(3))
-    sinks = torch.randn(4)
-    mask_4d[1, 0, 3] = False
-    out = integration._custom_mask_attention(query, key, value, mask_4d, 0.2, None, sinks)
-    visible = mask_4d.expand(2, 4, 12, 12)
-    scores = (query @ key.transpose(-1, -2) * 0.2).masked_fill(~visible, float("-inf"))
-    both = torch.cat([scores, sinks.reshape(1, 4, 1, 1).expand(2, 4, 12, 1)], dim=-1)
-    expected = (torch.softmax(both, dim=-1)[..., :-1] @ value).transpose(1, 2)
-    torch.testing.assert_close(out, expected)
-    assert torch.all(out[1, 3] == 0)
+    for (_, _, _, options), layer in zip(calls, ours.model.layers):
+        assert options["attn_mask"] is additive and options["causal"] is False
+        assert torch.equal(options["sinks"], layer.self_attn.sinks)
+
+
+# -------------------------------------------------- a position bias (T5) ----
+def t5_pair(reference="eager"):
+    """A tiny T5 (a learned relative position bias, passed to the attention function as
+    position_bias) as "samattn" and `reference`; no dropout (samattn has none)."""
+    integration.register()
+    config = dict(vocab_size=64, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
+                  relative_attention_num_buckets=8, dropout_rate=0.0, decoder_start_token_id=0,
+                  pad_token_id=0)  # fmt: skip
+    torch.manual_seed(0)
+    model_class = transformers.T5ForConditionalGeneration
+    ours = model_class._from_config(transformers.T5Config(**config), attn_implementation="samattn")
+    theirs = model_class._from_config(
+        transformers.T5Config(**config), attn_implementation=reference
+    )
+    theirs.load_state_dict(ours.state_dict())
+    return ours.eval(), theirs.eval()
+
+
+def t5_inputs():
+    generator = torch.Generator().manual_seed(2)
+    ids = torch.randint(1, 64, (2, 9), generator=generator)
+    mask = torch.ones(2, 9, dtype=torch.long)
+    mask[1, 6:] = 0  # right padding of the encoder's input
+    targets = torch.randint(1, 64, (2, 5), generator=generator)
+    return ids, mask, targets
+
+
+def test_t5_position_bias_reaches_the_kernels(calls):
+    ours, theirs = t5_pair()
+    ids, mask, targets = t5_inputs()
+    with torch.no_grad():
+        expected = theirs(input_ids=ids, attention_mask=mask, labels=targets).logits
+        with integration.count_calls() as counts:
+            got = ours(input_ids=ids, attention_mask=mask, labels=targets).logits
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
+    # Encoder, decoder self- and cross-attention: every call reads the bias as a mask.
+    assert set(counts) <= {"prefill:mask", "decode:mask"} and sum(counts.values()) == 6
+    assert all(call[3]["attn_mask"] is not None for call in calls)
+
+
+def test_t5_training_step_trains_the_relative_bias(calls):
+    ours, theirs = t5_pair()
+    ids, mask, targets = t5_inputs()
+    for model in (ours, theirs):
+        model.train()
+        model(input_ids=ids, attention_mask=mask, labels=targets).loss.backward()
+    for (name, a), (_, b) in zip(ours.named_parameters(), theirs.named_parameters()):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-6, msg=name)
+    bias = ours.encoder.block[0].layer[0].SelfAttention.relative_attention_bias.weight
+    assert bias.grad is not None and bias.grad.abs().sum() > 0
+
+
+def test_kernel_mask_folds_the_padding_into_the_bias():
+    bias = torch.randn(1, 4, 3, 5, requires_grad=True)
+    keep = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]])  # (batch, seen): a static cache of 5
+    mask = integration._kernel_mask(keep, bias, 5)
+    assert mask.shape == (2, 4, 3, 5) and mask.requires_grad
+    assert torch.isneginf(mask[0, :, :, 3:]).all() and torch.isneginf(mask[1, :, :, 4]).all()
+    assert torch.equal(mask[1, :, :, :4], bias[0, :, :, :4].detach().expand(4, 3, 4))
+    additive = torch.zeros(2, 1, 3, 5)
+    assert integration._kernel_mask(additive, bias, 5).shape == (2, 4, 3, 5)
+    assert integration._kernel_mask(None, bias, 5) is bias
+    four_d = torch.ones(2, 1, 3, 5, dtype=torch.bool)
+    assert integration._kernel_mask(four_d, None, 5) is four_d
