@@ -7,6 +7,9 @@ head dim x seqlen x causal x dtype, with the forward and backward side by side.
 Eager overhead (ops overhead_*): one row per call, host microseconds per call.
 Decode (op decode): one row per seqlen_q x batch x cache length, the contiguous cache
 and each page size side by side, then the small case's latencies (CUDA graph, host).
+Score terms and masks (ops attention_terms, attention_mask): one row per head dim x seqlen
+x causal, each feature's cost (plain time / time with it) forward and backward side by
+side; then the masked calls' TFLOPS and ratio to SDPA with the same mask.
 Rows show the automatically chosen family; --family sm75 (or sm80, ...) shows the
 runs with that family forced instead. OP_PREFIX (e.g. softmax, attention) keeps only
 the ops whose name starts with it.
@@ -23,6 +26,10 @@ DASH = "\N{EN DASH}"  # a cell with no number
 DTYPE_NAMES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "tf32": "float32 (tf32)"}
 OP_NAMES = {"gemm": "gemm", "softmax_forward": "softmax fwd", "softmax_backward": "softmax bwd"}
 ATTENTION_OPS = {"attention_forward": "fwd", "attention_backward": "bwd"}
+TERMS_OPS = ("attention_terms", "attention_mask")
+FEATURE_NAMES = {
+    "alibi": "ALiBi", "sinks": "sinks", "bool_mask": "bool mask", "float_mask": "float mask",
+}  # fmt: skip
 
 
 def shape_text(op: str, shape: list[int]) -> str:
@@ -103,6 +110,73 @@ def attention_table(records: list[dict], skipped: Sequence[dict] = ()) -> list[s
         )
     reasons = sorted({s["reason"].splitlines()[0] for s in skipped})
     lines += [f"\nskipped: {reason}" for reason in reasons]
+    return lines
+
+
+def _case_rows(records: list[dict]) -> dict[tuple, dict[tuple, dict]]:
+    """{(d, seqlen, causal): {(feature, direction): record}}, in the README's order."""
+    rows: dict[tuple, dict[tuple, dict]] = {}
+    for r in records:
+        rows.setdefault((r["d"], r["seqlen"], r["causal"]), {})[(r["feature"], r["direction"])] = r
+    return {key: rows[key] for key in sorted(rows)}
+
+
+def _case_cells(key: tuple, by_feature: dict[tuple, dict]) -> str:
+    d, seqlen, causal = key
+    any_record = next(iter(by_feature.values()))
+    return (
+        f"| {d} | {seqlen} | {any_record['batch']} {TIMES} {any_record['heads']} "
+        f"| {'yes' if causal else 'no'} |"
+    )
+
+
+def terms_table(records: list[dict], skipped: Sequence[dict] = ()) -> list[str]:
+    """The score terms' and masks' cost: per head dim x seqlen x causal, plain time / time
+    with each feature (0.90: it costs 10%), forward and backward; a dash where a case was
+    skipped (the reasons below the table)."""
+    features = [f for f in FEATURE_NAMES if any(r["feature"] == f for r in records)]
+    headers = "".join(f" {FEATURE_NAMES[f]} fwd | {FEATURE_NAMES[f]} bwd |" for f in features)
+    lines = [
+        f"| head dim | seqlen | batch {TIMES} heads | causal |{headers} family |",
+        "| --- " * (5 + 2 * len(features)) + "|",
+    ]
+    for key, by_feature in _case_rows(records).items():
+        cells = [
+            _ratio(by_feature[(f, direction)]["ratio"]) if (f, direction) in by_feature else DASH
+            for f in features
+            for direction in ("fwd", "bwd")
+        ]
+        families = sorted({r["family"] for r in by_feature.values()})
+        lines.append(
+            f"{_case_cells(key, by_feature)} {' | '.join(cells)} | {', '.join(families)} |"
+        )
+    reasons = sorted({s["reason"].splitlines()[0] for s in skipped})
+    return lines + [f"\nskipped: {reason}" for reason in reasons]
+
+
+def mask_table(records: list[dict]) -> list[str]:
+    """The masked calls against SDPA with the same mask: per head dim x seqlen x causal and
+    mask kind, samattn's TFLOPS and SDPA's time / samattn's, forward and backward."""
+    features = [f for f in FEATURE_NAMES if any(r["feature"] == f for r in records)]
+    headers = "".join(
+        f" {FEATURE_NAMES[f]} {direction} TFLOPS | {FEATURE_NAMES[f]} {direction} / SDPA |"
+        for f in features
+        for direction in ("fwd", "bwd")
+    )
+    lines = [
+        f"| head dim | seqlen | batch {TIMES} heads | causal |{headers} family |",
+        "| --- " * (5 + 4 * len(features)) + "|",
+    ]
+    for key, by_feature in _case_rows(records).items():
+        cells = []
+        for f in features:
+            for direction in ("fwd", "bwd"):
+                r = by_feature.get((f, direction))
+                cells += [DASH] * 2 if r is None else [f"{r['samattn']:.0f}", _ratio(r["ratio"])]
+        families = sorted({r["family"] for r in by_feature.values()})
+        lines.append(
+            f"{_case_cells(key, by_feature)} {' | '.join(cells)} | {', '.join(families)} |"
+        )
     return lines
 
 
@@ -211,12 +285,30 @@ def overhead_table(records: list[dict]) -> list[str]:
     return lines
 
 
+def _skipped(data: dict, op: str, prefix: str, family: str | None) -> list[dict]:
+    """The skipped cases of `op` (when it starts with `prefix`) with `family` forced, or
+    the automatic family's."""
+    if not op.startswith(prefix):
+        return []
+    return [
+        s
+        for s in data.get("skipped", [])
+        if s.get("op") == op and s.get("family") == (family or "auto")
+    ]
+
+
 def tables(data: dict, prefix: str = "", family: str | None = None) -> list[str]:
     """The markdown lines for every op of `data` whose name starts with `prefix`."""
     records = [r for r in data["records"] if r["op"].startswith(prefix) and selected(r, family)]
     overhead = [r for r in records if r["op"].startswith("overhead_")]
     decode = [r for r in records if r["op"] == "decode"]
-    others = [r for r in records if r["op"] not in ATTENTION_OPS and r not in overhead + decode]
+    terms = [r for r in records if r["op"] == "attention_terms"]
+    masks = [r for r in records if r["op"] == "attention_mask"]
+    others = [
+        r
+        for r in records
+        if r["op"] not in ATTENTION_OPS and r["op"] not in TERMS_OPS and r not in overhead + decode
+    ]
     attention = [r for r in records if r["op"] in ATTENTION_OPS]
     skipped = [
         s
@@ -229,13 +321,14 @@ def tables(data: dict, prefix: str = "", family: str | None = None) -> list[str]
     if attention or skipped:
         lines += [""] if lines else []
         lines += attention_table(attention, skipped)
-    decode_skipped = [
-        s
-        for s in data.get("skipped", [])
-        if s.get("op") == "decode"
-        and "decode".startswith(prefix)
-        and s.get("family") == (family or "auto")
-    ]
+    terms_skipped = _skipped(data, "attention_terms", prefix, family)
+    if terms or terms_skipped:
+        lines += [""] if lines else []
+        lines += terms_table(terms, terms_skipped)
+    if masks:
+        lines += [""] if lines else []
+        lines += mask_table(masks)
+    decode_skipped = _skipped(data, "decode", prefix, family)
     if decode or decode_skipped:
         lines += [""] if lines else []
         lines += decode_table(decode, decode_skipped)

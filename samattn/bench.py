@@ -1,6 +1,6 @@
 """Benchmarks of samattn against torch, measured in the same run.
 
-    python -m samattn.bench [--ops gemm,softmax,attention,decode,overhead]
+    python -m samattn.bench [--ops gemm,softmax,attention,terms,decode,overhead]
                             [--families sm80,sm75] [--quick] [--json PATH] [--plot PATH]
 
 GEMM is reported in TFLOPS (2 * batch * M * N * K flops) against torch.matmul
@@ -23,6 +23,20 @@ cuDNN's head dim 256 backward) is left out of that record with the reason
 library cannot run (UnsupportedError, NotImplementedError) goes to the JSON's
 `skipped` list with the library's message.
 `ratio` is samattn / torch: above 1 is faster.
+
+Score terms and masks (--ops terms): bf16, head dims 64/128/256, seqlen 1k/4k/16k on the
+attention grid, causal and not (--quick: three cases). Forward and backward of
+samattn.flash_attn_func with ALiBi slopes, with attention sinks (requiring grad in the
+backward), and with a bool and an additive float32 mask of random key padding, (batch, 1,
+seqlen, seqlen) (through samattn.scaled_dot_product_attention; when causal through
+flash_attn_func(causal=True, attn_mask=...), as SDPA refuses is_causal with a mask), each
+against the same call without the feature: op "attention_terms", fields `feature`,
+`direction`, `ratio` = plain time / feature time (0.9: the feature costs 10%). The mask
+calls also against torch's SDPA forced to its EFFICIENT_ATTENTION backend with the same
+mask (the float mask in the inputs' dtype, which that kernel reads; the causal mask folded
+in): op "attention_mask", `ratio` = SDPA's time / samattn's, `difference_to_baseline` of
+the output or the largest of the gradients. TFLOPS count the attention's nominal work (as
+above, halved when causal) for every call.
 
 Overhead (--ops overhead): what an eager call costs the CPU, as a user meets it. For
 each call (small GEMMs, a small softmax, a prefill-sized and a decode-sized attention,
@@ -89,7 +103,7 @@ import samattn
 
 from . import _checks, _cuda, _lib
 
-OPS = ("gemm", "softmax", "attention", "decode", "overhead")
+OPS = ("gemm", "softmax", "attention", "terms", "decode", "overhead")
 FAMILIES = ("auto", *_lib.FAMILY_CODES)  # "auto": the library's own choice for the GPU
 
 # dtype name -> (torch dtype, torch fp32 matmul precision): "f32" is exact fp32
@@ -172,14 +186,19 @@ def attention_case(seqlen: int, d: int, causal: bool) -> AttentionCase:
     return AttentionCase(ATTENTION_TOKENS // seqlen, ATTENTION_WIDTH // d, seqlen, d, causal)
 
 
-ATTENTION_CASES = {
-    "full": [
+def attention_grid(dtypes: Sequence[str], seqlens: Sequence[int]) -> list[tuple]:
+    """(dtype, case) for every dtype x head dim x seqlen x causal, in that order."""
+    return [
         (dt, attention_case(seqlen, d, causal))
-        for dt in ("bf16", "f16")
+        for dt in dtypes
         for d in ATTENTION_HEAD_DIMS
-        for seqlen in ATTENTION_SEQLENS
+        for seqlen in seqlens
         for causal in (False, True)
-    ],
+    ]
+
+
+ATTENTION_CASES = {
+    "full": attention_grid(("bf16", "f16"), ATTENTION_SEQLENS),
     "quick": [
         ("bf16", attention_case(2048, 128, False)),
         ("bf16", attention_case(8192, 128, True)),
@@ -189,6 +208,29 @@ ATTENTION_CASES = {
 }
 
 SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "cudnn": "CUDNN_ATTENTION"}
+
+# Issue 16's grid for the score terms and masks (--ops terms): bf16, head dims 64, 128 and
+# 256, seqlen 1k, 4k and 16k on the attention grid (16k tokens, heads x d = 2048), causal
+# and not.
+TERMS_SEQLENS = (1024, 4096, 16384)
+TERMS_CASES = {
+    "full": attention_grid(("bf16",), TERMS_SEQLENS),
+    "quick": [
+        ("bf16", attention_case(4096, 128, False)),
+        ("bf16", attention_case(4096, 128, True)),
+        ("bf16", attention_case(1024, 64, False)),
+    ],
+}
+# What each measured call adds to the plain flash_attn_func: ALiBi slopes (per head),
+# attention sinks (a learnable logit per head), a bool keep-mask and an additive float32
+# mask, both of random key padding per batch entry, (batch, 1, seqlen_q, seqlen_k).
+TERMS_FEATURES = ("alibi", "sinks", "bool_mask", "float_mask")
+MASK_FEATURES = ("bool_mask", "float_mask")
+# torch's kernel that takes a mask: the baseline of the mask cases.
+MASK_BASELINE_BACKEND = "EFFICIENT_ATTENTION"
+# Issue 16's targets: a feature costs at most 10% (ratio plain / feature >= 0.9); with a
+# mask, at least 1.5x SDPA with the same mask.
+TERMS_TARGETS = {"attention_terms": 0.9, "attention_mask": 1.5}
 
 
 def attention_tflop(case: AttentionCase, direction: str) -> float:
@@ -282,6 +324,34 @@ def decode_what(case: DecodeCase) -> str:
     """ "b8 sq1 L32k page16": batch, seqlen_q, cache length, page size or contiguous."""
     layout = f"page{case.paged}" if case.paged else "contiguous"
     return f"b{case.batch} sq{case.seqlen_q} L{_length_text(case.seqlen_k)} {layout}"
+
+
+def alibi_slopes(heads: int, device: torch.device | str) -> torch.Tensor:
+    """ALiBi's geometric slopes, 2 ** (-8 (h + 1) / heads), float32 (heads,)."""
+    return torch.tensor([2.0 ** (-8.0 * (h + 1) / heads) for h in range(heads)], device=device)
+
+
+def padding_mask(batch: int, seqlen: int, device: torch.device | str) -> torch.Tensor:
+    """A bool (batch, 1, seqlen, seqlen) keep-mask of key padding: batch entry b keeps its
+    first n_b keys, n_b random in [seqlen / 2, seqlen]; contiguous, as a model that builds
+    its mask per query row makes it."""
+    lengths = torch.randint(seqlen // 2, seqlen + 1, (batch,), device=device)
+    keep = torch.arange(seqlen, device=device)[None, :] < lengths[:, None]
+    return keep[:, None, None, :].expand(batch, 1, seqlen, seqlen).contiguous()
+
+
+def sdpa_with_backend(
+    backend_name: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
+) -> torch.Tensor:
+    """torch's scaled_dot_product_attention forced to SDPBackend.<backend_name>, on
+    (batch, heads, seq, d) tensors with attn_mask."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backend = getattr(SDPBackend, backend_name, None)
+    if backend is None:
+        raise RuntimeError(f"torch {torch.__version__} has no SDPBackend.{backend_name}")
+    with sdpa_kernel(backend):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
 # samattn's output may differ from torch's by rounding, not by more.
@@ -941,6 +1011,174 @@ class Bench:
             f"attention_backward {what}", backward, {"op": "attention_backward", **fields}
         )
 
+    # -- score terms and masks
+    def terms(self, dtype_name: str, case: AttentionCase) -> None:
+        """Forward and backward of flash_attn_func with each of TERMS_FEATURES against the
+        same call without it ("attention_terms", ratio = plain time / feature time), and
+        the masked calls against SDPA's memory-efficient backend with the same mask
+        ("attention_mask", ratio = SDPA's time / samattn's). The masks go through
+        samattn.scaled_dot_product_attention when not causal; causal, through
+        flash_attn_func(causal=True, attn_mask=...) (SDPA refuses is_causal with a mask),
+        with SDPA given the mask and the causal mask as one."""
+        dtype = DTYPES[dtype_name][0]
+        causal = case.causal
+        shape = (case.batch, case.seqlen, case.heads, case.d)
+        mask_shape = (case.batch, 1, case.seqlen, case.seqlen)
+        element = torch.empty((), dtype=dtype).element_size()
+        # q, k, v, the bool mask (1 byte) and the float32 one (4 bytes) of each set.
+        count = self.timer.input_set_count(
+            3 * math.prod(shape) * element + 5 * math.prod(mask_shape)
+        )
+        sets = []
+        for _ in range(count):
+            q, k, v = (_randn(shape, dtype) for _ in range(3))
+            keep = padding_mask(case.batch, case.seqlen, q.device)
+            bias = torch.zeros(mask_shape, device=q.device).masked_fill_(~keep, -math.inf)
+            sets.append((q, k, v, keep, bias))
+        dout = _randn(shape, dtype)
+        slopes = alibi_slopes(case.heads, dout.device)
+        sinks = torch.randn(case.heads, device=dout.device)
+        what = f"{dtype_name} {_shape_text(case[:4])}{' causal' if causal else ''}"
+
+        def call(feature: str, q, k, v, keep, bias, sink_logits):
+            """The measured call: samattn with `feature` ("plain": none)."""
+            if feature == "alibi":
+                return samattn.flash_attn_func(q, k, v, causal=causal, alibi_slopes=slopes)
+            if feature == "sinks":
+                return samattn.flash_attn_func(q, k, v, causal=causal, sinks=sink_logits)
+            if feature in MASK_FEATURES:
+                mask = keep if feature == "bool_mask" else bias
+                if causal:
+                    return samattn.flash_attn_func(q, k, v, causal=True, attn_mask=mask)
+                out = samattn.scaled_dot_product_attention(
+                    q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask
+                )
+                return out.transpose(1, 2)
+            return samattn.flash_attn_func(q, k, v, causal=causal)
+
+        def gradients(out, inputs):
+            return torch.autograd.grad(out, inputs, dout, retain_graph=True)
+
+        def samattn_graphs(feature: str, family: str | None) -> list[tuple]:
+            """(out, the inputs to differentiate) per set: q, k, v, and the sinks."""
+            graphs = []
+            with samattn.use_family(family):
+                for q, k, v, keep, bias in sets:
+                    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+                    if feature == "sinks":
+                        leaves.append(sinks.detach().clone().requires_grad_())
+                    logits = leaves[3] if feature == "sinks" else None
+                    graphs.append((call(feature, *leaves[:3], keep, bias, logits), leaves))
+            return graphs
+
+        plain: dict[tuple, float] = {}  # (family, direction) -> ms of the plain call
+
+        def measure(feature: str, family: str | None, direction: str) -> tuple[float, str]:
+            if direction == "fwd":
+                inputs = [(*inputs, sinks) for inputs in sets]
+                return self._samattn_ms(family, functools.partial(call, feature), inputs)
+            _lib.set_last_family(_lib.FAMILY_AUTO)
+            graphs = samattn_graphs(feature, family)
+            forward_ran = _lib.last_family() or "?"
+            ms, ran = self._samattn_ms(family, gradients, graphs)
+            # Autograd runs the backward on its own thread, out of the last-family record.
+            return ms, forward_ran if ran == "?" else ran
+
+        def torch_inputs(feature: str, inputs: tuple) -> tuple:
+            """SDPA's (batch, heads, seq, d) views and the same mask (float: in q's dtype,
+            which its kernel reads), with the causal mask folded in when causal."""
+            q, k, v, keep, bias = inputs
+            mask = keep if feature == "bool_mask" else bias.to(dtype)
+            if causal:
+                lower = torch.ones(case.seqlen, case.seqlen, dtype=torch.bool, device=q.device)
+                lower = lower.tril()
+                mask = (
+                    mask & lower if feature == "bool_mask" else mask.masked_fill(~lower, -math.inf)
+                )
+            return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), mask
+
+        def sdpa(q, k, v, mask):
+            out = sdpa_with_backend(MASK_BASELINE_BACKEND, q, k, v, mask)
+            return out.transpose(1, 2)  # (batch, seq, heads, d), as samattn's
+
+        def torch_graphs(feature: str) -> list[tuple]:
+            graphs = []
+            for q, k, v, mask in (torch_inputs(feature, inputs) for inputs in sets):
+                leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+                graphs.append((sdpa(*leaves, mask), leaves))
+            return graphs
+
+        def torch_make(feature: str, direction: str):
+            def make():
+                if direction == "fwd":
+                    return sdpa, [torch_inputs(feature, inputs) for inputs in sets]
+                return gradients, torch_graphs(feature)
+
+            return make
+
+        def difference(feature: str, direction: str, family: str | None) -> float:
+            """samattn against SDPA on the first set: the output, or the largest relative
+            difference of dq, dk, dv (SDPA's transposed to samattn's layout)."""
+            with samattn.use_family(family):
+                if direction == "fwd":
+                    ours = call(feature, *sets[0], sinks)
+                    return _relative_difference(ours, sdpa(*torch_inputs(feature, sets[0])))
+                ours = gradients(*samattn_graphs(feature, family)[0])
+            theirs = gradients(*torch_graphs(feature)[0])
+            return max(_relative_difference(a, b.transpose(1, 2)) for a, b in zip(ours, theirs))
+
+        def body(feature: str, direction: str, family: str | None) -> None:
+            key = (family, direction)
+            if key not in plain:
+                plain[key] = measure("plain", family, direction)[0]
+            ms, ran = measure(feature, family, direction)
+            tflop = attention_tflop(case, direction)
+            common = dict(
+                family=ran, forced=family is not None, dtype=dtype_name, shape=list(case[:4]),
+                **case._asdict(), feature=feature, direction=direction, unit="TFLOPS",
+                samattn=tflop / (ms / 1e3), samattn_ms=ms,
+            )  # fmt: skip
+            self._record(
+                op="attention_terms",
+                what=f"{feature} {direction} {what}",
+                **common,
+                baseline=tflop / (plain[key] / 1e3),
+                baseline_name="samattn without the feature",
+                baseline_ms=plain[key],
+            )
+            if feature not in MASK_FEATURES:
+                return
+            base_ms, reason = self._optional_baseline_ms(
+                ("attention_mask", direction, dtype_name, case, feature),
+                torch_make(feature, direction),
+            )
+            extra: dict[str, Any] = {"baseline_skipped": reason} if reason else {}
+            via = "flash_attn_func(causal=True, attn_mask=...)" if causal else "sdpa(attn_mask=...)"
+            self._record(
+                op="attention_mask",
+                what=f"{feature} {direction} {what}",
+                **common,
+                baseline=tflop / (base_ms / 1e3) if base_ms else None,
+                baseline_name=f"sdpa {MASK_BASELINE_BACKEND} (the same mask)",
+                baseline_ms=base_ms,
+                samattn_call=via,
+                mask_shape=list(mask_shape),
+                mask_dtype="bool" if feature == "bool_mask" else "float32",
+                baseline_mask_dtype="bool" if feature == "bool_mask" else dtype_name,
+                difference_to_baseline=difference(feature, direction, family) if base_ms else None,
+                **extra,
+            )
+
+        fields = {"dtype": dtype_name, **case._asdict()}
+        for feature in TERMS_FEATURES:
+            for direction in ("fwd", "bwd"):
+                self._run_case(
+                    f"attention_terms {feature} {direction} {what}",
+                    functools.partial(body, feature, direction),
+                    {"op": "attention_terms", "feature": feature, "direction": direction,
+                     **fields},
+                )  # fmt: skip
+
     # -- decode
     def copy_gbps(self) -> float:
         """Device-to-device copy bandwidth (bytes read + written / time) of a COPY_BYTES
@@ -1120,6 +1358,13 @@ DECODE_HEADER = (
     f"d{DECODE_HEAD_DIM}, full caches; GB/s of K and V read, ratio = sdpa time / samattn time"
 )
 
+TERMS_HEADER = (
+    "score terms and masks: attention_terms ratio = plain time / time with the feature "
+    f"(target {TERMS_TARGETS['attention_terms']:.2f}); attention_mask ratio = sdpa "
+    f"{MASK_BASELINE_BACKEND} time / samattn time with the same mask (target "
+    f"{TERMS_TARGETS['attention_mask']:.1f})"
+)
+
 TABLE_HEADER = (
     f"{'op':<17} {'family':<6} {'dtype':<5} {'shape':<22} "
     f"{'samattn':>9} {'torch':>9} {'ratio':>6}  unit   "
@@ -1220,11 +1465,32 @@ def decode_summary(records: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def terms_summary(records: list[dict[str, Any]]) -> list[str]:
+    """Per op (attention_terms, attention_mask), family, feature and direction: the range
+    of the ratios and how many cases meet issue 16's target, and which not."""
+    lines = []
+    rows: dict[tuple, list[dict[str, Any]]] = {}
+    for r in records:
+        if r["op"] in TERMS_TARGETS and r["ratio"] is not None:
+            key = (r["op"], r["family"], r["feature"], r["direction"])
+            rows.setdefault(key, []).append(r)
+    for (op, family, feature, direction), group in sorted(rows.items()):
+        target = TERMS_TARGETS[op]
+        ratios = [r["ratio"] for r in group]
+        below = [r for r in group if r["ratio"] < target]
+        lines.append(
+            f"  {op} {family} {feature} {direction}: {min(ratios):.2f} .. {max(ratios):.2f}, "
+            f"target {target:.2f} met by {len(group) - len(below)} of {len(group)}"
+            + "".join(f"\n    below: {_case_text(r)} {r['ratio']:.2f}" for r in below)
+        )
+    return lines
+
+
 def summarize(bench: Bench) -> str:
     """Geometric mean, min and max of the ratios per op x dtype x family."""
     groups: dict[tuple[str, str, str], list[float]] = {}
     for r in bench.records:
-        if r["ratio"] is not None:
+        if r["ratio"] is not None and r["op"] not in TERMS_TARGETS:  # terms_summary's
             groups.setdefault((r["op"], r["dtype"], r["family"]), []).append(r["ratio"])
     lines = ["", "summary: samattn / torch (above 1: samattn is faster)"]
     for (op, dtype, family), ratios in sorted(groups.items()):
@@ -1260,6 +1526,7 @@ def summarize(bench: Bench) -> str:
                 )
             )
     lines += decode_summary(bench.records)
+    lines += terms_summary(bench.records)
     for r in bench.records:
         if _mismatch(r):
             lines.append(f"  MISMATCH {r['op']} {r['dtype']} {_case_text(r)} {r['family']}")
@@ -1309,6 +1576,8 @@ def write_plot(records: list[dict[str, Any]], gpu: str, path: Path) -> None:
         "attention_forward": "tab:red",
         "attention_backward": "tab:purple",
         "decode": "tab:cyan",
+        "attention_terms": "tab:orange",
+        "attention_mask": "tab:brown",
     }
     fig, ax = plt.subplots(figsize=(9, 1.5 + 0.25 * len(records)))
     ax.barh(
@@ -1407,6 +1676,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "attention" in args.ops:
         for dtype_name, case in ATTENTION_CASES[size]:
             bench.attention(dtype_name, case)
+            torch.cuda.empty_cache()
+    if "terms" in args.ops:
+        print(f"\n{TERMS_HEADER}", flush=True)
+        for dtype_name, case in TERMS_CASES[size]:
+            bench.terms(dtype_name, case)
             torch.cuda.empty_cache()
     if "decode" in args.ops:
         print(f"\n{DECODE_HEADER}", flush=True)
