@@ -1150,27 +1150,22 @@ def scaled_dot_product_attention(
         return torch.nn.functional.scaled_dot_product_attention(
             query, key, value, attn_mask, dropout_p, is_causal, scale=scale, **extra
         )
-    batch, heads, seqlen_q, headdim = query.shape
-    heads_k, seqlen_k = key.shape[1], key.shape[2]
+    seqlen_q, seqlen_k = query.shape[2], key.shape[2]
     causal, window = bool(is_causal), (-1, -1)
     if is_causal and seqlen_q != seqlen_k:
         # Top-left causal (j <= i) is bottom-right causal shifted by seqlen_q - seqlen_k:
         # a window reaching that far right of the bottom-right diagonal.
         causal, window = False, (-1, seqlen_q - seqlen_k)
     if scale is None:
-        scale = 1.0 / math.sqrt(headdim)
-    mask = {}
-    if attn_mask is not None:
-        sizes = _checks.AttentionShape(batch, heads, heads_k, seqlen_q, seqlen_k, headdim, False)
+        scale = 1.0 / math.sqrt(query.shape[-1])
+    q, k, v = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)
+    if attn_mask is None:
+        out = flash_attn_func(q, k, v, softmax_scale=scale, causal=causal, window_size=window)
+    else:  # checked here, so that errors name this function (is_causal is False here)
+        batch, heads, _, headdim = query.shape
+        sizes = _checks.AttentionShape(
+            batch, heads, key.shape[1], seqlen_q, seqlen_k, headdim, varlen=False
+        )
         _checks.attention_mask(op, attn_mask, sizes, query)
-        mask["attn_mask"] = attn_mask
-    out = flash_attn_func(
-        query.transpose(1, 2),
-        key.transpose(1, 2),
-        value.transpose(1, 2),
-        softmax_scale=scale,
-        causal=causal,
-        window_size=window,
-        **mask,
-    )
+        out = flash_attn_func(q, k, v, softmax_scale=scale, attn_mask=attn_mask)
     return out.transpose(1, 2)
