@@ -766,10 +766,10 @@ def flash_attn_masked_backward(
     flash_attn_backward's four, and with mask_grad (a float mask only) the gradient of
     attn_mask, in its shape and dtype, else None."""
     dmask = None
-    if mask_grad:
+    if mask_grad:  # checked in the fake's order, before dmask is allocated
         sizes = _checks.attention_sizes(q, k, v, None, None, 0, 0, op)
-        name = op or "samattn.flash_attn_backward"
-        _checks.attention_mask(name, attn_mask, sizes, q, grad=True)
+        _checks.flash_attn_backward(dout, out, softmax_lse, q, sizes)
+        _checks.attention_mask(op or "samattn.flash_attn_backward", attn_mask, sizes, q, grad=True)
         shape = (sizes.batch, sizes.nheads, sizes.seqlen_q, sizes.seqlen_k)
         # The library writes the gradient of the pairs it visits; the others (outside the
         # causal mask or the window, rows without keys) keep this zero.
