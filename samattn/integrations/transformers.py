@@ -36,12 +36,15 @@ their (batch, seq, heads, head_dim) transposes in place, no copies):
   as generation wants) ``flash_attn_varlen_func`` with one query per sequence. With a static
   cache (``cache_implementation="static"``) the mask covers the tokens seen so far and the
   cache's later, unused slots are taken as padding (varlen).
-- A 4-D mask (made by the caller, or by code that builds its own: padded batches, custom
-  or prefix masks), bool (True: attend) or additive, (batch or 1, heads or 1, q_len,
-  kv_len): ``samattn.flash_attn_func(attn_mask=...)``, the kernels reading the mask (no
-  device-to-host copy). As in transformers' SDPA attention the mask alone decides what a
-  query sees (the layer's causality and sliding window are not added to it); the kernels
-  compute every (query, key) tile, so a causal 4-D mask costs the work of a full square.
+- A 4-D mask (made by the caller, or by code that builds its own): when it is only key
+  padding plus the causal mask (and the layer's sliding window), the same for every head,
+  bool or additive, it is turned into the keep-mask above and runs as such (up to three
+  device-to-host copies per forward, shared by the layers). Any other 4-D mask (custom or
+  prefix masks), bool (True: attend) or additive, (batch or 1, heads or 1, q_len,
+  kv_len): ``samattn.flash_attn_func(attn_mask=...)``, the kernels reading the mask. As in
+  transformers' SDPA attention that mask alone decides what a query sees (the layer's
+  causality and sliding window are not added to it); the kernels compute every (query,
+  key) tile, so a causal mask given this way costs the work of a full square.
 - A position bias (``position_bias``: T5's relative attention bias, and the other models
   that pass one to the attention function): added to the scores as an additive mask, the
   padding or 4-D mask folded in as transformers' SDPA attention folds it, with the
@@ -251,6 +254,45 @@ def _packed_cu_seqlens(position_ids: Tensor) -> tuple[Tensor, int] | None:
 _packing = _PerTensorCache(_packed_cu_seqlens)
 
 
+def _keep_from_4d_mask(
+    mask: Tensor, batch: int, q_len: int, kv_len: int, causal: bool, left: int
+) -> tuple[bool, Tensor | None]:
+    """Whether a 4-D mask (batch or 1, 1, q_len, kv_len), bool (True: attend) or additive (0
+    or very negative), is only key padding plus, when causal, the bottom-right causal mask
+    (and the sliding window of `left` keys, when >= 0), the same for every head: what the
+    varlen route runs without reading a mask. Returns (True, the (batch, kv_len) keep-mask,
+    or None when nothing is padded) if so, else (False, None). Up to three device-to-host
+    copies, once per forward (shared by the layers)."""
+    if mask.dim() != 4 or mask.shape[1] != 1 or tuple(mask.shape[-2:]) != (q_len, kv_len):
+        return False, None
+    if mask.shape[0] not in (1, batch):
+        return False, None
+    mask = mask[:, 0].expand(batch, q_len, kv_len)
+    if mask.dtype == torch.bool:
+        allowed = mask
+    else:
+        allowed = mask == 0
+        blocked = mask <= torch.finfo(mask.dtype).min / 2
+        if not bool((allowed | blocked).all()):  # an additive bias, not a mask
+            return False, None
+    # The keys some query sees. A key that no query sees (older than every query's window)
+    # is dropped with the padding: a prefix, so the bottom-right alignment is kept.
+    keep = allowed.any(dim=1)
+    rows = torch.arange(q_len, device=mask.device)[:, None] + (kv_len - q_len)
+    columns = torch.arange(kv_len, device=mask.device)[None, :]
+    visible = torch.ones(q_len, kv_len, dtype=torch.bool, device=mask.device)
+    if causal:
+        visible &= columns <= rows
+    if left >= 0:
+        visible &= columns >= rows - left
+    if not torch.equal(allowed, keep[:, None, :] & visible):
+        return False, None
+    return True, None if bool(keep.all()) else keep
+
+
+_mask_4d = _PerTensorCache(_keep_from_4d_mask)
+
+
 def _unpad(x: Tensor, keep: Tensor) -> tuple[Tensor, Tensor]:
     """x (batch, seq, heads, d) and keep (batch, seq) bool -> the kept rows packed as
     (total, heads, d), and their flat indices."""
@@ -344,6 +386,13 @@ def attention_forward(
     phase = "decode" if q_len < seen else "prefill"
 
     position_bias = kwargs.get("position_bias")
+    if position_bias is None and attention_mask is not None and attention_mask.dim() == 4:
+        # A 4-D mask that is only padding plus the causal mask and window takes the
+        # varlen / fixed routes below, which skip masked tiles and read no mask.
+        left = options.get("window_size", (-1, -1))[0]
+        expressible, keep = _mask_4d(attention_mask, batch, q_len, kv_len, causal, left)
+        if expressible:
+            attention_mask = keep
     if position_bias is not None or (attention_mask is not None and attention_mask.dim() == 4):
         _count(phase, "mask")
         if attention_mask is not None and attention_mask.dim() == 4:

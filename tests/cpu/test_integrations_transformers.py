@@ -293,22 +293,26 @@ def causal_padding_mask(mask_2d: torch.Tensor, q_len: int, additive: bool = Fals
 
 
 @pytest.mark.parametrize("additive", [False, True], ids=["bool", "additive"])
-def test_a_causal_padding_4d_mask_runs_samattn(calls, additive):
-    """A padded batch given as a 4-D mask: the kernels read the mask as it is (no
-    device-to-host copy), without the layer's causality (the mask holds it)."""
+def test_a_causal_padding_4d_mask_runs_samattn(calls, monkeypatch, additive):
+    """A padded batch given as a 4-D mask that is only padding and causality: the varlen
+    route, which reads no mask (the mask inspected once per forward, not per layer)."""
     ours, theirs = model_pair()
     ids, mask = left_padded([9, 16, 12], 16)
     mask_4d = causal_padding_mask(mask, 16, additive)
+    inspected = []
+    compute = integration._mask_4d._compute
+    monkeypatch.setattr(
+        integration._mask_4d, "_compute", lambda *a: inspected.append(1) or compute(*a)
+    )
     with torch.no_grad():
         expected = theirs(ids, attention_mask=mask).logits
         with integration.count_calls() as counts:
             got = ours(ids, attention_mask=mask_4d).logits
     keep = mask.bool()
     torch.testing.assert_close(got[keep], expected[keep], rtol=1e-4, atol=1e-5)
-    assert counts == {"prefill:mask": 2}
-    kind, q_shape, k_shape, options = calls[0]
-    assert (kind, q_shape, k_shape) == ("fixed", (3, 16, 4, 32), (3, 16, 2, 32))
-    assert options["attn_mask"] is mask_4d and options["causal"] is False
+    assert counts == {"prefill:varlen": 2}
+    assert len(inspected) == 1
+    assert calls[0][:3] == ("varlen", [0, 9, 25, 37], [0, 9, 25, 37])
 
 
 def test_a_decode_step_with_a_4d_mask_runs_samattn(calls):
@@ -329,8 +333,8 @@ def test_a_decode_step_with_a_4d_mask_runs_samattn(calls):
                     step, attention_mask=mask_4d, past_key_values=cache, position_ids=positions
                 ).logits
     torch.testing.assert_close(logits["ours"], logits["theirs"], rtol=1e-4, atol=1e-5)
-    assert counts["ours"] == {"decode:mask": 2}
-    assert calls[-1][:3] == ("fixed", (2, 1, 4, 32), (2, 11, 2, 32))
+    assert counts["ours"] == {"decode:varlen": 2}
+    assert calls[-1][:3] == ("varlen", [0, 1, 2], [0, 7, 18])
 
 
 def test_a_sliding_window_4d_mask_runs_samattn(calls):
@@ -342,9 +346,7 @@ def test_a_sliding_window_4d_mask_runs_samattn(calls):
         with integration.count_calls() as counts:
             got = ours(ids, attention_mask=mask_4d).logits
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
-    assert counts == {"prefill:mask": 2}
-    # The window is the mask's: not added again.
-    assert all("window_size" not in call[3] for call in calls)
+    assert counts == {"prefill:fixed": 2}  # nothing padded: the layer's window
 
 
 def random_4d_mask(batch, length, seed=0):
