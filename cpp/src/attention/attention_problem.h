@@ -120,7 +120,7 @@ inline TermsKernel backward_terms_kernel(const ScoreTerms& t) {
 
 // Whether the forward needs a kernel with terms.
 inline bool any_terms(const ScoreTerms& t) {
-  return t.alibi_slopes != nullptr || t.sinks != nullptr || t.mask.kind != MaskKind::none;
+  return forward_terms_kernel(t) != TermsKernel::none;
 }
 // Whether the backward's main kernel does.
 inline bool backward_terms(const ScoreTerms& t) {
