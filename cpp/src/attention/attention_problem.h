@@ -119,9 +119,7 @@ inline TermsKernel backward_terms_kernel(const ScoreTerms& t) {
 }
 
 // Whether the forward needs a kernel with terms.
-inline bool any_terms(const ScoreTerms& t) {
-  return forward_terms_kernel(t) != TermsKernel::none;
-}
+inline bool any_terms(const ScoreTerms& t) { return forward_terms_kernel(t) != TermsKernel::none; }
 // Whether the backward's main kernel does.
 inline bool backward_terms(const ScoreTerms& t) {
   return backward_terms_kernel(t) != TermsKernel::none;
