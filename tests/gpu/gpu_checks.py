@@ -195,6 +195,23 @@ def assert_close_to_reference(
     )
 
 
+def stored_output_delta(out: torch.Tensor, dout: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """(b, h, sq) float64: how much a FlashAttention backward's D_i = dout_i . out_i moves
+    when out (b, sq, h, d), float64, is the output stored in `dtype`, as the kernels read it."""
+    stored = out.to(dtype).double()
+    return ((stored - out) * dout.double()).sum(-1).transpose(1, 2)
+
+
+def stored_output_term(scores: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+    """A scalar whose gradient, subtracted from the loss's, turns the exact softmax backward
+    into the one a FlashAttention kernel computes from the stored output: dS_ij gains
+    -delta_i * P_ij (d lse_i / d S_ij = P_ij). scores (b, h, sq, n) with -inf where blocked
+    (and the sink column, if any); delta from stored_output_delta."""
+    live = torch.isfinite(scores).any(-1, keepdim=True)  # rows with no key: kept finite
+    lse = torch.logsumexp(torch.where(live, scores, torch.zeros_like(scores)), dim=-1)
+    return (delta * lse).sum()
+
+
 # Element-wise softmax bound |out - ref| <= atol + rtol * |ref|: fp32 as the
 # spec asks; fp16 and bf16 one unit in the last place (an fp32 computation
 # rounded once is within half of one), atol at fp16's subnormal spacing.

@@ -21,6 +21,7 @@ with zeros by the Python layer (test_odd_head_dims_run_padded).
 
 from __future__ import annotations
 
+import copy
 import ctypes
 import math
 import warnings
@@ -36,6 +37,8 @@ from gpu_checks import (
     poison_allocator,
     randn,
     runnable_families,
+    stored_output_delta,
+    stored_output_term,
 )
 from test_gpu_attention import (
     Guarded,
@@ -108,7 +111,7 @@ def blocked_pairs(attn_mask, window, b, h, sq, sk):
 
 
 def reference(q, k, v, *, scale, dtype, attn_mask=None, window=None, softcap=0.0, alibi=None,
-              sinks=None):  # fmt: skip
+              sinks=None, delta=None):  # fmt: skip
     """(out (b, sq, h, d), lse (b, h, sq)) of attention computed in `dtype` (float64: the
     reference; the input dtype: torch's own, the baseline). Differentiable in q, k, v, a
     float attn_mask and sinks (-inf entries of the mask get gradient 0, as in samattn)."""
@@ -138,6 +141,8 @@ def reference(q, k, v, *, scale, dtype, attn_mask=None, window=None, softcap=0.0
     if sinks is not None:
         probs = probs[..., :-1]
     out = (probs @ vt).transpose(1, 2)
+    if delta is not None:  # for reference_grads: the backward from the stored output
+        return out, stored_output_term(scores, delta)
     return out, lse.masked_fill(torch.isneginf(lse), math.inf)
 
 
@@ -160,21 +165,35 @@ def check_forward(out, lse, q, k, v, *, what, sinks=None, **terms):
         want = torch.full_like(got, math.inf)
     else:
         want = sinks[None, :, None].expand(b, h, sq)[empty]
-    assert torch.equal(got, want), f"{what}: lse of the rows left with no key"
+    # The kernels carry the sink in base 2 (sink * log2 e), so lse is the sink to fp32's
+    # rounding of that round trip, not bit for bit.
+    torch.testing.assert_close(
+        got, want, rtol=1e-6, atol=0, msg=f"{what}: lse of the rows left with no key"
+    )
 
 
 def reference_grads(q, k, v, dout, *, dtype, attn_mask=None, sinks=None, mask_grad=False,
-                    **terms):  # fmt: skip
+                    stored_dtype=None, **terms):  # fmt: skip
     """(dq, dk, dv, dsinks, dmask) of sum(reference(...) * dout) by torch autograd in
-    `dtype` (dsinks None without sinks, dmask None without mask_grad)."""
+    `dtype` (dsinks None without sinks, dmask None without mask_grad). stored_dtype: the
+    gradients of a FlashAttention backward that reads the output stored in that dtype
+    (test_gpu_attention_terms.reference_grads), exact otherwise."""
     leaves = [t.detach().to(dtype).requires_grad_(True) for t in (q, k, v)]
     sink_leaf = None if sinks is None else sinks.detach().to(dtype).requires_grad_(True)
     mask = attn_mask
     if mask_grad:
         mask = attn_mask.detach().to(dtype).requires_grad_(True)
-    out, _ = reference(*leaves, dtype=dtype, attn_mask=mask, sinks=sink_leaf, **terms)
     inputs = leaves + [t for t in (sink_leaf, mask if mask_grad else None) if t is not None]
-    grads = list(torch.autograd.grad(out, inputs, dout.to(dtype)))
+    call = dict(dtype=dtype, attn_mask=mask, sinks=sink_leaf, **terms)
+    if stored_dtype is None:
+        out, _ = reference(*leaves, **call)
+        grads = list(torch.autograd.grad(out, inputs, dout.to(dtype)))
+    else:
+        with torch.no_grad():
+            exact, _ = reference(*leaves, **call)
+        delta = stored_output_delta(exact, dout, stored_dtype).to(dtype)
+        out, term = reference(*leaves, delta=delta, **call)
+        grads = list(torch.autograd.grad((out * dout.to(dtype)).sum() - term, inputs))
     dsinks = grads.pop(3) if sink_leaf is not None else None
     dmask = grads.pop(3) if mask_grad else None
     return (*grads, dsinks, dmask)
@@ -185,7 +204,7 @@ def check_backward(grads, q, k, v, dout, *, what, **terms):
     own autograd in the input dtype the baseline (dsinks or dmask None: not asked for); the
     floor one rounding of the gradient, relative to the largest gradient of q, k, v (dq and
     the mask's gradient are computed from terms that size)."""
-    ref = reference_grads(q, k, v, dout, dtype=torch.float64, **terms)
+    ref = reference_grads(q, k, v, dout, dtype=torch.float64, stored_dtype=q.dtype, **terms)
     base = reference_grads(q, k, v, dout, dtype=q.dtype, **terms)
     floor = UNIT_ROUNDOFF[q.dtype]
     magnitude = max(r.abs().max().item() if r.numel() else 0.0 for r in ref[:3])
@@ -522,10 +541,11 @@ def test_sdpa(attn_family, dtype, case):
     q, k, v, do = (t.transpose(1, 2) for t in (query, key, value, dout))
     terms = dict(scale=d**-0.5, attn_mask=attn_mask)
     check_forward(out.detach().transpose(1, 2), None, q, k, v, what=f"sdpa {case}", **terms)
-    # torch's own, for the record of what samattn stands in for (mask semantics).
+    # torch's own, for the record of what samattn stands in for (mask semantics); in fp32,
+    # where torch takes an fp32 additive mask (with fp16 inputs its SDPA returned NaN).
     expected = torch.nn.functional.scaled_dot_product_attention(
-        query, key, value, attn_mask=attn_mask, enable_gqa=gqa
-    )
+        query.float(), key.float(), value.float(), attn_mask=attn_mask, enable_gqa=gqa
+    ).to(dtype)
     torch.testing.assert_close(out.detach(), expected, rtol=2e-2, atol=2e-2)
     dq, dk, dv = (g.transpose(1, 2) for g in grads[:3])
     check_backward((dq, dk, dv, None, grads[3] if kind == "additive" else None), q, k, v, do,
@@ -710,8 +730,13 @@ def test_transformers_custom_4d_mask_and_t5_bias():
         num_hidden_layers=2, hidden_size=128, num_attention_heads=4, num_key_value_heads=2,
         vocab_size=256, intermediate_size=256, max_position_embeddings=256,
     )  # fmt: skip
-    ours = transformers.LlamaForCausalLM._from_config(config, attn_implementation="samattn")
-    theirs = transformers.LlamaForCausalLM._from_config(config, attn_implementation="sdpa")
+    # One config each: _from_config sets the implementation on the config it is given.
+    ours = transformers.LlamaForCausalLM._from_config(
+        copy.deepcopy(config), attn_implementation="samattn"
+    )
+    theirs = transformers.LlamaForCausalLM._from_config(
+        copy.deepcopy(config), attn_implementation="sdpa"
+    )
     theirs.load_state_dict(ours.state_dict())
     ours, theirs = (m.to(device=DEVICE, dtype=BF16).eval() for m in (ours, theirs))
     ids = torch.randint(0, 256, (2, 48), device=DEVICE)
