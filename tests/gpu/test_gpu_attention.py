@@ -902,6 +902,28 @@ def _set_seq_head(args, name, t):
         setattr(args, f"{name}_{field}_stride", value)
 
 
+def run_c_backward(args, tensors: dict[str, torch.Tensor], lse: torch.Tensor) -> int:
+    """Point args at tensors (name -> a (batch, seq, head, d) view: q, k, v, o, dout, dq, dk,
+    dv) and lse, run samattn_attention_backward on a workspace of garbage (the library
+    zeroes what it needs) and wait for it. Returns the family code it ran."""
+    for name, t in tensors.items():
+        _set_seq_head(args, name, t)
+    args.lse = lse.data_ptr()
+    args.lse_batch_stride, args.lse_head_stride, args.lse_seq_stride = lse.stride()
+    lib = _lib.lib()
+    size = ctypes.c_int64(-1)
+    assert (
+        lib.samattn_attention_backward_workspace_size(ctypes.byref(args), ctypes.byref(size)) == 0
+    )
+    workspace = torch.full((max(size.value, 1),), 0xFF, dtype=torch.uint8, device=DEVICE)
+    args.workspace, args.workspace_bytes = workspace.data_ptr(), size.value
+    used = ctypes.c_int32(-1)
+    status = lib.samattn_attention_backward(ctypes.byref(args), ctypes.byref(used))
+    assert status == _lib.OK, _lib.last_error()
+    torch.cuda.synchronize()
+    return used.value
+
+
 @pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
 @pytest.mark.parametrize("d", [37, 40, 64, 128])
 @pytest.mark.parametrize("hk", [4, 2], ids=["MHA", "GQA"])
@@ -928,24 +950,8 @@ def test_c_abi_backward_writes_every_gradient_and_nothing_else(attn_family, dtyp
         softmax_scale=d**-0.5, window_left=-1, window_right=-1,
         stream=torch.cuda.current_stream().cuda_stream,
     )  # fmt: skip
-    for name, t in (("q", q), ("k", k), ("v", v), ("o", out), ("dout", dout), ("dq", dq.view),
-                    ("dk", dk.view), ("dv", dv.view)):  # fmt: skip
-        _set_seq_head(args, name, t)
-    args.lse = lse.data_ptr()
-    args.lse_batch_stride, args.lse_head_stride, args.lse_seq_stride = lse.stride()
-    size = ctypes.c_int64(-1)
-    lib = _lib.lib()
-    assert (
-        lib.samattn_attention_backward_workspace_size(ctypes.byref(args), ctypes.byref(size)) == 0
-    )
-    # Garbage in the workspace: the library zeroes what it needs.
-    workspace = torch.full((size.value,), 0xFF, dtype=torch.uint8, device=DEVICE)
-    args.workspace, args.workspace_bytes = workspace.data_ptr(), size.value
-    used = ctypes.c_int32(-1)
-    status = lib.samattn_attention_backward(ctypes.byref(args), ctypes.byref(used))
-    assert status == _lib.OK, _lib.last_error()
-    assert _lib.FAMILY_NAMES[used.value] == attn_family
-    torch.cuda.synchronize()
+    tensors = dict(q=q, k=k, v=v, o=out, dout=dout, dq=dq.view, dk=dk.view, dv=dv.view)
+    assert _lib.FAMILY_NAMES[run_c_backward(args, tensors, lse)] == attn_family
     for name, g in (("dq", dq), ("dk", dk), ("dv", dv)):
         g.assert_no_stray_writes(name)
     mask = allowed_keys(sq, sk, causal, (-1, -1))

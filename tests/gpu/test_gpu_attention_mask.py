@@ -22,7 +22,6 @@ with zeros by the Python layer (test_odd_head_dims_run_padded).
 from __future__ import annotations
 
 import copy
-import ctypes
 import math
 import warnings
 
@@ -43,11 +42,11 @@ from gpu_checks import (
 from test_gpu_attention import (
     Guarded,
     _has_triton,
-    _set_seq_head,
     allowed_keys,
     last_dtype,
     make_qkv,
     need_dtype,
+    run_c_backward,
 )
 from test_gpu_attention_terms import SM75_BACKWARD_MAX_D, alibi_slopes, make_sinks, need_backward
 
@@ -682,21 +681,8 @@ def test_c_abi_dmask_writes_nothing_outside(attn_family):
         attn_mask=mask.data_ptr(), mask_dtype=_lib.F32, mask_batch_stride=sq * sk,
         mask_head_stride=0, mask_q_stride=sk, mask_k_stride=1, dmask=dmask.view.data_ptr(),
     )  # fmt: skip
-    for name, t in (("q", q), ("k", k), ("v", v), ("o", out), ("dout", dout), ("dq", grads[0]),
-                    ("dk", grads[1]), ("dv", grads[2])):  # fmt: skip
-        _set_seq_head(args, name, t)
-    args.lse = lse.data_ptr()
-    args.lse_batch_stride, args.lse_head_stride, args.lse_seq_stride = lse.stride()
-    lib = _lib.lib()
-    size = ctypes.c_int64(-1)
-    assert (
-        lib.samattn_attention_backward_workspace_size(ctypes.byref(args), ctypes.byref(size)) == 0
-    )
-    workspace = torch.full((max(size.value, 1),), 0xFF, dtype=torch.uint8, device=DEVICE)
-    args.workspace, args.workspace_bytes = workspace.data_ptr(), size.value
-    status = lib.samattn_attention_backward(ctypes.byref(args), None)
-    assert status == _lib.OK, _lib.last_error()
-    torch.cuda.synchronize()
+    dq, dk, dv = grads
+    run_c_backward(args, dict(q=q, k=k, v=v, o=out, dout=dout, dq=dq, dk=dk, dv=dv), lse)
     dmask.assert_no_stray_writes("dmask")
     assert torch.isfinite(dmask.view).all(), "dmask holds non-finite values"
     # Per pair, before any sum: the reference's gradient of a (b, h, sq, sk) mask.

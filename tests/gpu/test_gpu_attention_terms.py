@@ -24,7 +24,6 @@ other head dims are either refused with samattn.UnsupportedError or right
 
 from __future__ import annotations
 
-import ctypes
 import itertools
 import math
 
@@ -47,11 +46,11 @@ from test_gpu_attention import (
     FEATURES,
     Guarded,
     _has_triton,
-    _set_seq_head,
     allowed_keys,
     last_dtype,
     make_qkv,
     need_dtype,
+    run_c_backward,
 )
 from test_gpu_kvcache import Case, check_caches, make_problem
 
@@ -865,21 +864,8 @@ def test_c_abi_writes_every_dsink_and_nothing_else(attn_family, deterministic):
         alibi_slopes=alibi.data_ptr(), alibi_batch_stride=alibi.stride(0),
         sinks=sinks.data_ptr(), dsinks=dsinks.view.data_ptr(),
     )  # fmt: skip
-    for name, t in (("q", q), ("k", k), ("v", v), ("o", out), ("dout", dout), ("dq", grads[0]),
-                    ("dk", grads[1]), ("dv", grads[2])):  # fmt: skip
-        _set_seq_head(args, name, t)
-    args.lse = lse.data_ptr()
-    args.lse_batch_stride, args.lse_head_stride, args.lse_seq_stride = lse.stride()
-    lib = _lib.lib()
-    size = ctypes.c_int64(-1)
-    assert (
-        lib.samattn_attention_backward_workspace_size(ctypes.byref(args), ctypes.byref(size)) == 0
-    )
-    workspace = torch.full((max(size.value, 1),), 0xFF, dtype=torch.uint8, device=DEVICE)
-    args.workspace, args.workspace_bytes = workspace.data_ptr(), size.value
-    status = lib.samattn_attention_backward(ctypes.byref(args), None)
-    assert status == _lib.OK, _lib.last_error()
-    torch.cuda.synchronize()
+    dq, dk, dv = grads
+    run_c_backward(args, dict(q=q, k=k, v=v, o=out, dout=dout, dq=dq, dk=dk, dv=dv), lse)
     dsinks.assert_no_stray_writes("dsinks")
     assert torch.isfinite(dsinks.view).all(), "dsinks not written"
     assert_dsinks_formula(dsinks.view, dout, out, lse, sinks, "c abi")
