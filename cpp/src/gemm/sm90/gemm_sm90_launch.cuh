@@ -13,7 +13,7 @@
 #pragma once
 
 // First: it redirects CUTLASS's driver calls (see there).
-#include "gemm/sm90/cutlass_driver.h"
+#include "common/cutlass_driver.h"
 
 #include <cuda_runtime_api.h>
 

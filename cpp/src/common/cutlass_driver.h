@@ -1,16 +1,19 @@
-// CUTLASS builds its TMA descriptors with driver functions
-// (cuTensorMapEncodeTiled) that it looks up by name, through the runtime's
-// cudaGetDriverEntryPoint, on every call: several microseconds per GEMM. This
-// header points CUTLASS's call macro at entry points looked up once. The
+// CUTLASS and CuTe build TMA descriptors with driver functions
+// (cuTensorMapEncodeTiled) that they look up by name, through the runtime's
+// cudaGetDriverEntryPoint, on every call: several microseconds per launch.
+// This header points CUTLASS's call macro (CUTLASS_CUDA_DRIVER_WRAPPER_CALL,
+// which CuTe's make_tma_copy uses too) at entry points looked up once. The
 // library still reaches the driver only through the runtime's entry-point
 // query: it links no libcuda, so the wheel needs nothing but the driver.
 //
-// Include it before any CUTLASS header: the macro is expanded where CUTLASS's
-// headers are parsed.
+// Shared by the families that use TMA: the sm90 GEMM
+// (gemm/sm90/gemm_sm90_launch.cuh) and the sm90 attention forward
+// (attention/sm90/flash_fwd_sm90_launch.cuh). Include it before any CUTLASS
+// or CuTe header: the macro is expanded where CUTLASS's headers are parsed.
 #pragma once
 
 #ifdef CUTLASS_CUDA_DRIVER_WRAPPER_CALL
-#error "gemm/sm90/cutlass_driver.h must be included before any CUTLASS header"
+#error "common/cutlass_driver.h must be included before any CUTLASS or CuTe header"
 #endif
 
 #include <cuda.h>
@@ -19,7 +22,7 @@
 
 #include <atomic>
 
-namespace samattn::gemm::sm90 {
+namespace samattn::cutlass_driver {
 
 // The driver's `name` at the ABI of CUDA 12.0, or nullptr. A failed lookup
 // is not cached: it is tried again on the next call.
@@ -42,8 +45,8 @@ Function driver_entry_point(const char* name, std::atomic<Function>& cache) {
 }
 
 // What CUTLASS_CUDA_DRIVER_WRAPPER_CALL(func) names below: one per driver
-// function that the GEMM's CUTLASS headers call (a header calling another
-// one fails to compile here, naming it).
+// function that the CUTLASS and CuTe headers of the sm90 GEMM and attention
+// call (a header calling another one fails to compile, naming it).
 template <class... Args>
 CUresult cached_cuTensorMapEncodeTiled(Args... args) {
   static std::atomic<PFN_cuTensorMapEncodeTiled_v12000> cache{nullptr};
@@ -51,9 +54,9 @@ CUresult cached_cuTensorMapEncodeTiled(Args... args) {
   return function != nullptr ? function(args...) : CUDA_ERROR_NOT_FOUND;
 }
 
-}  // namespace samattn::gemm::sm90
+}  // namespace samattn::cutlass_driver
 
 #include <cutlass/cuda_host_adapter.hpp>
 
 #undef CUTLASS_CUDA_DRIVER_WRAPPER_CALL
-#define CUTLASS_CUDA_DRIVER_WRAPPER_CALL(func) ::samattn::gemm::sm90::cached_##func
+#define CUTLASS_CUDA_DRIVER_WRAPPER_CALL(func) ::samattn::cutlass_driver::cached_##func
