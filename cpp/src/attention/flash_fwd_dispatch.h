@@ -15,14 +15,6 @@
 
 namespace samattn::attention {
 
-template <DType T, size_t N>
-constexpr bool dtype_listed(const DType (&dtypes)[N]) {
-  for (size_t i = 0; i < N; ++i) {
-    if (dtypes[i] == T) return true;
-  }
-  return false;
-}
-
 // The smallest of `smem` over the rows of a tile table that `takes` (0: none).
 template <const auto& kTiles, class Takes, class Smem, size_t... I>
 int smallest_smem(Takes&& takes, Smem&& smem, std::index_sequence<I...>) {

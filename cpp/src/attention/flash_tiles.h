@@ -19,6 +19,8 @@
 
 #include <cstddef>
 
+#include "common/types.h"
+
 namespace samattn::attention {
 
 // When the dispatch may pick a row, besides its head dim and its shared
@@ -49,6 +51,15 @@ struct FlashBwdTile {
   int q_stages;
 };
 
+// One forward kernel of the sm90 family (FlashFwdSm90Config's parameters,
+// sm90/flash_fwd_sm90_config.h): block_m query rows (64 per consumer
+// warpgroup) x block_n keys, K and V in `stages` shared-memory buffers each.
+struct FlashFwdSm90Tile {
+  int head_dim;
+  int block_m, block_n;
+  int stages;
+};
+
 // Whether a backward row also runs calls with score terms (ALiBi, a mask):
 // its kTerms kernel needs registers for them next to S and dP. With 64 of
 // each per thread (a 128 x 128 tile over 8 warps) the d = 64 kernel spilled
@@ -70,6 +81,15 @@ constexpr bool bwd_terms_covered(const FlashBwdTile (&rows)[N]) {
   return true;
 }
 
+// Whether a family's dtype list (k<Family>AttentionDTypes) has T.
+template <DType T, size_t N>
+constexpr bool dtype_listed(const DType (&dtypes)[N]) {
+  for (size_t i = 0; i < N; ++i) {
+    if (dtypes[i] == T) return true;
+  }
+  return false;
+}
+
 constexpr bool tile_head_dim_known(int head_dim) {
   return head_dim == 32 || head_dim == 64 || head_dim == 96 || head_dim == 128 || head_dim == 192 ||
          head_dim == 256;
@@ -79,6 +99,10 @@ constexpr bool same_tile(const FlashFwdTile& a, const FlashFwdTile& b) {
   return a.head_dim == b.head_dim && a.block_m == b.block_m && a.block_n == b.block_n &&
          a.warps == b.warps && a.q_in_regs == b.q_in_regs && a.kv_stages == b.kv_stages &&
          (a.use == TileUse::kvcache) == (b.use == TileUse::kvcache);
+}
+constexpr bool same_tile(const FlashFwdSm90Tile& a, const FlashFwdSm90Tile& b) {
+  return a.head_dim == b.head_dim && a.block_m == b.block_m && a.block_n == b.block_n &&
+         a.stages == b.stages;
 }
 constexpr bool same_tile(const FlashBwdTile& a, const FlashBwdTile& b) {
   return a.head_dim == b.head_dim && a.block_m == b.block_m && a.block_n == b.block_n &&

@@ -45,6 +45,16 @@ struct OnlineSoftmax {
   // kFirstTile: out and the sums are still zero, nothing to rescale.
   template <bool kFirstTile, class Scores, class Out>
   __device__ void update(Scores& scores, Out& out, float scale_log2) {
+    float correction[kRows];
+    update_deferred<kFirstTile>(scores, scale_log2, correction);
+    if constexpr (!kFirstTile) rescale(out, correction);
+  }
+
+  // As update, but leaves the output to the caller, who multiplies its row r
+  // by correction[r] (rescale) once no MMA accumulates into it any more; so
+  // the softmax of one key tile can overlap the P V product of the last.
+  template <bool kFirstTile, class Scores>
+  __device__ void update_deferred(Scores& scores, float scale_log2, float (&correction)[kRows]) {
     using namespace cute;
     static_assert(decltype(size<0>(scores))::value == kRows);
     CUTE_UNROLL
@@ -57,10 +67,10 @@ struct OnlineSoftmax {
       // probabilities are exp2(-inf) = 0, not NaN.
       const float max_scaled = tile_max == -INFINITY ? 0.0f : tile_max * scale_log2;
       if constexpr (!kFirstTile) {
-        const float correction = fast_exp2(row_max[r] * scale_log2 - max_scaled);
-        row_sum[r] *= correction;
-        CUTE_UNROLL
-        for (int c = 0; c < size<1>(out); ++c) out(r, c) *= correction;
+        correction[r] = fast_exp2(row_max[r] * scale_log2 - max_scaled);
+        row_sum[r] *= correction[r];
+      } else {
+        correction[r] = 1.0f;
       }
       row_max[r] = tile_max;
       float sum = 0.0f;
@@ -71,6 +81,17 @@ struct OnlineSoftmax {
         sum += p;
       }
       row_sum[r] += sum;
+    }
+  }
+
+  // out (rows, head dim) *= correction per row.
+  template <class Out>
+  __device__ static void rescale(Out& out, const float (&correction)[kRows]) {
+    using namespace cute;
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(out); ++c) out(r, c) *= correction[r];
     }
   }
 

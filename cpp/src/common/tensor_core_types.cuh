@@ -1,5 +1,6 @@
 // CuTe element types and mma.sync atoms per kernel family and dtype, shared
-// by the kernels that run on mma.sync (the tensor-core GEMM and attention).
+// by the kernels that run on mma.sync (the tensor-core GEMM and attention);
+// the sm90 attention (wgmma) takes its element types from here too.
 #pragma once
 
 #include <cute/tensor.hpp>

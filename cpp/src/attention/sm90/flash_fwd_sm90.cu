@@ -1,0 +1,152 @@
+// Attention, sm90 family (Hopper, sm_90a): the forward on wgmma and TMA
+// (flash_fwd_sm90_kernel.cuh), fp16 and bf16. Its plan takes fixed-length
+// prefill calls whose tensors TMA can describe and whose head dim fills at
+// least three quarters of a table row; everything else (varlen, KV caches
+// and decode-shaped calls, score terms, odd head dims or strides) declines
+// to the sm80 family, as does the backward. The kernels are instantiated in
+// their own translation units (one per row of kSm90FwdTiles and dtype).
+#include <string>
+#include <utility>
+
+#include "attention/kvcache_plan.h"
+#include "attention/sm90/flash_fwd_sm90_config.h"
+#include "attention/sm90/flash_sm90_tiles.h"
+#include "common/registry.h"
+
+namespace samattn {
+namespace attention {
+namespace {
+
+// The padded head dim of the sm90 row that runs `headdim` (0: none). A head
+// dim below three quarters of its row would spend over a third of the
+// tensor-core work on zero columns: sm80's finer rows serve it.
+constexpr int sm90_head_dim(int headdim) {
+  for (const FlashFwdSm90Tile& row : kSm90FwdTiles) {
+    if (headdim <= row.head_dim) return 4 * headdim >= 3 * row.head_dim ? row.head_dim : 0;
+  }
+  return 0;
+}
+
+template <DType T, size_t I>
+bool run_row(const AttentionForwardProblem& problem, int head_dim, cudaError_t* result) {
+  constexpr FlashFwdSm90Tile row = kSm90FwdTiles[I];
+  if constexpr (!head_dim_built(row.head_dim)) {
+    return false;
+  } else {
+    using Config = FlashFwdSm90Config<T, row.head_dim, row.block_m, row.block_n, row.stages>;
+    if (row.head_dim != head_dim || problem.max_smem_per_block < Config::kSmemBytes) return false;
+    *result = run_flash_fwd_sm90<Config>(problem);
+    return true;
+  }
+}
+
+template <DType T, size_t... I>
+cudaError_t run_rows(const AttentionForwardProblem& problem, std::index_sequence<I...>) {
+  cudaError_t result = cudaErrorNotSupported;
+  const int head_dim = sm90_head_dim(problem.headdim);
+  (run_row<T, I>(problem, head_dim, &result) || ...);
+  return result;
+}
+
+template <DType T>
+cudaError_t run_dtype(const AttentionForwardProblem& problem) {
+  static_assert(dtype_listed<T>(kSm90AttentionDTypes), "not in kSm90AttentionDTypes");
+  return run_rows<T>(problem, std::make_index_sequence<std::size(kSm90FwdTiles)>{});
+}
+
+// The smallest shared memory of the rows for `head_dim` (0: none built).
+template <size_t... I>
+int row_smem(int head_dim, std::index_sequence<I...>) {
+  int bytes = 0;
+  const auto consider = [&](const FlashFwdSm90Tile& row, int smem) {
+    if (row.head_dim == head_dim && head_dim_built(row.head_dim) && (bytes == 0 || smem < bytes)) {
+      bytes = smem;
+    }
+  };
+  (consider(kSm90FwdTiles[I],
+            FlashFwdSm90Config<DType::f16, kSm90FwdTiles[I].head_dim, kSm90FwdTiles[I].block_m,
+                               kSm90FwdTiles[I].block_n, kSm90FwdTiles[I].stages>::kSmemBytes),
+   ...);
+  return bytes;
+}
+
+// Strides TMA can describe: 16-byte multiples (forward_vectors), and none
+// zero or negative along a dimension of more than one element.
+bool tma_strides(const SeqHeadView& t, int seqlen, int heads, int batch) {
+  auto ok = [](int64_t stride, int extent) { return extent <= 1 || stride > 0; };
+  return ok(t.seq_stride, seqlen) && ok(t.head_stride, heads) && ok(t.batch_stride, batch);
+}
+
+bool decline(std::string* why, const char* reason) {
+  if (why != nullptr) *why = reason;
+  return false;
+}
+
+bool plan(const AttentionForwardProblem& problem, std::string* why) {
+  if (problem.cache.enabled || uses_kvcache_kernel(problem)) {
+    return decline(why, "KV caches and decode-shaped calls run the sm80 split-key kernel");
+  }
+  if (problem.cu_seqlens_q != nullptr || problem.cu_seqlens_k != nullptr) {
+    return decline(why, "variable-length (cu_seqlens) calls are not in the sm90 forward yet");
+  }
+  if (any_terms(problem.terms)) {
+    return decline(why, "ALiBi, sinks and attention masks are not in the sm90 forward yet");
+  }
+  if (problem.seqlen_k <= 0) return decline(why, "no keys (seqlen_k = 0)");
+  const SeqHeadView out{problem.o.ptr, problem.o.batch_stride, problem.o.seq_stride,
+                        problem.o.head_stride};
+  if (!forward_vectors(problem) ||
+      !tma_strides(problem.q, problem.seqlen_q, problem.nheads, problem.batch) ||
+      !tma_strides(problem.k, problem.seqlen_k, problem.nheads_k, problem.batch) ||
+      !tma_strides(problem.v, problem.seqlen_k, problem.nheads_k, problem.batch) ||
+      !tma_strides(out, problem.seqlen_q, problem.nheads, problem.batch)) {
+    return decline(why,
+                   "TMA needs 16-byte aligned tensors with positive strides that are multiples "
+                   "of 8 elements, and a head dim that is a multiple of 8");
+  }
+  const int head_dim = sm90_head_dim(problem.headdim);
+  if (head_dim == 0 || !head_dim_built(head_dim)) {
+    return decline(why,
+                   "the sm90 forward runs head dims 48-64, 96-128 and 192-256 (those built); "
+                   "sm80 runs the others");
+  }
+  const int smem = row_smem(head_dim, std::make_index_sequence<std::size(kSm90FwdTiles)>{});
+  if (smem == 0 || smem > problem.max_smem_per_block) {
+    return decline(why, "no sm90 forward kernel fits this GPU's shared memory");
+  }
+  return true;
+}
+
+cudaError_t launch(const AttentionForwardProblem& problem) {
+  switch (problem.dtype) {
+    case DType::f16:
+      return run_dtype<DType::f16>(problem);
+    case DType::bf16:
+      return run_dtype<DType::bf16>(problem);
+    default:
+      return cudaErrorNotSupported;
+  }
+}
+
+// The backward is sm80's: automatic selection falls through to it (nothing
+// registered here), and a forced sm90 hands it over, as the forward does
+// with the problems its plan declines.
+bool plan_backward(const AttentionBackwardProblem&, std::string* why) {
+  return decline(why, "the sm90 family has no attention backward yet; sm80 runs it");
+}
+
+[[maybe_unused]] const bool kRegistered = register_kernels<Op::attention_forward>(
+    {Family::sm90, &plan, nullptr, &launch, static_cast<int32_t>(Family::sm80)});
+[[maybe_unused]] const bool kRegisteredBackward = register_kernels<Op::attention_backward>(
+    {Family::sm90, &plan_backward, nullptr, nullptr, static_cast<int32_t>(Family::sm80)});
+
+}  // namespace
+}  // namespace attention
+
+// The standalone checkers (benchmarks/attention_check) call the family
+// directly: cudaErrorNotSupported where its plan declines.
+cudaError_t attention_forward_sm90(const AttentionForwardProblem& problem) {
+  return attention::plan(problem, nullptr) ? attention::launch(problem) : cudaErrorNotSupported;
+}
+
+}  // namespace samattn

@@ -1,0 +1,32 @@
+// The sm90 forward instantiation tag: plain data, no CuTe, so that the
+// family's dispatch names an instantiation without compiling its kernel.
+// Each row of kSm90FwdTiles (flash_sm90_tiles.h) is instantiated in exactly
+// one translation unit.
+#pragma once
+
+#include "attention/attention_problem.h"
+
+namespace samattn::attention {
+
+// One sm90 forward kernel: dtype, padded head dim (smaller head dims run in
+// it: TMA fills the missing columns with zeros and clips them on the store),
+// kBlockM query rows (64 per consumer warpgroup) x kBlockN keys per tile,
+// kStages shared-memory buffers for each of K and V.
+template <DType T, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_>
+struct FlashFwdSm90Config {
+  static constexpr DType kDType = T;
+  static constexpr int kHeadDim = kHeadDim_, kBlockM = kBlockM_, kBlockN = kBlockN_;
+  static constexpr int kStages = kStages_;
+  static_assert(kBlockM % 64 == 0 && kBlockM / 64 <= 3, "64 rows per consumer warpgroup");
+  static_assert(kHeadDim % 64 == 0, "128-byte swizzled rows");
+  static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "a wgmma N / K extent");
+  // Q (reused to stage O) and kStages K and V tiles of 16-bit elements, plus
+  // the mbarriers.
+  static constexpr int kSmemBytes = (kBlockM + 2 * kStages * kBlockN) * kHeadDim * 2 + 1024;
+};
+
+// Defined in flash_fwd_sm90_launch.cuh, instantiated once per tag.
+template <class Config>
+cudaError_t run_flash_fwd_sm90(const AttentionForwardProblem& problem);
+
+}  // namespace samattn::attention

@@ -1,0 +1,398 @@
+// The sm90 attention forward kernel (Hopper, sm_90a): FlashAttention's online
+// softmax on wgmma, with TMA loads and warp specialization.
+//
+// A CTA computes one (query tile, head, batch) output tile. Warpgroup 0 is
+// the producer: one thread issues the TMA loads of the Q tile and then of the
+// K and V tiles, newest key tile first, into kStages shared-memory buffers
+// each, completing on mbarriers ("full"); the consumers free a buffer by
+// arriving on its "empty" mbarrier. Warpgroups 1.. are consumers, each owning
+// 64 query rows: S = Q K^T with both operands in shared memory, the online
+// softmax in registers, and O += P V with P taken from registers. Within a
+// consumer the next tile's Q K^T is issued before this tile's P V, so that
+// the softmax of one overlaps the other's tensor-core work. setmaxnreg moves
+// registers from the producer to the consumers.
+//
+// The epilogue divides O by the row sums, stages it in Q's buffer and writes
+// it with one TMA store, which clips the rows past seqlen_q and the columns
+// past the head dim; the LSE is written from registers.
+#pragma once
+
+// cute/tensor.hpp first: the Hopper atoms below need what it declares.
+#include <cute/tensor.hpp>
+// clang-format off
+#include <cute/arch/copy_sm90_tma.hpp>
+#include <cute/atom/copy_traits_sm90_tma.hpp>
+#include <cute/atom/mma_traits_sm90_gmma.hpp>
+// clang-format on
+#include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
+#include <cutlass/numeric_conversion.h>
+#include <cutlass/numeric_types.h>
+
+#include <cmath>
+
+#include "attention/mask.cuh"
+#include "attention/sm90/flash_fwd_sm90_config.h"
+#include "attention/sm90/gmma_fragment.cuh"
+#include "attention/softmax_online.cuh"
+#include "common/tensor_core_types.cuh"
+
+namespace samattn::attention::sm90 {
+
+// Types and sizes of one configuration; the host builds its TMA descriptors
+// from the same layouts.
+template <class Config>
+struct FwdTraits {
+  using Element = typename tensor_core::ElementOf<Config::kDType>::type;
+  static constexpr int kHeadDim = Config::kHeadDim, kBlockM = Config::kBlockM;
+  static constexpr int kBlockN = Config::kBlockN, kStages = Config::kStages;
+  static constexpr int kConsumerGroups = kBlockM / 64;
+  static constexpr int kConsumerThreads = 128 * kConsumerGroups;
+  static constexpr int kThreads = 128 + kConsumerThreads;
+  // Registers per thread after setmaxnreg: the producer needs few; the
+  // consumers take the rest of the 64 K (multiples of 8).
+  static constexpr int kProducerRegs = kConsumerGroups == 2 ? 24 : 32;
+  static constexpr int kConsumerRegs = kConsumerGroups == 2 ? 240 : 160;
+#ifndef SAMATTN_SM90_PINGPONG
+#define SAMATTN_SM90_PINGPONG 1
+#endif
+  // GEMMs of the two consumer warpgroups take turns (GemmTurns).
+  static constexpr bool kPingpong = kConsumerGroups == 2 && SAMATTN_SM90_PINGPONG;
+
+  // Each consumer warpgroup runs the 64-row atoms of its own rows.
+  using GroupLayout = cute::Layout<cute::Shape<cute::Int<kConsumerGroups>, cute::_1, cute::_1>>;
+  using TiledMmaQK = decltype(cute::make_tiled_mma(
+      cute::GMMA::ss_op_selector<Element, Element, float,
+                                 cute::Shape<cute::_64, cute::Int<kBlockN>, cute::Int<kHeadDim>>>(),
+      GroupLayout{}));
+  // P (registers, K-major) times V read from shared memory as (head dim, keys):
+  // head-dim-contiguous, i.e. MN-major, which wgmma reads for 16-bit types.
+  using TiledMmaPV = decltype(cute::make_tiled_mma(
+      cute::GMMA::rs_op_selector<Element, Element, float,
+                                 cute::Shape<cute::_64, cute::Int<kHeadDim>, cute::Int<kBlockN>>,
+                                 cute::GMMA::Major::K, cute::GMMA::Major::MN>(),
+      GroupLayout{}));
+
+  // Rows of 64 elements (128 bytes), 128-byte swizzled: TMA writes them and
+  // wgmma reads them without bank conflicts.
+  using SmemAtom = cute::GMMA::Layout_K_SW128_Atom<Element>;
+  using SmemLayoutQ = decltype(cute::tile_to_shape(
+      SmemAtom{}, cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>>{}));
+  using SmemLayoutKV = decltype(cute::tile_to_shape(
+      SmemAtom{}, cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDim>, cute::Int<kStages>>{}));
+  // V's buffers seen as (head dim, keys, stage): the B operand of P V.
+  using SmemLayoutVt = decltype(cute::composition(
+      SmemLayoutKV{},
+      cute::make_ordered_layout(
+          cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockN>, cute::Int<kStages>>{},
+          cute::Step<cute::_2, cute::_1, cute::_3>{})));
+
+  // Global tensors as (seq, head dim, head, batch), the head dim contiguous.
+  using GmemShape = cute::Shape<int32_t, int32_t, int32_t, int32_t>;
+  using GmemStride = cute::Stride<int64_t, cute::_1, int64_t, int64_t>;
+  using GmemLayout = cute::Layout<GmemShape, GmemStride>;
+  using TileQ = cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>>;
+  using TileKV = cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDim>>;
+  using TmaQ = decltype(cute::make_tma_copy(
+      cute::SM90_TMA_LOAD{},
+      cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemLayout{}),
+      SmemLayoutQ{}, TileQ{}, cute::_1{}));
+  using TmaKV = decltype(cute::make_tma_copy(
+      cute::SM90_TMA_LOAD{},
+      cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemLayout{}),
+      cute::take<0, 2>(SmemLayoutKV{}), TileKV{}, cute::_1{}));
+  using TmaO = decltype(cute::make_tma_copy(
+      cute::SM90_TMA_STORE{},
+      cute::make_tensor(cute::make_gmem_ptr(static_cast<Element*>(nullptr)), GmemLayout{}),
+      SmemLayoutQ{}, TileQ{}, cute::_1{}));
+
+  static constexpr uint32_t kBytesQ = kBlockM * kHeadDim * sizeof(Element);
+  static constexpr uint32_t kBytesKV = kBlockN * kHeadDim * sizeof(Element);
+
+  struct SharedStorage {
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;  // then O
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutKV>, 1024> k;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutKV>, 1024> v;
+    uint64_t q_full;
+    uint64_t k_full[kStages], k_empty[kStages];
+    uint64_t v_full[kStages], v_empty[kStages];
+  };
+  static constexpr int kSmemBytes = int(sizeof(SharedStorage));
+  static_assert(kSmemBytes <= Config::kSmemBytes, "FlashFwdSm90Config::kSmemBytes is too small");
+};
+
+// The kernel's parameters, filled once per call by the launcher.
+template <class Traits>
+struct FwdParams {
+  typename Traits::TmaQ tma_q;
+  typename Traits::TmaKV tma_k, tma_v;
+  typename Traits::TmaO tma_o;
+  typename Traits::GmemShape shape_q, shape_k;  // (seq, head dim, heads, batch)
+  float* lse;                                   // nullptr: not written
+  int64_t lse_batch, lse_head, lse_seq;
+  AttentionMask mask;
+  int kv_group;
+  float softcap, softcap_pre, scale_log2;
+  bool reverse_m;  // causal: the longest query tiles (the last) start first
+};
+
+// One wgmma batch of the warpgroup: c (+)= a b over every k block, committed;
+// kWait >= 0 waits until at most kWait batches are pending (-1: no wait).
+template <bool kZeroInit, int kWait, class TiledMma, class TA, class TB, class TC>
+__device__ inline void warpgroup_gemm(TiledMma& mma, TA const& a, TB const& b, TC& c) {
+  using namespace cute;
+  constexpr bool kRegisterA =
+      !is_base_of<GMMA::DescriptorIterator, typename TiledMma::FrgTypeA>::value;
+  if constexpr (kRegisterA) warpgroup_fence_operand(const_cast<TA&>(a));
+  warpgroup_fence_operand(c);
+  warpgroup_arrive();
+  mma.accumulate_ = kZeroInit ? GMMA::ScaleOut::Zero : GMMA::ScaleOut::One;
+  CUTE_UNROLL
+  for (int k = 0; k < size<2>(a); ++k) {
+    cute::gemm(mma, a(_, _, k), b(_, _, k), c);
+    mma.accumulate_ = GMMA::ScaleOut::One;
+  }
+  warpgroup_commit_batch();
+  if constexpr (kWait >= 0) warpgroup_wait<kWait>();
+  warpgroup_fence_operand(c);
+  if constexpr (kRegisterA) warpgroup_fence_operand(const_cast<TA&>(a));
+}
+
+// Ping-pong of two consumer warpgroups: each issues its GEMMs only on its
+// turn and passes the turn after issuing them, so that the tensor cores run
+// one warpgroup's GEMMs while the other computes its softmax. A turn is a
+// named barrier of both warpgroups (256 threads): the waiting one syncs, the
+// other arrives. The first consumer warpgroup takes the first turn.
+template <bool kEnabled>
+struct GemmTurns {
+  static constexpr uint32_t kFirstBarrier = 2;  // 1: the epilogue's
+  int group;                                    // consumer warpgroup, 0 or 1
+  __device__ void start() const {
+    if constexpr (kEnabled) {
+      if (group == 1) cutlass::arch::NamedBarrier::arrive(256, kFirstBarrier);
+    }
+  }
+  __device__ void wait() const {
+    if constexpr (kEnabled) cutlass::arch::NamedBarrier::sync(256, kFirstBarrier + group);
+  }
+  __device__ void pass() const {
+    if constexpr (kEnabled) cutlass::arch::NamedBarrier::arrive(256, kFirstBarrier + 1 - group);
+  }
+};
+
+// Waits until the mbarrier has completed the phase of parity `phase`.
+__device__ inline void wait_barrier(uint64_t& barrier, int phase) {
+  cutlass::arch::ClusterBarrier::wait(&barrier, phase);
+}
+
+template <class Traits>
+__global__ void __launch_bounds__(Traits::kThreads, 1)
+    flash_fwd_sm90_kernel(CUTE_GRID_CONSTANT FwdParams<Traits> const p) {
+  using namespace cute;
+  using Element = typename Traits::Element;
+  constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
+  constexpr int kHeadDim = Traits::kHeadDim, kStages = Traits::kStages;
+  using SharedStorage = typename Traits::SharedStorage;
+
+  extern __shared__ __align__(1024) char smem_raw[];
+  SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
+  Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
+  Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutKV{});
+  Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutKV{});
+  Tensor sVt = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutVt{});
+
+  // Warp-uniform role (the compiler cannot prove threadIdx.x / 128 uniform).
+  const int warp_group = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);
+  if (threadIdx.x == 0) {
+    cutlass::arch::ClusterTransactionBarrier::init(&smem.q_full, 1);
+    CUTE_UNROLL
+    for (int s = 0; s < kStages; ++s) {
+      cutlass::arch::ClusterTransactionBarrier::init(&smem.k_full[s], 1);
+      cutlass::arch::ClusterTransactionBarrier::init(&smem.v_full[s], 1);
+      cutlass::arch::ClusterBarrier::init(&smem.k_empty[s], Traits::kConsumerThreads);
+      cutlass::arch::ClusterBarrier::init(&smem.v_empty[s], Traits::kConsumerThreads);
+    }
+    cutlass::arch::fence_barrier_init();
+  }
+  __syncthreads();
+
+  const int m_block = p.reverse_m ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
+  const int head = blockIdx.y, batch = blockIdx.z;
+  const int m0 = m_block * kBlockM;
+  // Key tiles [n_begin, n_end) that some row of this query tile attends,
+  // walked from the last: the tile on the causal diagonal comes first.
+  int n_begin, n_end;
+  p.mask.key_tiles(m0, kBlockM, kBlockN, n_begin, n_end);
+
+  if (warp_group == 0) {
+    // ------------------------------------------------------------ producer
+    cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
+    if (threadIdx.x / 32 == 0 && cute::elect_one_sync() && n_end > n_begin) {
+      const int head_k = head / p.kv_group;
+      Tensor mQ = p.tma_q.get_tma_tensor(p.shape_q);
+      Tensor mK = p.tma_k.get_tma_tensor(p.shape_k);
+      Tensor mV = p.tma_v.get_tma_tensor(p.shape_k);
+      Tensor gQ =
+          local_tile(mQ(_, _, head, batch), typename Traits::TileQ{}, make_coord(m_block, 0));
+      Tensor gK = local_tile(mK(_, _, head_k, batch), typename Traits::TileKV{}, make_coord(_, 0));
+      Tensor gV = local_tile(mV(_, _, head_k, batch), typename Traits::TileKV{}, make_coord(_, 0));
+      auto [tQgQ, tQsQ] = tma_partition(p.tma_q, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sQ),
+                                        group_modes<0, 2>(gQ));
+      auto [tKgK, tKsK] = tma_partition(p.tma_k, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sK),
+                                        group_modes<0, 2>(gK));
+      auto [tVgV, tVsV] = tma_partition(p.tma_v, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sV),
+                                        group_modes<0, 2>(gV));
+      cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&smem.q_full, Traits::kBytesQ);
+      copy(p.tma_q.with(smem.q_full), tQgQ, tQsQ);
+      int stage = 0, phase = 0;
+      for (int n = n_end - 1; n >= n_begin; --n) {
+        // The first pass over the buffers finds them free (parity 1 of a
+        // fresh mbarrier counts as completed).
+        wait_barrier(smem.k_empty[stage], phase ^ 1);
+        cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&smem.k_full[stage],
+                                                                       Traits::kBytesKV);
+        copy(p.tma_k.with(smem.k_full[stage]), tKgK(_, n), tKsK(_, stage));
+        wait_barrier(smem.v_empty[stage], phase ^ 1);
+        cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&smem.v_full[stage],
+                                                                       Traits::kBytesKV);
+        copy(p.tma_v.with(smem.v_full[stage]), tVgV(_, n), tVsV(_, stage));
+        if (++stage == kStages) {
+          stage = 0;
+          phase ^= 1;
+        }
+      }
+    }
+    return;
+  }
+
+  // ------------------------------------------------------------- consumers
+  cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();
+  const int tidx = int(threadIdx.x) - 128;
+  typename Traits::TiledMmaQK mma_qk;
+  typename Traits::TiledMmaPV mma_pv;
+  auto thr_qk = mma_qk.get_thread_slice(tidx);
+  auto thr_pv = mma_pv.get_thread_slice(tidx);
+  Tensor tSrQ = thr_qk.partition_fragment_A(sQ);   // (MMA, MMA_M, MMA_K)
+  Tensor tSrK = thr_qk.partition_fragment_B(sK);   // (MMA, MMA_N, MMA_K, stage)
+  Tensor tOrV = thr_pv.partition_fragment_B(sVt);  // (MMA, MMA_N, MMA_K, stage)
+  Tensor tSrS = partition_fragment_C(mma_qk, Shape<Int<kBlockM>, Int<kBlockN>>{});
+  Tensor tOrO = partition_fragment_C(mma_pv, Shape<Int<kBlockM>, Int<kHeadDim>>{});
+  clear(tOrO);
+
+  // (row, col) of each score within the tile, for the mask.
+  Tensor tScS = thr_qk.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
+  Tensor scores = gmma_rowcol_view(tSrS);
+  Tensor score_coords = gmma_rowcol_view(tScS);
+  constexpr int kRows = decltype(size<0>(scores))::value;
+  OnlineSoftmax<kRows> softmax;
+
+  // Softcap, then -inf where the mask says so (only tiles that cross a
+  // boundary pay for the mask).
+  auto score_terms = [&](int n) {
+    if (p.softcap > 0.0f) {
+      CUTE_UNROLL
+      for (int i = 0; i < size(tSrS); ++i) tSrS(i) = p.softcap * tanhf(tSrS(i) * p.softcap_pre);
+    }
+    if (p.mask.tile_needs_mask(m0, kBlockM, n * kBlockN, kBlockN)) {
+      p.mask.apply(scores, score_coords, m0, n * kBlockN);
+    }
+  };
+  // P: the probabilities as the A operand of P V, in the input type.
+  Tensor tOrP = make_tensor<Element>(gmma_c_to_a_layout(tSrS.layout()));
+
+  if (n_end > n_begin) {
+    const GemmTurns<Traits::kPingpong> turns{tidx / 128};
+    turns.start();
+    wait_barrier(smem.q_full, 0);
+    int stage = 0, phase = 0;
+    int n = n_end - 1;
+    wait_barrier(smem.k_full[stage], phase);
+    turns.wait();
+    warpgroup_gemm<true, -1>(mma_qk, tSrQ, tSrK(_, _, _, stage), tSrS);
+    turns.pass();
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(tSrS);
+    cutlass::arch::ClusterBarrier::arrive(&smem.k_empty[stage]);
+    score_terms(n);
+    float correction[kRows];
+    softmax.template update_deferred<true>(scores, p.scale_log2, correction);
+    convert_gmma_fragment(tSrS, tOrP);
+    for (--n; n >= n_begin; --n) {
+      int next = stage + 1, next_phase = phase;
+      if (next == kStages) {
+        next = 0;
+        next_phase ^= 1;
+      }
+      // Q K^T of tile n, then P V of the tile before it; the softmax of n
+      // runs while P V is on the tensor cores.
+      wait_barrier(smem.k_full[next], next_phase);
+      turns.wait();
+      warpgroup_gemm<true, -1>(mma_qk, tSrQ, tSrK(_, _, _, next), tSrS);
+      wait_barrier(smem.v_full[stage], phase);
+      warpgroup_gemm<false, -1>(mma_pv, tOrP, tOrV(_, _, _, stage), tOrO);
+      turns.pass();
+      warpgroup_wait<1>();
+      warpgroup_fence_operand(tSrS);
+      cutlass::arch::ClusterBarrier::arrive(&smem.k_empty[next]);
+      score_terms(n);
+      softmax.template update_deferred<false>(scores, p.scale_log2, correction);
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(tOrO);
+      cutlass::arch::ClusterBarrier::arrive(&smem.v_empty[stage]);
+      Tensor out = gmma_rowcol_view(tOrO);
+      softmax.rescale(out, correction);
+      convert_gmma_fragment(tSrS, tOrP);
+      stage = next;
+      phase = next_phase;
+    }
+    wait_barrier(smem.v_full[stage], phase);
+    turns.wait();
+    warpgroup_gemm<false, -1>(mma_pv, tOrP, tOrV(_, _, _, stage), tOrO);
+    turns.pass();
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(tOrO);
+    cutlass::arch::ClusterBarrier::arrive(&smem.v_empty[stage]);
+  }
+
+  // -------------------------------------------------------------- epilogue
+  Tensor out = gmma_rowcol_view(tOrO);
+  float lse[kRows];
+  float no_sinks[kRows];
+  CUTE_UNROLL
+  for (int r = 0; r < kRows; ++r) no_sinks[r] = -INFINITY;
+  softmax.finalize(out, p.scale_log2, lse, no_sinks);  // rows with no key: zeros, LSE +inf
+
+  // Each warpgroup writes its own rows of Q's buffer, which only its own
+  // wgmmas read, all completed.
+  Tensor sO = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
+  Tensor rO = convert_gmma_fragment<Element>(tOrO);
+  copy(rO, thr_pv.partition_C(sO));
+  cutlass::arch::fence_view_async_shared();  // the TMA store reads what these stores wrote
+  cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, 1);
+  if (tidx == 0) {
+    Tensor mO = p.tma_o.get_tma_tensor(p.shape_q);
+    Tensor gO = local_tile(mO(_, _, head, batch), typename Traits::TileQ{}, make_coord(m_block, 0));
+    auto [tOgO, tOsO] = tma_partition(p.tma_o, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sO),
+                                      group_modes<0, 2>(gO));
+    copy(p.tma_o, tOsO, tOgO);
+    tma_store_arrive();
+  }
+
+  if (p.lse != nullptr) {
+    Tensor tOcO = thr_pv.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+    Tensor out_coords = gmma_rowcol_view(tOcO);
+    if (get<1>(out_coords(0, 0)) == 0) {  // one lane of the four sharing a row
+      const int seqlen_q = get<0>(p.shape_q);
+      CUTE_UNROLL
+      for (int r = 0; r < kRows; ++r) {
+        const int row = m0 + get<0>(out_coords(r, 0));
+        if (row < seqlen_q) {
+          p.lse[batch * p.lse_batch + head * p.lse_head + int64_t(row) * p.lse_seq] = lse[r];
+        }
+      }
+    }
+  }
+  if (tidx == 0) tma_store_wait<0>();  // the buffer outlives the store's reads
+}
+
+}  // namespace samattn::attention::sm90

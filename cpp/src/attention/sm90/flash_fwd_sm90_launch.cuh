@@ -1,0 +1,89 @@
+// Host launch of the sm90 forward kernel for one configuration tag: the TMA
+// descriptors of Q, K, V and O, the parameters, the grid. Included by the
+// translation units that instantiate run_flash_fwd_sm90<Config>.
+#pragma once
+
+// First: it redirects CUTLASS's driver calls (see there).
+#include "common/cutlass_driver.h"
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "attention/sm90/flash_fwd_sm90_config.h"
+#include "attention/sm90/flash_fwd_sm90_kernel.cuh"
+#include "common/launch_setup.h"
+
+namespace samattn::attention {
+
+namespace sm90 {
+
+// A (seq, head dim, head, batch) view of `view` for TMA. A dimension of
+// extent 1 is never stepped over, so its stride (which torch may leave at
+// any value) becomes one that TMA accepts.
+template <class Element, class View>
+auto tma_view(Element* ptr, const View& view, int seqlen, int headdim, int heads, int batch) {
+  using namespace cute;
+  auto stride_of = [](int64_t stride, int extent) { return extent > 1 ? stride : int64_t(8); };
+  return make_tensor(make_gmem_ptr(ptr),
+                     make_layout(make_shape(seqlen, headdim, heads, batch),
+                                 make_stride(stride_of(view.seq_stride, seqlen), _1{},
+                                             stride_of(view.head_stride, heads),
+                                             stride_of(view.batch_stride, batch))));
+}
+
+}  // namespace sm90
+
+template <class Config>
+cudaError_t run_flash_fwd_sm90(const AttentionForwardProblem& problem) {
+  using namespace cute;
+  using Traits = sm90::FwdTraits<Config>;
+  using Element = typename Traits::Element;
+  // The plan (flash_fwd_sm90.cu) admits only what this kernel runs.
+  if (problem.headdim <= 0 || problem.headdim > Traits::kHeadDim || problem.seqlen_k <= 0 ||
+      problem.cu_seqlens_q != nullptr || problem.cu_seqlens_k != nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  const int m_blocks = (problem.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
+  if (m_blocks == 0 || problem.batch == 0 || problem.nheads == 0) return cudaSuccess;
+
+  const int d = problem.headdim, b = problem.batch;
+  const auto* q = static_cast<Element const*>(problem.q.ptr);
+  const auto* k = static_cast<Element const*>(problem.k.ptr);
+  const auto* v = static_cast<Element const*>(problem.v.ptr);
+  auto* o = static_cast<Element*>(problem.o.ptr);
+  auto mQ = sm90::tma_view(q, problem.q, problem.seqlen_q, d, problem.nheads, b);
+  auto mK = sm90::tma_view(k, problem.k, problem.seqlen_k, d, problem.nheads_k, b);
+  auto mV = sm90::tma_view(v, problem.v, problem.seqlen_k, d, problem.nheads_k, b);
+  auto mO = sm90::tma_view(o, problem.o, problem.seqlen_q, d, problem.nheads, b);
+
+  sm90::FwdParams<Traits> p{
+      make_tma_copy(SM90_TMA_LOAD{}, mQ, typename Traits::SmemLayoutQ{}, typename Traits::TileQ{},
+                    _1{}),
+      make_tma_copy(SM90_TMA_LOAD{}, mK, take<0, 2>(typename Traits::SmemLayoutKV{}),
+                    typename Traits::TileKV{}, _1{}),
+      make_tma_copy(SM90_TMA_LOAD{}, mV, take<0, 2>(typename Traits::SmemLayoutKV{}),
+                    typename Traits::TileKV{}, _1{}),
+      make_tma_copy(SM90_TMA_STORE{}, mO, typename Traits::SmemLayoutQ{}, typename Traits::TileQ{},
+                    _1{}),
+      mQ.shape(),
+      mK.shape(),
+      problem.lse,
+      problem.lse_batch_stride,
+      problem.lse_head_stride,
+      problem.lse_seq_stride,
+      AttentionMask{problem.seqlen_q, problem.seqlen_k, problem.window.left, problem.window.right},
+      problem.kv_group,
+      problem.softcap,
+      problem.softcap_pre,
+      problem.scale_log2,
+      /*reverse_m=*/problem.window.right >= 0,
+  };
+  // Grid (m tiles, heads, batch): the API keeps the y and z extents <= 65535.
+  const dim3 grid(static_cast<unsigned>(m_blocks), static_cast<unsigned>(problem.nheads),
+                  static_cast<unsigned>(problem.batch));
+  return launch_with_smem<sm90::flash_fwd_sm90_kernel<Traits>>(p, grid, Traits::kThreads,
+                                                               Traits::kSmemBytes, problem.stream);
+}
+
+}  // namespace samattn::attention

@@ -1,0 +1,32 @@
+// The tile table of the sm90 attention family (Hopper: wgmma, TMA, warp
+// specialization; sm_90a only): the only place its tiles are written (fixed
+// form: see attention/flash_tiles.h). One row per padded head dim; the
+// dispatch takes the row of the problem's head dim.
+#pragma once
+
+#include "attention/flash_tiles.h"
+#include "common/problem.h"
+
+namespace samattn::attention {
+
+inline constexpr DType kSm90AttentionDTypes[] = {DType::f16, DType::bf16};
+
+// Forward. A CTA is one producer warpgroup (TMA loads of Q, then K and V
+// tiles through `stages` shared-memory buffers each) and block_m / 64
+// consumer warpgroups, each owning 64 query rows: per thread the O
+// accumulator takes head dim / 2 floats, S block_n / 2, P block_n / 4
+// registers, within the 240 the consumers get through setmaxnreg. Shared
+// memory: (block_m + 2 stages block_n) x head dim x 2 bytes, against 227 KB.
+inline constexpr FlashFwdSm90Tile kSm90FwdTiles[] = {
+    // head_dim, block_m, block_n, stages
+    // 64: 96 KB.
+    {64, 128, 128, 2},
+    // 128: 160 KB.
+    {128, 128, 128, 2},
+    // 256: O alone takes 128 registers; 64 keys per tile (192 KB) measured
+    // 1.3-1.6x faster on the H100 than 80 (224 KB, 12-16 bytes of spill).
+    {256, 128, 64, 2},
+};
+static_assert(tiles_valid(kSm90FwdTiles));
+
+}  // namespace samattn::attention
