@@ -156,3 +156,11 @@ samattn_family_sources(attention sm80 cpp/src/attention/sm80/flash_bwd_sm80.cu)
 # synchronous loads; bf16 needs sm80).
 samattn_family_sources(attention sm75 cpp/src/attention/sm75/flash_fwd_sm75.cu
                        cpp/src/attention/sm75/flash_bwd_sm75.cu)
+
+# sm90 family (Hopper, sm_90a only): the forward on wgmma + TMA with warp
+# specialization, fp16 and bf16; its kernels come from kSm90FwdTiles above.
+# One family TU registers both directions: the forward, and a backward whose
+# plan always declines and names sm80 as its forced fallback, so that the
+# backward of an sm90 forward runs sm80's kernels even with sm90 forced. The
+# forward problems sm90 declines run sm80's too (90a always builds sm80).
+samattn_family_sources(attention sm90 cpp/src/attention/sm90/flash_fwd_sm90.cu)

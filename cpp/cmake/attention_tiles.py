@@ -10,6 +10,11 @@ array opens on a line `inline constexpr FlashFwdTile kSm80FwdTiles[] = {`, holds
 array is an error, so a table the compiler reads differently from this parser fails the
 configure instead of building a different set of kernels.
 
+Row types: FlashFwdTile and FlashBwdTile (the FlashAttention-2 kernels of sm75 and sm80,
+FlashFwdConfig / FlashBwdConfig, run_flash_fwd / run_flash_bwd) and FlashFwdSm90Tile (the
+sm90 forward, FlashFwdSm90Config, run_flash_fwd_sm90; only in the sm90 table). A family
+has a forward table and may have no backward table (sm90: its backward runs sm80's).
+
     python attention_tiles.py cmake OUT.cmake     one samattn_instantiate_attention() call per
                                                   instantiation (written only if it changed)
     python attention_tiles.py sources FAMILY DIR [--fwd ROW]... [--bwd ROW]...
@@ -29,7 +34,8 @@ from pathlib import Path
 ATTENTION = Path(__file__).resolve().parents[1] / "src" / "attention"
 
 _OPEN = re.compile(
-    r"^inline constexpr (FlashFwdTile|FlashBwdTile) k(Sm\d+)(Fwd|Bwd)Tiles\[\] = \{$"
+    r"^inline constexpr (FlashFwdTile|FlashBwdTile|FlashFwdSm90Tile) k(Sm\d+)(Fwd|Bwd)Tiles\[\] "
+    r"= \{$"
 )
 _DTYPES = re.compile(r"^inline constexpr DType k(Sm\d+)AttentionDTypes\[\] = \{([^}]*)\};$")
 _ROW = re.compile(r"^\{([^{}]*)\},$")
@@ -39,18 +45,32 @@ _FWD_FIELDS = re.compile(
     rf"^{_INT},{_INT},{_INT},{_INT},{_BOOL},{_INT},\s*TileUse::(any|short_keys|kvcache)\s*$"
 )
 _BWD_FIELDS = re.compile(rf"^{_INT},{_INT},{_INT},{_INT},{_INT}$")
+_SM90_FWD_FIELDS = re.compile(rf"^{_INT},{_INT},{_INT},{_INT}$")
+# Row type -> (direction, fields, the only family whose table may hold it, or None).
+_ROWS = {
+    "FlashFwdTile": ("fwd", _FWD_FIELDS, None),
+    "FlashBwdTile": ("bwd", _BWD_FIELDS, None),
+    "FlashFwdSm90Tile": ("fwd", _SM90_FWD_FIELDS, "sm90"),
+}
 _CPP_DTYPE = {"f16": "samattn::DType::f16", "bf16": "samattn::DType::bf16"}
 
 
 @dataclass(frozen=True)
 class Tile:
-    """One row: direction "fwd" or "bwd"; fields as FlashFwdConfig / FlashBwdConfig take them
-    after the dtype (fwd: head_dim, block_m, block_n, warps, q_in_regs, kv_stages; bwd:
-    head_dim, block_m, block_n, warps, q_stages); use: the forward's TileUse."""
+    """One row: `row` its C++ type; fields as its config takes them after the dtype
+    (FlashFwdTile, FlashFwdConfig: head_dim, block_m, block_n, warps, q_in_regs, kv_stages;
+    FlashBwdTile, FlashBwdConfig: head_dim, block_m, block_n, warps, q_stages;
+    FlashFwdSm90Tile, FlashFwdSm90Config: head_dim, block_m, block_n, stages); use: the
+    FlashFwdTile's TileUse."""
 
-    direction: str
+    row: str
     fields: tuple[str, ...]
     use: str = "any"
+
+    @property
+    def direction(self) -> str:
+        """The row's direction: fwd or bwd."""
+        return _ROWS[self.row][0]
 
     @property
     def head_dim(self) -> int:
@@ -91,12 +111,14 @@ def parse(header: Path) -> FamilyTable:
                     raise ValueError(f"{where}: dtypes {match[2]!r}: expected DType::f16 / bf16")
                 family = _family(family, match[1], where)
             elif match := _OPEN.match(line):
-                kind = "fwd" if match[1] == "FlashFwdTile" else "bwd"
-                if kind != match[3].lower():
+                direction, _, only = _ROWS[match[1]]
+                if direction != match[3].lower():
                     raise ValueError(f"{where}: {match[1]} array named {match[3]}")
                 family = _family(family, match[2], where)
-                current = kind
-            elif re.search(r"\bFlash(Fwd|Bwd)Tile\b.*\[\]", line):
+                if only is not None and family != only:
+                    raise ValueError(f"{where}: {match[1]} rows belong to the {only} table")
+                current = match[1]
+            elif re.search(r"\bFlash(Fwd|Bwd)(Sm\d+)?Tile\b.*\[\]", line):
                 raise ValueError(f"{where}: a table must open as `{_OPEN.pattern}`")
             continue
         if line == "};":
@@ -104,13 +126,13 @@ def parse(header: Path) -> FamilyTable:
         elif line == "" or line.startswith("//"):
             continue
         elif match := _ROW.match(line):
-            fields = (_FWD_FIELDS if current == "fwd" else _BWD_FIELDS).match(match[1])
+            fields = _ROWS[current][1].match(match[1])
             if not fields:
                 raise ValueError(f"{where}: not a {current} row: {line!r}")
-            if current == "fwd":
-                tiles.append(Tile("fwd", fields.groups()[:6], fields[7]))
+            if current == "FlashFwdTile":
+                tiles.append(Tile(current, fields.groups()[:6], fields[7]))
             else:
-                tiles.append(Tile("bwd", fields.groups()))
+                tiles.append(Tile(current, fields.groups()))
         else:
             raise ValueError(f"{where}: one `{{...}},` row per line inside a table: {line!r}")
     if current is not None:
@@ -134,6 +156,8 @@ def tables() -> list[FamilyTable]:
 
 def instantiation(family: str, dtype: str, tile: Tile) -> Instantiation:
     """The translation unit of one (family, dtype, row)."""
+    if tile.row == "FlashFwdSm90Tile":
+        return _sm90_forward(family, dtype, tile)
     d, bm, bn, warps, last, *rest = tile.fields
     if tile.direction == "fwd":
         config, problem, tag = "FlashFwdConfig", "AttentionForwardProblem", "q"
@@ -167,6 +191,28 @@ def instantiation(family: str, dtype: str, tile: Tile) -> Instantiation:
     )
 
 
+def _sm90_forward(family: str, dtype: str, tile: Tile) -> Instantiation:
+    """The sm90 forward (wgmma + TMA): run_flash_fwd_sm90<FlashFwdSm90Config<...>>, defined in
+    attention/sm90/flash_fwd_sm90_launch.cuh. Named like the sm80 forward, `kv` the K and V
+    shared-memory stages."""
+    d, bm, bn, stages = tile.fields
+    args = f"{_CPP_DTYPE[dtype]}, {d}, {bm}, {bn}, {stages}"
+    declaration = (
+        "template cudaError_t samattn::attention::run_flash_fwd_sm90<"
+        f"samattn::attention::FlashFwdSm90Config<{args}>>"
+        "(const samattn::AttentionForwardProblem&);"
+    )
+    return Instantiation(
+        family,
+        "fwd",
+        dtype,
+        tile,
+        f"attention_fwd_{family}_{dtype}_d{d}_{bm}x{bn}_kv{stages}",
+        "attention/sm90/flash_fwd_sm90_launch.cuh",
+        declaration,
+    )
+
+
 def instantiations(table: FamilyTable) -> list[Instantiation]:
     """One per (dtype, row) of a family's table."""
     return [
@@ -192,20 +238,26 @@ def _cmake(out: Path) -> None:
     _write_if_changed(out, "\n".join(lines) + "\n")
 
 
-def _extra_tile(direction: str, text: str) -> Tile:
+def _extra_tile(table: FamilyTable, direction: str, text: str) -> Tile:
+    """A --fwd / --bwd row, of the row type of the family's table for that direction."""
+    row = next((t.row for t in table.tiles if t.direction == direction), None)
+    if row is None:
+        raise SystemExit(f"--{direction} {text}: {table.family} has no {direction} table")
     fields = tuple(text.split(","))
-    if direction == "fwd" and len(fields) == 5:
+    if row == "FlashFwdTile" and len(fields) == 5:
         fields += ("1",)
-    if len(fields) != (6 if direction == "fwd" else 5):
-        raise SystemExit(f"--{direction} {text}: expected the fields of a {direction} row")
-    return Tile(direction, fields)
+    # A FlashFwdTile here has no TileUse (the extra rows are plain forward kernels).
+    if len(fields) != {"FlashFwdTile": 6, "FlashBwdTile": 5, "FlashFwdSm90Tile": 4}[row]:
+        raise SystemExit(f"--{direction} {text}: expected the fields of a {row} row")
+    return Tile(row, fields)
 
 
-def _sources(family: str, out: Path, extra: list[Tile]) -> None:
+def _sources(family: str, out: Path, extra: list[tuple[str, str]]) -> None:
     table = next((t for t in tables() if t.family == family), None)
     if table is None:
         raise SystemExit(f"no tile table for family {family}")
-    wanted = instantiations(table) + [instantiation(family, "bf16", tile) for tile in extra]
+    rows = [_extra_tile(table, direction, text) for direction, text in extra]
+    wanted = instantiations(table) + [instantiation(family, "bf16", tile) for tile in rows]
     out.mkdir(parents=True, exist_ok=True)
     seen = set()
     for inst in wanted:
@@ -232,9 +284,7 @@ def main(argv: list[str]) -> None:
         if args.command == "cmake":
             _cmake(args.out)
         else:
-            extra = [_extra_tile("fwd", r) for r in args.fwd] + [
-                _extra_tile("bwd", r) for r in args.bwd
-            ]
+            extra = [("fwd", r) for r in args.fwd] + [("bwd", r) for r in args.bwd]
             _sources(args.family, args.out, extra)
     except ValueError as error:
         raise SystemExit(f"attention tile table: {error}") from None

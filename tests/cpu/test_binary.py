@@ -14,7 +14,7 @@ library:
   archs (sm80 kernels never in the sm_75 cubin, sm75 kernels in every cubin
   from sm_75 up, so they can be forced on newer GPUs), no function contains a
   trap (CuTe compiles an atom the target arch lacks into printf + trap,
-  silently), and every sm90 GEMM kernel issues wgmma and TMA loads;
+  silently), and every sm90 GEMM and attention kernel issues wgmma and TMA loads;
 * the wheel in dist/, if any, is under PyPI's default size limit.
 
 The SASS checks are functions of a summary, and each is shown to fail on a
@@ -220,6 +220,7 @@ class Expected(NamedTuple):
 
     families: dict  # {family: Signature} of the families with code
     cubins: dict  # {arch: number of SASS entries in the fatbin}
+    ops: frozenset = frozenset({"gemm", "softmax", "attention"})  # the op groups built
 
 
 def _find_cuda_tool(name: str) -> str | None:
@@ -384,7 +385,7 @@ def expected(build_info: dict, fatbin: dict) -> Expected:
     for entry in fatbin["entries"]:
         if entry["kind"] == "sass":
             cubins[_sass_arch_name(entry["arch"], entry["arch_specific"])] += 1
-    return Expected(_families_with_code(build_info), dict(cubins))
+    return Expected(_families_with_code(build_info), dict(cubins), frozenset(build_info["ops"]))
 
 
 def coverage_problems(expected: Expected, sass: SassSummary) -> list[str]:
@@ -440,23 +441,39 @@ def trap_problems(expected: Expected, sass: SassSummary) -> list[str]:
     ]
 
 
-def sm90_gemm_problems(expected: Expected, sass: SassSummary) -> list[str]:
-    """With an sm90 family: sm_90a GEMM kernels without wgmma (HGMMA) or TMA loads
-    (UTMALDG), or no GEMM kernel in the sm_90a cubins at all."""
-    if "sm90" not in expected.families:
+def _wgmma_and_tma_problems(
+    expected: Expected, sass: SassSummary, op: str, marker: str, what: str
+) -> list[str]:
+    """With an sm90 family that built `op`: its sm_90a kernels (names containing `marker`)
+    without wgmma (HGMMA) or TMA loads (UTMALDG), or none in the sm_90a cubins at all."""
+    if "sm90" not in expected.families or op not in expected.ops:
         return []
     kernels = [f for f in sass.functions if f.arch == "sm_90a" and f.entry]
-    gemm = [f for f in kernels if "GemmUniversal" in f.name]
-    if not gemm:
-        return [f"no GEMM kernel in the sm_90a cubins ({len(kernels)} kernels there)"]
+    found = [f for f in kernels if marker in f.name]
+    if not found:
+        return [f"no {what} kernel in the sm_90a cubins ({len(kernels)} kernels there)"]
     return [
         f"{f.name[:120]} without {'HGMMA' if has_tma else 'UTMALDG'}"
-        for f in gemm
+        for f in found
         if not (
             (has_tma := any(op.startswith("UTMALDG") for op in f.opcodes))
             and any(op.startswith("HGMMA") for op in f.opcodes)
         )
     ]
+
+
+def sm90_gemm_problems(expected: Expected, sass: SassSummary) -> list[str]:
+    """With an sm90 family: sm_90a GEMM kernels (CUTLASS's GemmUniversal) without wgmma
+    (HGMMA) or TMA loads (UTMALDG), or no GEMM kernel in the sm_90a cubins at all."""
+    return _wgmma_and_tma_problems(expected, sass, "gemm", "GemmUniversal", "GEMM")
+
+
+def sm90_attention_problems(expected: Expected, sass: SassSummary) -> list[str]:
+    """With an sm90 family: sm_90a attention forward kernels (those of a FlashFwdSm90Config,
+    whose name the mangled kernel name carries) without wgmma or TMA loads, or none."""
+    return _wgmma_and_tma_problems(
+        expected, sass, "attention", "FlashFwdSm90Config", "attention forward"
+    )
 
 
 def test_every_cubin_is_disassembled(expected: Expected, sass: SassSummary) -> None:
@@ -487,6 +504,15 @@ def test_sm90_gemm_runs_on_wgmma_and_tma(expected: Expected, sass: SassSummary) 
     assert not problems, f"{len(problems)} sm90 GEMM problems:\n" + "\n".join(problems[:10])
 
 
+def test_sm90_attention_runs_on_wgmma_and_tma(expected: Expected, sass: SassSummary) -> None:
+    """Every sm90 attention forward kernel issues wgmma (HGMMA) and TMA loads (UTMALDG), as
+    the sm90 GEMM's do."""
+    if "sm90" not in expected.families or "attention" not in expected.ops:
+        pytest.skip("this build has no sm90 attention (90a or attention not built)")
+    problems = sm90_attention_problems(expected, sass)
+    assert not problems, f"{len(problems)} sm90 attention problems:\n" + "\n".join(problems[:10])
+
+
 # The checks above on planted faults: each must fail where the library would be wrong.
 EXPECTED = Expected(
     {
@@ -501,6 +527,7 @@ CHECKS = {
     "placement": placement_problems,
     "traps": trap_problems,
     "sm90 gemm": sm90_gemm_problems,
+    "sm90 attention": sm90_attention_problems,
 }
 
 
@@ -516,6 +543,9 @@ def _good_summary() -> SassSummary:
         _function("sm_90", "gemm80", "HMMA.16816.F32", "LDGSTS.E.BYPASS.128"),
         _function("sm_90", "helper", "FMUL", entry=False),
         _function("sm_90a", "GemmUniversal90", "HGMMA.64x128x16.F32", "UTMALDG.2D"),
+        _function(
+            "sm_90a", "flash_fwd_sm90<FlashFwdSm90Config>", "HGMMA.64x128x16.F32", "UTMALDG.4D"
+        ),
     ]
     return SassSummary(functions, frozenset({"gemm80"}), {"sm_75": 1, "sm_90": 2, "sm_90a": 1})
 
@@ -563,6 +593,18 @@ PLANTED = {
         "sm90 gemm",
     ),
     "no sm90 gemm": (_without(GOOD, "sm_90a", "GemmUniversal90"), "sm90 gemm"),
+    "sm90 attention on mma.sync": (
+        _with(GOOD, _function("sm_90a", "fwd<FlashFwdSm90ConfigX>", "HMMA.16816.F32", "UTMALDG")),
+        "sm90 attention",
+    ),
+    "sm90 attention without TMA": (
+        _with(GOOD, _function("sm_90a", "fwd<FlashFwdSm90ConfigY>", "HGMMA.64x64x16.F32", "LDG")),
+        "sm90 attention",
+    ),
+    "no sm90 attention": (
+        _without(GOOD, "sm_90a", "flash_fwd_sm90<FlashFwdSm90Config>"),
+        "sm90 attention",
+    ),
 }
 
 

@@ -176,6 +176,59 @@ def test_the_size_checks_come_first():
     assert "headdim must be in 1..256" in str(plan_error(headdim=300))
 
 
+# ------------------------------------------------ the sm90 attention ----
+HOPPER = (9, 0)
+needs_sm90_attention = pytest.mark.skipif(
+    "attention" not in _lib.built_ops() or not {"sm80", "sm90"} <= set(samattn.built_families()),
+    reason="needs the attention ops of the sm80 and sm90 families",
+)
+SM90 = _lib.FAMILY_CODES["sm90"]
+
+
+def hopper_plan(backward=False, **changes):
+    # A d = 128 prefill (not decode-shaped: 128 queries x 2 heads per KV head), contiguous
+    # and 16-byte aligned: what the sm90 forward is for.
+    d, h, hk, sq, sk = 128, 4, 2, 128, 256
+    sizes = dict(seqlen_q=sq, seqlen_k=sk, lse_batch_stride=h * sq, lse_head_stride=sq,
+                 headdim=d, q_head_stride=d, k_head_stride=d, v_head_stride=d, o_head_stride=d,
+                 q_seq_stride=h * d, k_seq_stride=hk * d, v_seq_stride=hk * d, o_seq_stride=h * d,
+                 q_batch_stride=sq * h * d, k_batch_stride=sk * hk * d,
+                 v_batch_stride=sk * hk * d, o_batch_stride=sq * h * d)  # fmt: skip
+    return plan(backward, cc=HOPPER, **{**sizes, **changes})[0]
+
+
+@needs_sm90_attention
+@pytest.mark.parametrize("dtype", [_lib.F16, _lib.BF16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("family", [_lib.FAMILY_AUTO, SM90], ids=["auto", "forced"])
+def test_hopper_runs_the_sm90_forward(dtype, family):
+    assert hopper_plan(dtype=dtype, family=family) == "sm90"
+
+
+@needs_sm90_attention
+@pytest.mark.parametrize("dtype", [_lib.F16, _lib.BF16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("family", [_lib.FAMILY_AUTO, SM90], ids=["auto", "forced"])
+def test_the_sm90_backward_is_sm80s(dtype, family):
+    # sm90 has no attention backward: its registration declines every problem and names
+    # sm80 as its forced fallback, so that the backward of a forced sm90 forward runs.
+    assert hopper_plan(backward=True, dtype=dtype, family=family) == "sm80"
+
+
+@needs_sm90_attention
+def test_forced_sm90_hands_what_its_forward_declines_to_sm80():
+    # A head dim that is not a multiple of 8 has no 16-byte rows for TMA: sm80 runs it.
+    odd = dict(headdim=100, q_head_stride=100, k_head_stride=100, v_head_stride=100,
+               o_head_stride=100)  # fmt: skip
+    assert hopper_plan(**odd) == "sm80"
+    assert hopper_plan(family=SM90, **odd) == "sm80"
+
+
+@needs_sm90_attention
+def test_a_forced_sm90_on_another_gpu_says_so():
+    error = plan_error(family=SM90, cc=SM80)
+    assert isinstance(error, _lib.UnsupportedError)
+    assert "family sm90 cannot run on" in str(error)
+
+
 # ---------------------------------------------------- window normalization ----
 def window(sq, sk, left=-1, right=-1, causal=0, **changes):
     return plan(seqlen_q=sq, seqlen_k=sk, window_left=left, window_right=right, causal=causal,
@@ -223,7 +276,8 @@ def test_varlen_windows_use_the_longest_sequences():
 # ------------------------------------------------------------ gemm plans ----
 def test_forced_sm90_gemm_hands_what_tma_cannot_describe_to_sm80():
     # The sm90 GEMM's registration names sm80 as its forced fallback (so that forcing sm90
-    # runs any shape); attention families have none (test_a_forced_family_that_declines...).
+    # runs any shape), as sm90's attention does (test_forced_sm90_hands_what_its_forward...);
+    # the sm75 and sm80 attention have none (test_a_forced_family_that_declines...).
     odd = dict(m=4096, n=4096, k=4096, a_row_stride=4097)
     auto_family, auto_text = _lib.gemm_plan(gemm_args(**odd), (9, 0), 132)
     assert auto_family == "sm80" and auto_text.startswith("sm90 cannot run it: ")

@@ -8,10 +8,12 @@ dtype-rounded scores; +inf (a query that sees no key) must match exactly, where 
 output must be exactly 0. Gradients (dq, dk, dv) follow the same rule: the reference is
 torch autograd on float64 copies, the baseline torch autograd in the input dtype.
 
-The sm80 family runs fp16 and bf16 (Hopper runs it too), the sm75 family fp16 only
-(Turing's tensor cores have no bf16: a forced sm75 refuses bf16 with a message that says
-it needs sm80); both are forced on any newer GPU. sm90 has no attention kernels and must
-refuse with samattn.UnsupportedError.
+The sm80 family runs fp16 and bf16, the sm75 family fp16 only (Turing's tensor cores have
+no bf16: a forced sm75 refuses bf16 with a message that says it needs sm80); both are
+forced on any newer GPU. The sm90 family (Hopper only) runs the forward in fp16 and bf16 on
+wgmma + TMA and hands what its plan declines, and every backward, to sm80, also when
+forced: with sm90 forced a forward may run on either (gpu_checks.forced_runs; the sm90
+tests below check that sm90 itself runs the calls it is for), a backward runs on sm80.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from gpu_checks import (
     assert_close_to_reference,
     assert_cuda_healthy,
     call_forced,
+    forced_runs,
     poison_allocator,
     randn,
     runnable_families,
@@ -37,9 +40,13 @@ import samattn
 from samattn import _lib
 
 DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16}
-ATTENTION_FAMILIES = ("sm80", "sm75")
+ATTENTION_FAMILIES = ("sm90", "sm80", "sm75")
 # The dtypes each family runs; the others are refused (test_bf16_on_sm75_is_refused).
-FAMILY_DTYPES = {"sm80": (torch.float16, torch.bfloat16), "sm75": (torch.float16,)}
+FAMILY_DTYPES = {
+    "sm90": (torch.float16, torch.bfloat16),
+    "sm80": (torch.float16, torch.bfloat16),
+    "sm75": (torch.float16,),
+}
 
 
 @pytest.fixture(params=ATTENTION_FAMILIES)
@@ -58,6 +65,12 @@ def need_dtype(family: str, dtype: torch.dtype) -> None:
 def last_dtype(family: str) -> torch.dtype:
     """bf16 where the family runs it (the dtype of the large-value tests), else fp16."""
     return FAMILY_DTYPES[family][-1]
+
+
+def backward_family(family: str) -> str:
+    """The family that runs the backward with `family` forced: sm90 has no attention
+    backward (its registration declines every problem and hands it to sm80)."""
+    return "sm80" if family == "sm90" else family
 
 
 # ------------------------------------------------------------ reference ----
@@ -123,6 +136,7 @@ def run_fixed(family, q, k, v, **kwargs):
         family,
         lambda: samattn.flash_attn_func(q, k, v, return_attn_probs=True, **kwargs),
         may_launch_nothing=q.numel() == 0,
+        expected=forced_runs(family),
     )
     assert out.shape == q.shape and out.dtype == q.dtype and probs is None
     assert lse.shape == (b, h, sq) and lse.dtype == torch.float32
@@ -298,19 +312,39 @@ def test_packed_variants_match(attn_family):
     b, s, h, d = 2, 65, 4, 64
     qkv = randn(b, s, 3, h, d, dtype=last_dtype(attn_family))
     q, k, v = qkv.unbind(2)
+
+    def run(fn):
+        """fn()'s output and the family that ran it."""
+        _lib.set_last_family(_lib.FAMILY_AUTO)
+        out = fn()
+        assert _lib.last_family() in forced_runs(attn_family), _lib.last_family()
+        return out, _lib.last_family()
+
+    def same(got, want):
+        # Bit-identical from the same family's kernel; with sm90 forced, a variant its plan
+        # declines (varlen) runs on sm80, whose rounding differs.
+        (out, family), (expected, expected_family) = got, want
+        if family == expected_family:
+            assert torch.equal(out, expected)
+        else:
+            torch.testing.assert_close(out, expected, rtol=2e-2, atol=2e-2)
+
     with samattn.use_family(attn_family):
-        expected = samattn.flash_attn_func(q, k, v, causal=True)
-        assert torch.equal(samattn.flash_attn_qkvpacked_func(qkv, causal=True), expected)
+        fixed = run(lambda: samattn.flash_attn_func(q, k, v, causal=True))
+        same(run(lambda: samattn.flash_attn_qkvpacked_func(qkv, causal=True)), fixed)
         kv = torch.stack([k, v], dim=2)
-        assert torch.equal(samattn.flash_attn_kvpacked_func(q, kv, causal=True), expected)
+        same(run(lambda: samattn.flash_attn_kvpacked_func(q, kv, causal=True)), fixed)
         cu = torch.tensor([0, s, 2 * s], dtype=torch.int32, device=DEVICE)
+        flat_fixed = (fixed[0].flatten(0, 1), fixed[1])
         flat = qkv.flatten(0, 1)
-        out = samattn.flash_attn_varlen_qkvpacked_func(flat, cu, s, causal=True)
-        assert torch.equal(out, expected.flatten(0, 1))
-        out = samattn.flash_attn_varlen_kvpacked_func(
-            q.flatten(0, 1), kv.flatten(0, 1), cu, cu, s, s, causal=True
+        same(run(lambda: samattn.flash_attn_varlen_qkvpacked_func(flat, cu, s, causal=True)),
+             flat_fixed)  # fmt: skip
+        varlen_kv = run(
+            lambda: samattn.flash_attn_varlen_kvpacked_func(
+                q.flatten(0, 1), kv.flatten(0, 1), cu, cu, s, s, causal=True
+            )
         )
-        assert torch.equal(out, expected.flatten(0, 1))
+        same(varlen_kv, flat_fixed)
 
 
 # ------------------------------------------------------------- varlen ----
@@ -359,6 +393,7 @@ def test_varlen(attn_family, dtype, d, batch, feature):
             return_attn_probs=True,
         ),
         may_launch_nothing=total_q == 0,
+        expected=forced_runs(attn_family),
     )
     assert out.shape == q.shape and lse.shape == (h, total_q)
     for i, (sq, sk) in enumerate(zip(lens_q, lens_k)):
@@ -431,6 +466,7 @@ def test_sdpa(attn_family, dtype, case):
         lambda: samattn.scaled_dot_product_attention(
             query, key, value, is_causal=is_causal, enable_gqa=enable_gqa
         ),
+        expected=forced_runs(attn_family),
     )
     assert out.shape == (b, h, sq, d) and out.transpose(1, 2).is_contiguous()
     # torch's causal mask is top-left aligned.
@@ -461,13 +497,91 @@ def test_sdpa_dropout_falls_back_to_torch(monkeypatch):
 
 
 # ------------------------------------------------ families and errors ----
-def test_sm90_refuses():
+def need_sm90() -> None:
     if "sm90" not in runnable_families():
         pytest.skip("sm90 is not built or cannot run on this GPU")
-    q, k, v = make_qkv(1, 16, 16, 2, 2, 64, torch.float16)
-    refused = pytest.raises(samattn.UnsupportedError, match=r"family sm90.*attention")
-    with refused, samattn.use_family("sm90"):
-        samattn.flash_attn_func(q, k, v)
+
+
+def ran_forced(family, fn):
+    """fn() with `family` forced (None: automatic), and the family that ran it."""
+    _lib.set_last_family(_lib.FAMILY_AUTO)
+    with samattn.use_family(family):
+        result = fn()
+    return result, _lib.last_family()
+
+
+# The prefill calls the sm90 forward is for (fixed lengths, 16-byte aligned contiguous
+# tensors, head dims that fill its rows, more than decode-shaped): (b, sq, sk, h, hk, d).
+SM90_PREFILLS = [
+    (2, 256, 256, 4, 4, 64),
+    (1, 333, 1000, 8, 2, 128),  # GQA, partial tiles
+    (2, 1000, 333, 4, 1, 128),  # MQA, more queries than keys
+    (1, 129, 257, 2, 2, 256),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+@pytest.mark.parametrize("shape", SM90_PREFILLS, ids=str)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_sm90_runs_the_prefill_forward(no_family_env, dtype, shape, causal):
+    """sm90 itself runs the calls it is for, forced and automatically (elsewhere a forced
+    sm90 may hand a call to sm80, so this is where it must not), and runs them right."""
+    need_sm90()
+    b, sq, sk, h, hk, d = shape
+    q, k, v = make_qkv(b, sq, sk, h, hk, d, dtype)
+    poison_allocator((b, sq, h, d), dtype)
+
+    def forward():
+        return samattn.flash_attn_func(q, k, v, causal=causal, return_attn_probs=True)[:2]
+
+    (out, lse), family = ran_forced("sm90", forward)
+    assert family == "sm90", f"forced sm90 handed {shape} to {family}"
+    mask = allowed_keys(sq, sk, causal, (-1, -1))
+    what = f"sm90 {dtype} {shape} causal{causal}"
+    check_attention(out, lse, q, k, v, scale=d**-0.5, softcap=0.0, mask=mask, what=what)
+    (auto_out, _), family = ran_forced(None, forward)
+    assert family == "sm90", f"automatic selection ran {shape} on {family}"
+    assert torch.equal(auto_out, out)
+
+
+def test_sm90_hands_what_it_declines_to_sm80():
+    """A forced sm90 runs what its plan declines on sm80 (its registration's
+    forced_fallback): here a head dim that is not a multiple of 8, a decode-shaped call
+    and varlen."""
+    need_sm90()
+    q, k, v = make_qkv(2, 200, 200, 4, 4, 100, torch.float16)
+    out, family = ran_forced("sm90", lambda: samattn.flash_attn_func(q, k, v))
+    assert family == "sm80"
+    assert torch.equal(out, ran_forced("sm80", lambda: samattn.flash_attn_func(q, k, v))[0])
+    q, k, v = make_qkv(1, 1, 500, 8, 8, 128, torch.bfloat16)
+    assert ran_forced("sm90", lambda: samattn.flash_attn_func(q, k, v))[1] == "sm80"
+    q, k, v = (randn(300, 4, 64, dtype=torch.float16) for _ in range(3))
+    cu = torch.tensor([0, 100, 300], dtype=torch.int32, device=DEVICE)
+    call = lambda: samattn.flash_attn_varlen_func(q, k, v, cu, cu, 200, 200)  # noqa: E731
+    assert ran_forced("sm90", call)[1] == "sm80"
+
+
+@pytest.mark.parametrize("forced", [None, "sm90"], ids=["auto", "sm90"])
+def test_the_backward_of_an_sm90_forward_runs_on_sm80(no_family_env, forced):
+    """sm80's backward from sm90's out and lse (the backward op called on this thread, so
+    that its family is seen: autograd would run it on its device thread)."""
+    need_sm90()
+    b, s, h, hk, d = 2, 256, 4, 2, 128
+    q, k, v = make_qkv(b, s, s, h, hk, d, torch.bfloat16)
+
+    def forward():
+        return samattn.flash_attn_func(q, k, v, causal=True, return_attn_probs=True)[:2]
+
+    (out, lse), family = ran_forced(forced, forward)
+    assert family == "sm90"
+    dout = randn(b, s, h, d, dtype=torch.bfloat16)
+    backward = torch.ops.samattn.flash_attn_backward
+    args = (dout, q, k, v, out, lse, None, None, s, s, d**-0.5, True, -1, -1, 0.0, False)
+    (dq, dk, dv, _), family = ran_forced(forced, lambda: backward(*args))
+    assert family == "sm80"
+    mask = allowed_keys(s, s, True, (-1, -1))
+    check_grads((dq, dk, dv), q, k, v, dout, scale=d**-0.5, softcap=0.0, mask=mask,
+                what="sm80 backward of sm90's forward")  # fmt: skip
 
 
 def test_bf16_on_sm75_is_refused():
@@ -480,12 +594,17 @@ def test_bf16_on_sm75_is_refused():
     assert_cuda_healthy()
 
 
-def test_auto_selects_sm80(no_family_env):
-    if "sm80" not in samattn.built_families():
-        pytest.skip("sm80 is not built")
+def test_auto_selects_the_newest_family(no_family_env):
+    if "sm80" not in runnable_families():
+        pytest.skip("sm80 is not built or cannot run on this GPU")
+    # A decode-shaped call (16 query rows per KV head) runs sm80's split-key kernel, also
+    # on Hopper; a prefill runs sm90 where it can.
     q, k, v = make_qkv(1, 16, 16, 2, 2, 64, torch.float16)
     samattn.flash_attn_func(q, k, v)
     assert _lib.last_family() == "sm80"
+    q, k, v = make_qkv(1, 256, 256, 2, 2, 64, torch.float16)
+    samattn.flash_attn_func(q, k, v)
+    assert _lib.last_family() == ("sm90" if "sm90" in runnable_families() else "sm80")
 
 
 # --------------------------------------------- C ABI on guarded buffers ----
@@ -532,7 +651,7 @@ def test_c_abi_writes_every_output_and_nothing_else(attn_family, dtype, d, causa
     used = ctypes.c_int32(-1)
     status = _lib.lib().samattn_attention_forward(ctypes.byref(args), ctypes.byref(used))
     assert status == _lib.OK, _lib.last_error()
-    assert _lib.FAMILY_NAMES[used.value] == attn_family
+    assert _lib.FAMILY_NAMES[used.value] in forced_runs(attn_family)
     torch.cuda.synchronize()
     o.assert_no_stray_writes("o")
     lse.assert_no_stray_writes("lse")
@@ -570,13 +689,20 @@ def run_grads(family, fn, q, k, v, dout, may_launch_nothing=False):
     leaves = [t.detach().requires_grad_(True) for t in (q, k, v)]
     for t in leaves:
         poison_allocator(t.shape, t.dtype)
-    out = call_forced(family, lambda: fn(*leaves), may_launch_nothing=may_launch_nothing)
+    out = call_forced(
+        family,
+        lambda: fn(*leaves),
+        may_launch_nothing=may_launch_nothing,
+        expected=forced_runs(family),
+    )
     if family == "sm75" and q.shape[-1] > 192:
         # No sm75 backward tile fits Turing's 64 KB there: a clear refusal, then skip.
         refused = pytest.raises(samattn.UnsupportedError, match="supports head dims up to 192")
         with samattn.use_family(family), refused:
             torch.autograd.grad(out, leaves, dout)
         pytest.skip("the sm75 backward supports head dims up to 192")
+    # The family of the backward is not checked here: autograd runs it on its device
+    # thread, whose last family this thread cannot see (the C ABI tests check it).
     with samattn.use_family(family):
         return torch.autograd.grad(out, leaves, dout)
 
@@ -951,7 +1077,7 @@ def test_c_abi_backward_writes_every_gradient_and_nothing_else(attn_family, dtyp
         stream=torch.cuda.current_stream().cuda_stream,
     )  # fmt: skip
     tensors = dict(q=q, k=k, v=v, o=out, dout=dout, dq=dq.view, dk=dk.view, dv=dv.view)
-    assert _lib.FAMILY_NAMES[run_c_backward(args, tensors, lse)] == attn_family
+    assert _lib.FAMILY_NAMES[run_c_backward(args, tensors, lse)] == backward_family(attn_family)
     for name, g in (("dq", dq), ("dk", dk), ("dv", dv)):
         g.assert_no_stray_writes(name)
     mask = allowed_keys(sq, sk, causal, (-1, -1))

@@ -15,13 +15,15 @@ reference at most twice that of the same computation by torch in the input dtype
 rounding. Rows left with no key are checked exactly.
 
 Each test runs with the sm80 and sm75 families forced (sm75: fp16; its backward stops at
-head dim 192). Masks run on 16-byte rows: head dims that are not multiples of 8 run padded
-with zeros by the Python layer (test_odd_head_dims_run_padded).
+head dim 192); the sm90 forward has no masks and hands them to sm80, also when forced
+(test_sm90_hands_masks_to_sm80). Masks run on 16-byte rows: head dims that are not
+multiples of 8 run padded with zeros by the Python layer (test_odd_head_dims_run_padded).
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import warnings
 
@@ -692,13 +694,16 @@ def test_c_abi_dmask_writes_nothing_outside(attn_family):
                    **terms)  # fmt: skip
 
 
-def test_sm90_refuses_masks():
+def test_sm90_hands_masks_to_sm80():
+    """The sm90 forward has no masks: a forced sm90 runs them on sm80 (its registration's
+    forced_fallback), as automatic selection does."""
     if "sm90" not in runnable_families():
         pytest.skip("sm90 is not built or cannot run on this GPU")
-    q, k, v = make_qkv(1, 16, 16, 2, 2, 64, F16)
-    with pytest.raises(samattn.UnsupportedError), samattn.use_family("sm90"):
-        samattn.flash_attn_func(q, k, v, attn_mask=torch.ones(16, 16, dtype=torch.bool,
-                                                                device=DEVICE))  # fmt: skip
+    q, k, v = make_qkv(1, 256, 256, 2, 2, 64, F16)
+    mask = make_mask("bool", (1, 1, 256, 256), empty_row=False)
+    call = functools.partial(samattn.flash_attn_func, q, k, v, attn_mask=mask)
+    outs = {family: call_forced(family, call, expected="sm80") for family in ("sm90", "sm80")}
+    assert torch.equal(outs["sm90"], outs["sm80"])
 
 
 # ------------------------------------------------------------ transformers ----

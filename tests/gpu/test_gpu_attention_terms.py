@@ -24,6 +24,7 @@ other head dims are either refused with samattn.UnsupportedError or right
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 
@@ -871,9 +872,14 @@ def test_c_abi_writes_every_dsink_and_nothing_else(attn_family, deterministic):
     assert_dsinks_formula(dsinks.view, dout, out, lse, sinks, "c abi")
 
 
-def test_sm90_refuses_the_terms():
+def test_sm90_hands_the_terms_to_sm80():
+    """The sm90 forward has no ALiBi or sinks: a forced sm90 runs them on sm80 (its
+    registration's forced_fallback), as automatic selection does."""
     if "sm90" not in runnable_families():
         pytest.skip("sm90 is not built or cannot run on this GPU")
-    q, k, v = make_qkv(1, 16, 16, 2, 2, 64, F16)
-    with pytest.raises(samattn.UnsupportedError), samattn.use_family("sm90"):
-        samattn.flash_attn_func(q, k, v, sinks=make_sinks(2))
+    q, k, v = make_qkv(1, 256, 256, 2, 2, 64, F16)
+    sinks, alibi = make_sinks(2), alibi_slopes("head", 1, 2)
+    for terms in (dict(sinks=sinks), dict(alibi_slopes=alibi)):
+        call = functools.partial(samattn.flash_attn_func, q, k, v, **terms)
+        outs = {family: call_forced(family, call, expected="sm80") for family in ("sm90", "sm80")}
+        assert torch.equal(outs["sm90"], outs["sm80"]), terms

@@ -292,7 +292,9 @@ int samattn_attention_forward_workspace_size(const samattn_attention_args* args,
  * returns, 256-byte aligned; NULL when that is 0) is scratch: the library
  * zeroes what it needs on the stream, so its contents on entry do not matter,
  * and it must stay untouched until the work on the stream is done. The
- * backward shares SAMATTN_OP_ATTENTION's family selection.
+ * backward shares SAMATTN_OP_ATTENTION's family selection; the sm90 family
+ * has no backward of its own and hands it to sm80, also when sm90 is forced
+ * (family_used says which ran).
  */
 int samattn_attention_backward(const samattn_attention_args* args, int32_t* family_used);
 /* Device workspace samattn_attention_backward needs for these arguments
@@ -343,10 +345,12 @@ int samattn_gemm_plan(const samattn_gemm_args* args, int32_t cc_major, int32_t c
  * memory per block, without a GPU: *family is the family that would run (a
  * family whose plan declines the problem, e.g. a head dim left out of the
  * build or no tile that fits the shared memory, falls through to the next
- * one unless forced), and `text` (NUL-terminated, truncated to
- * text_capacity) the window the kernels would get after normalization:
- * "window_left=L window_right=R", -1 = unbounded. Sizes are checked as the
- * op checks them; pointers are not inspected. SAMATTN_FAMILY is honoured.
+ * one; a forced one only to its fallback: sm90 hands to sm80 the forward
+ * problems it declines and every backward), and `text` (NUL-terminated,
+ * truncated to text_capacity) the window the kernels would get after
+ * normalization: "window_left=L window_right=R", -1 = unbounded. Sizes are
+ * checked as the op checks them; pointers are not inspected. SAMATTN_FAMILY
+ * is honoured.
  */
 int samattn_attention_plan(const samattn_attention_args* args, int32_t backward, int32_t cc_major,
                            int32_t cc_minor, int32_t smem_per_block, int32_t* family, char* text,

@@ -20,7 +20,11 @@ constexpr Capability kCapabilities[] = {
     {SAMATTN_OP_GEMM, Family::sm75, kDtypeF16 | kDtypeBF16 | kDtypeF32},
     {SAMATTN_OP_SOFTMAX, Family::sm80, kDtypeF16 | kDtypeBF16 | kDtypeF32},
     {SAMATTN_OP_SOFTMAX, Family::sm75, kDtypeF16 | kDtypeBF16 | kDtypeF32},
-    // FlashAttention-2 on mma.sync m16n8k16; Hopper runs sm80's.
+    // Hopper: the forward on wgmma + TMA (warp specialized); the backward, and
+    // the forward problems its plan declines, run sm80's kernels (the backward
+    // registration declines every problem and names sm80 as forced fallback).
+    {SAMATTN_OP_ATTENTION, Family::sm90, kDtypeF16 | kDtypeBF16},
+    // FlashAttention-2 on mma.sync m16n8k16.
     {SAMATTN_OP_ATTENTION, Family::sm80, kDtypeF16 | kDtypeBF16},
     // Turing: fp16 on mma.sync m16n8k8; its tensor cores have no bf16.
     {SAMATTN_OP_ATTENTION, Family::sm75, kDtypeF16},
