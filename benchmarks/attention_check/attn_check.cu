@@ -352,6 +352,8 @@ static Result run_case(const Case& c, const DeviceInfo& dev) {
   p.o = {buf.o, p.q.batch_stride, p.q.seq_stride, p.q.head_stride};
   p.cu_seqlens_q = buf.cu_q;
   p.cu_seqlens_k = buf.cu_k;
+  p.total_q = varlen ? rows_q : 0;
+  p.total_k = varlen ? rows_k : 0;
   samattn::set_scores(p, 1.0f / std::sqrt(float(c.d)), c.softcap, c.causal, c.left, c.right);
   p.lse = buf.lse;
   if (varlen) {

@@ -7,14 +7,22 @@
 # cpp/cmake/attention_tiles.py as for the library, plus the alternatives the
 # checkers time; compiled in parallel. GENCODE overrides the targets;
 # PTXAS_VERBOSE=1 prints the register / spill report.
+#   FAMILY=sm90 bash benchmarks/attention_check/build.sh
+# builds attn_sm90_check instead: the forward checker on the sm90 family
+# (sm_90a; -DSAMATTN_CHECK_SM90), from kSm90FwdTiles and sm90_alt_configs.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 : "${CUTLASS_INC:?set CUTLASS_INC to the CUTLASS include directory}"
 NVCC="${NVCC:-nvcc}"
-GENCODE="${GENCODE:--gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_80,code=sm_90}"
+FAMILY="${FAMILY:-sm80}"
+if [[ "$FAMILY" == sm90 ]]; then
+  GENCODE="${GENCODE:--gencode=arch=compute_90a,code=sm_90a}"
+else
+  GENCODE="${GENCODE:--gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_80,code=sm_90}"
+fi
 JOBS="${JOBS:-16}"
-build="$here/build"
+build="$here/build${FAMILY#sm80}"
 mkdir -p "$build"
 # Objects built for other targets or flags are stale.
 stamp="$GENCODE ${PTXAS_VERBOSE:-0} $NVCC"
@@ -22,7 +30,8 @@ if [[ "$(cat "$build/stamp" 2>/dev/null)" != "$stamp" ]]; then
   rm -f "$build"/*.o
   echo "$stamp" >"$build/stamp"
 fi
-flags=(-O3 -std=c++17 --expt-relaxed-constexpr -I"$CUTLASS_INC" -I"$repo/cpp/src" $GENCODE)
+flags=(-O3 -std=c++17 --expt-relaxed-constexpr -I"$CUTLASS_INC" -I"$repo/cpp/src" -I"$repo/cpp/include"
+  $GENCODE)
 if [[ "${PTXAS_VERBOSE:-0}" == 1 ]]; then flags+=(-Xptxas -v); fi
 
 # Alternatives that the checkers time next to the table's choice (bf16 only;
@@ -37,25 +46,40 @@ bwd_alt_configs=(
   "64,64,128,8,1"
   "128,128,64,8,2"
 )
+# sm90 (kAltConfigs under SAMATTN_CHECK_SM90): head_dim,block_m,block_n,stages.
+sm90_alt_configs=(
+  "64,192,128,2"
+  "64,128,192,2"
+)
 alt_args=()
-for cfg in "${alt_configs[@]}"; do alt_args+=(--fwd "$cfg"); done
-for cfg in "${bwd_alt_configs[@]}"; do alt_args+=(--bwd "$cfg"); done
+if [[ "$FAMILY" == sm90 ]]; then
+  for cfg in "${sm90_alt_configs[@]}"; do alt_args+=(--fwd "$cfg"); done
+else
+  for cfg in "${alt_configs[@]}"; do alt_args+=(--fwd "$cfg"); done
+  for cfg in "${bwd_alt_configs[@]}"; do alt_args+=(--bwd "$cfg"); done
+fi
 # One line per translation unit: "fwd|bwd PATH" (files rewritten only when
 # their text changes, which keeps the objects below incremental).
 fwd_sources=()
 bwd_sources=()
 while read -r kind src; do
   if [[ "$kind" == fwd ]]; then fwd_sources+=("$src"); else bwd_sources+=("$src"); fi
-done < <("${PYTHON:-python3}" "$repo/cpp/cmake/attention_tiles.py" sources sm80 "$build/generated" "${alt_args[@]}")
-if ((${#fwd_sources[@]} == 0 || ${#bwd_sources[@]} == 0)); then
+done < <("${PYTHON:-python3}" "$repo/cpp/cmake/attention_tiles.py" sources "$FAMILY" "$build/generated" "${alt_args[@]}")
+if ((${#fwd_sources[@]} == 0)) || { [[ "$FAMILY" != sm90 ]] && ((${#bwd_sources[@]} == 0)); }; then
   echo "attention_tiles.py listed no sources" >&2
   exit 1
 fi
 # The family's forward and backward entry points (the dispatch of each).
-sources=("${fwd_sources[@]}" "${bwd_sources[@]}"
-  "$repo/cpp/src/attention/sm80/flash_fwd_sm80.cu" "$repo/cpp/src/attention/sm80/flash_bwd_sm80.cu"
-  "$repo/cpp/src/common/registry.cpp"
-  "$here/attn_check.cu" "$here/attn_bwd_check.cu")
+if [[ "$FAMILY" == sm90 ]]; then
+  flags+=(-DSAMATTN_CHECK_SM90)
+  sources=("${fwd_sources[@]}" "$repo/cpp/src/attention/sm90/flash_fwd_sm90.cu"
+    "$repo/cpp/src/common/registry.cpp" "$here/attn_check.cu")
+else
+  sources=("${fwd_sources[@]}" "${bwd_sources[@]}"
+    "$repo/cpp/src/attention/sm80/flash_fwd_sm80.cu" "$repo/cpp/src/attention/sm80/flash_bwd_sm80.cu"
+    "$repo/cpp/src/common/registry.cpp"
+    "$here/attn_check.cu" "$here/attn_bwd_check.cu")
+fi
 
 # Each job leaves its object only on success; the checks below look for them.
 objects=()
@@ -70,7 +94,7 @@ for src in "${sources[@]}"; do
   fi
   rm -f "$obj"
   (
-    if ! "$NVCC" "${flags[@]}" -c "$src" -o "$obj" >"$obj.log" 2>&1; then
+    if ! "$NVCC" "${flags[@]}" -x cu -c "$src" -o "$obj" >"$obj.log" 2>&1; then
       cat "$obj.log" >&2
       rm -f "$obj"
       exit 1
@@ -94,11 +118,17 @@ if ((status != 0)); then
   echo "build failed" >&2
   exit 1
 fi
-obj_of() { echo "$build/$(basename "${1%.cu}").o"; }
+obj_of() { echo "$build/$(basename "${1%.*}").o"; }
 fwd_objects=()
 for src in "${fwd_sources[@]}"; do fwd_objects+=("$(obj_of "$src")"); done
 bwd_objects=()
 for src in "${bwd_sources[@]}"; do bwd_objects+=("$(obj_of "$src")"); done
+if [[ "$FAMILY" == sm90 ]]; then
+  "$NVCC" $GENCODE "${fwd_objects[@]}" "$build/flash_fwd_sm90.o" "$build/registry.o" \
+    "$build/attn_check.o" -o "$here/attn_sm90_check"
+  echo "built $here/attn_sm90_check"
+  exit 0
+fi
 "$NVCC" $GENCODE "${fwd_objects[@]}" "$build/flash_fwd_sm80.o" "$build/registry.o" "$build/attn_check.o" \
   -o "$here/attn_check"
 "$NVCC" $GENCODE "${fwd_objects[@]}" "${bwd_objects[@]}" "$build/flash_fwd_sm80.o" "$build/registry.o" \

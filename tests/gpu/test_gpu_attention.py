@@ -547,7 +547,7 @@ def test_sm90_runs_the_prefill_forward(no_family_env, dtype, shape, causal):
 def test_sm90_hands_what_it_declines_to_sm80():
     """A forced sm90 runs what its plan declines on sm80 (its registration's
     forced_fallback): here a head dim that is not a multiple of 8, a decode-shaped call
-    and varlen."""
+    and a head stride TMA cannot describe (not a multiple of 16 bytes)."""
     need_sm90()
     q, k, v = make_qkv(2, 200, 200, 4, 4, 100, torch.float16)
     out, family = ran_forced("sm90", lambda: samattn.flash_attn_func(q, k, v))
@@ -555,10 +555,52 @@ def test_sm90_hands_what_it_declines_to_sm80():
     assert torch.equal(out, ran_forced("sm80", lambda: samattn.flash_attn_func(q, k, v))[0])
     q, k, v = make_qkv(1, 1, 500, 8, 8, 128, torch.bfloat16)
     assert ran_forced("sm90", lambda: samattn.flash_attn_func(q, k, v))[1] == "sm80"
-    q, k, v = (randn(300, 4, 64, dtype=torch.float16) for _ in range(3))
-    cu = torch.tensor([0, 100, 300], dtype=torch.int32, device=DEVICE)
-    call = lambda: samattn.flash_attn_varlen_func(q, k, v, cu, cu, 200, 200)  # noqa: E731
-    assert ran_forced("sm90", call)[1] == "sm80"
+    padded = randn(2, 300, 4, 68, dtype=torch.float16)
+    q = k = v = padded[..., :64]  # head stride 68 elements
+    out, family = ran_forced("sm90", lambda: samattn.flash_attn_func(q, k, v, causal=True))
+    assert family == "sm80"
+    mask = allowed_keys(300, 300, True, (-1, -1))
+    lse = samattn.flash_attn_func(q, k, v, causal=True, return_attn_probs=True)[1]
+    check_attention(out, lse, q, k, v, scale=64**-0.5, softcap=0.0, mask=mask, what="strided")
+
+
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+@pytest.mark.parametrize("d", [64, 128, 256])
+@pytest.mark.parametrize("feature", ["plain", "causal", "window", "GQA"])
+def test_sm90_runs_varlen(no_family_env, dtype, d, feature):
+    """Variable-length prefill on sm90 itself (its TMA tiles start at each sequence's
+    first row and read into the next sequence; the mask and a row-by-row store keep
+    that out): empty sequences, one row, partial tiles, more keys than queries and the
+    reverse, sequences of zero keys, against the reference per sequence."""
+    need_sm90()
+    lens_q, lens_k = [0, 1, 17, 300, 1000, 5, 129], [5, 1, 17, 300, 999, 0, 700]
+    h, hk = 4, 1 if feature == "GQA" else 4
+    causal, window = feature == "causal", (24, 8) if feature == "window" else (-1, -1)
+    cu_q = torch.tensor([0, *torch.tensor(lens_q).cumsum(0).tolist()], dtype=torch.int32)
+    cu_k = torch.tensor([0, *torch.tensor(lens_k).cumsum(0).tolist()], dtype=torch.int32)
+    q = randn(int(cu_q[-1]), h, d, dtype=dtype)
+    k, v = (randn(int(cu_k[-1]), hk, d, dtype=dtype) for _ in range(2))
+    poison_allocator(q.shape, dtype)
+    max_q, max_k = max(lens_q), max(lens_k)
+
+    def forward():
+        return samattn.flash_attn_varlen_func(
+            q, k, v, cu_q.to(DEVICE), cu_k.to(DEVICE), max_q, max_k, causal=causal,
+            window_size=window, return_attn_probs=True,
+        )[:2]  # fmt: skip
+
+    (out, lse), family = ran_forced(None, forward)
+    assert family == "sm90", f"automatic selection ran varlen {feature} on {family}"
+    for i, (sq, sk) in enumerate(zip(lens_q, lens_k)):
+        if sq == 0:
+            continue
+        rq, rk = slice(int(cu_q[i]), int(cu_q[i + 1])), slice(int(cu_k[i]), int(cu_k[i + 1]))
+        mask = allowed_keys(sq, sk, causal, window, norm_seqlen_k=max_k)
+        what = f"sm90 varlen {feature} seq {i} ({sq}x{sk})"
+        check_attention(
+            out[rq][None], lse[:, rq][None], q[rq][None], k[rk][None], v[rk][None],
+            scale=d**-0.5, softcap=0.0, mask=mask, what=what,
+        )  # fmt: skip
 
 
 @pytest.mark.parametrize("forced", [None, "sm90"], ids=["auto", "sm90"])

@@ -519,6 +519,8 @@ void fill_forward(const samattn_attention_args& a, int sm_count, int max_smem_pe
   p->o = {a.o, varlen ? no_batch : a.o_batch_stride, a.o_seq_stride, a.o_head_stride};
   p->cu_seqlens_q = varlen ? a.cu_seqlens_q : nullptr;
   p->cu_seqlens_k = varlen ? a.cu_seqlens_k : nullptr;
+  p->total_q = varlen ? a.seqlen_q : 0;
+  p->total_k = varlen ? a.seqlen_k : 0;
   AttnMaskView mask{};
   if (a.attn_mask != nullptr) {
     mask = {a.attn_mask,         a.mask_dtype == SAMATTN_BOOL ? MaskKind::keep : MaskKind::add_f32,
@@ -570,8 +572,7 @@ void fill_forward(const samattn_attention_args& a, int sm_count, int max_smem_pe
   }
 }
 
-// The backward's: the forward's plus the gradients, packed row counts
-// (varlen, for the workspace) and the workspace.
+// The backward's: the forward's plus the gradients and the workspace.
 AttentionBackwardProblem backward_problem(const samattn_attention_args& a, int sm_count,
                                           int max_smem_per_block) {
   AttentionBackwardProblem p{};
@@ -585,8 +586,6 @@ AttentionBackwardProblem backward_problem(const samattn_attention_args& a, int s
   p.dq = out(a.dq, a.dq_batch_stride, a.dq_seq_stride, a.dq_head_stride);
   p.dk = out(a.dk, a.dk_batch_stride, a.dk_seq_stride, a.dk_head_stride);
   p.dv = out(a.dv, a.dv_batch_stride, a.dv_seq_stride, a.dv_head_stride);
-  p.total_q = varlen ? a.seqlen_q : 0;
-  p.total_k = varlen ? a.seqlen_k : 0;
   p.deterministic = a.deterministic != 0;
   p.dsinks = a.sinks != nullptr ? a.dsinks : nullptr;
   p.dmask = a.attn_mask != nullptr ? a.dmask : nullptr;

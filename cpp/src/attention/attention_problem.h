@@ -139,6 +139,10 @@ struct AttentionForwardProblem {
   // Varlen: device int32 arrays of batch + 1 offsets; nullptr = fixed length.
   const int32_t* cu_seqlens_q;
   const int32_t* cu_seqlens_k;
+  // Varlen: rows of the packed tensors (cu_seqlens[batch], which the host
+  // cannot read): q and o hold total_q rows, k and v total_k; 0 with fixed
+  // length.
+  int64_t total_q, total_k;
 
   float softmax_scale;  // usually 1 / sqrt(headdim)
   // Softcap > 0: s -> softcap * tanh(s * softcap_pre), softcap_pre =
@@ -197,10 +201,6 @@ inline void set_scores(AttentionForwardProblem& p, float softmax_scale, float so
 struct AttentionBackwardProblem : AttentionForwardProblem {
   SeqHeadView dout;
   SeqHeadOut dq, dk, dv;  // dk, dv: nheads_k heads (GQA: summed over each group)
-
-  // Varlen: rows of the packed tensors (cu_seqlens[batch]), to size the
-  // workspace; 0 with fixed length.
-  int64_t total_q, total_k;
 
   // true: dq is accumulated in a fixed order, bit-identical run to run.
   bool deterministic;

@@ -1,10 +1,11 @@
 // Attention, sm90 family (Hopper, sm_90a): the forward on wgmma and TMA
 // (flash_fwd_sm90_kernel.cuh), fp16 and bf16. Its plan takes fixed-length
-// prefill calls whose tensors TMA can describe and whose head dim fills at
-// least three quarters of a table row; everything else (varlen, KV caches
-// and decode-shaped calls, score terms, odd head dims or strides) declines
-// to the sm80 family, as does the backward. The kernels are instantiated in
+// and variable-length prefill calls whose tensors TMA can describe and whose
+// head dim fills at least three quarters of a table row; everything else (KV
+// caches and decode-shaped calls, score terms, odd head dims or strides)
+// declines to the sm80 family, as does the backward. The kernels are instantiated in
 // their own translation units (one per row of kSm90FwdTiles and dtype).
+#include <cstdint>
 #include <string>
 #include <utility>
 
@@ -86,8 +87,10 @@ bool plan(const AttentionForwardProblem& problem, std::string* why) {
   if (problem.cache.enabled || uses_kvcache_kernel(problem)) {
     return decline(why, "KV caches and decode-shaped calls run the sm80 split-key kernel");
   }
-  if (problem.cu_seqlens_q != nullptr || problem.cu_seqlens_k != nullptr) {
-    return decline(why, "variable-length (cu_seqlens) calls are not in the sm90 forward yet");
+  const bool varlen = problem.cu_seqlens_q != nullptr;
+  if (varlen && (problem.total_q <= 0 || problem.total_k <= 0 || problem.total_q > INT32_MAX ||
+                 problem.total_k > INT32_MAX)) {
+    return decline(why, "variable-length calls with no rows, or more than 2^31 - 1");
   }
   if (any_terms(problem.terms)) {
     return decline(why, "ALiBi, sinks and attention masks are not in the sm90 forward yet");
@@ -95,11 +98,14 @@ bool plan(const AttentionForwardProblem& problem, std::string* why) {
   if (problem.seqlen_k <= 0) return decline(why, "no keys (seqlen_k = 0)");
   const SeqHeadView out{problem.o.ptr, problem.o.batch_stride, problem.o.seq_stride,
                         problem.o.head_stride};
-  if (!forward_vectors(problem) ||
-      !tma_strides(problem.q, problem.seqlen_q, problem.nheads, problem.batch) ||
-      !tma_strides(problem.k, problem.seqlen_k, problem.nheads_k, problem.batch) ||
-      !tma_strides(problem.v, problem.seqlen_k, problem.nheads_k, problem.batch) ||
-      !tma_strides(out, problem.seqlen_q, problem.nheads, problem.batch)) {
+  // Varlen: one packed tensor of total rows.
+  const int batch = varlen ? 1 : problem.batch;
+  const int rows_q = varlen ? int(problem.total_q) : problem.seqlen_q;
+  const int rows_k = varlen ? int(problem.total_k) : problem.seqlen_k;
+  if (!forward_vectors(problem) || !tma_strides(problem.q, rows_q, problem.nheads, batch) ||
+      !tma_strides(problem.k, rows_k, problem.nheads_k, batch) ||
+      !tma_strides(problem.v, rows_k, problem.nheads_k, batch) ||
+      !tma_strides(out, rows_q, problem.nheads, batch)) {
     return decline(why,
                    "TMA needs 16-byte aligned tensors with positive strides that are multiples "
                    "of 8 elements, and a head dim that is a multiple of 8");

@@ -127,10 +127,17 @@ struct FwdParams {
   typename Traits::TmaQ tma_q;
   typename Traits::TmaKV tma_k, tma_v;
   typename Traits::TmaO tma_o;
-  typename Traits::GmemShape shape_q, shape_k;  // (seq, head dim, heads, batch)
-  float* lse;                                   // nullptr: not written
+  // (seq, head dim, heads, batch); varlen: (total rows, head dim, heads, 1).
+  typename Traits::GmemShape shape_q, shape_k;
+  float* lse;  // nullptr: not written
   int64_t lse_batch, lse_head, lse_seq;
-  AttentionMask mask;
+  // Varlen: sequence b is rows [cu[b], cu[b + 1]); O is then stored row by
+  // row (TMA would write past the sequence into the next one).
+  const int32_t* cu_seqlens_q;
+  const int32_t* cu_seqlens_k;
+  typename Traits::Element* o;
+  int64_t o_seq, o_head;
+  AttentionMask mask;  // fixed length; varlen: its window, with each sequence's lengths
   int kv_group;
   float softcap, softcap_pre, scale_log2;
   bool reverse_m;  // causal: the longest query tiles (the last) start first
@@ -201,6 +208,21 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutKV{});
   Tensor sVt = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutVt{});
 
+  // This CTA's sequence: fixed length, or rows [q_offset, q_offset + len) of
+  // the packed tensors (the grid covers the longest; other CTAs leave).
+  const bool varlen = p.cu_seqlens_q != nullptr;
+  AttentionMask mask = p.mask;
+  int q_offset = 0, k_offset = 0, tma_batch = int(blockIdx.z);
+  if (varlen) {
+    q_offset = p.cu_seqlens_q[blockIdx.z];
+    k_offset = p.cu_seqlens_k[blockIdx.z];
+    mask.seqlen_q = p.cu_seqlens_q[blockIdx.z + 1] - q_offset;
+    mask.seqlen_k = p.cu_seqlens_k[blockIdx.z + 1] - k_offset;
+    tma_batch = 0;
+    const int tile = p.reverse_m ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
+    if (tile * kBlockM >= mask.seqlen_q) return;
+  }
+
   // Warp-uniform role (the compiler cannot prove threadIdx.x / 128 uniform).
   const int warp_group = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);
   if (threadIdx.x == 0) {
@@ -222,7 +244,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   // Key tiles [n_begin, n_end) that some row of this query tile attends,
   // walked from the last: the tile on the causal diagonal comes first.
   int n_begin, n_end;
-  p.mask.key_tiles(m0, kBlockM, kBlockN, n_begin, n_end);
+  mask.key_tiles(m0, kBlockM, kBlockN, n_begin, n_end);
 
   if (warp_group == 0) {
     // ------------------------------------------------------------ producer
@@ -232,10 +254,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       Tensor mQ = p.tma_q.get_tma_tensor(p.shape_q);
       Tensor mK = p.tma_k.get_tma_tensor(p.shape_k);
       Tensor mV = p.tma_v.get_tma_tensor(p.shape_k);
-      Tensor gQ =
-          local_tile(mQ(_, _, head, batch), typename Traits::TileQ{}, make_coord(m_block, 0));
-      Tensor gK = local_tile(mK(_, _, head_k, batch), typename Traits::TileKV{}, make_coord(_, 0));
-      Tensor gV = local_tile(mV(_, _, head_k, batch), typename Traits::TileKV{}, make_coord(_, 0));
+      // Tiles from the sequence's first row (varlen: a partial tile reads the
+      // next sequence's rows, which the mask and the store leave out).
+      Tensor gQ = local_tile(domain_offset(make_coord(q_offset, 0), mQ(_, _, head, tma_batch)),
+                             typename Traits::TileQ{}, make_coord(m_block, 0));
+      Tensor gK = local_tile(domain_offset(make_coord(k_offset, 0), mK(_, _, head_k, tma_batch)),
+                             typename Traits::TileKV{}, make_coord(_, 0));
+      Tensor gV = local_tile(domain_offset(make_coord(k_offset, 0), mV(_, _, head_k, tma_batch)),
+                             typename Traits::TileKV{}, make_coord(_, 0));
       auto [tQgQ, tQsQ] = tma_partition(p.tma_q, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sQ),
                                         group_modes<0, 2>(gQ));
       auto [tKgK, tKsK] = tma_partition(p.tma_k, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sK),
@@ -293,8 +319,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       CUTE_UNROLL
       for (int i = 0; i < size(tSrS); ++i) tSrS(i) = p.softcap * tanhf(tSrS(i) * p.softcap_pre);
     }
-    if (p.mask.tile_needs_mask(m0, kBlockM, n * kBlockN, kBlockN)) {
-      p.mask.apply(scores, score_coords, m0, n * kBlockN);
+    if (mask.tile_needs_mask(m0, kBlockM, n * kBlockN, kBlockN)) {
+      mask.apply(scores, score_coords, m0, n * kBlockN);
     }
   };
   // P: the probabilities as the A operand of P V, in the input type.
@@ -369,30 +395,45 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   copy(rO, thr_pv.partition_C(sO));
   cutlass::arch::fence_view_async_shared();  // the TMA store reads what these stores wrote
   cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, 1);
-  if (tidx == 0) {
-    Tensor mO = p.tma_o.get_tma_tensor(p.shape_q);
-    Tensor gO = local_tile(mO(_, _, head, batch), typename Traits::TileQ{}, make_coord(m_block, 0));
-    auto [tOgO, tOsO] = tma_partition(p.tma_o, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sO),
-                                      group_modes<0, 2>(gO));
-    copy(p.tma_o, tOsO, tOgO);
-    tma_store_arrive();
+  if (!varlen) {
+    if (tidx == 0) {
+      Tensor mO = p.tma_o.get_tma_tensor(p.shape_q);
+      Tensor gO = local_tile(mO(_, _, head, batch), typename Traits::TileQ{}, make_coord(m_block, 0));
+      auto [tOgO, tOsO] = tma_partition(p.tma_o, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sO),
+                                        group_modes<0, 2>(gO));
+      copy(p.tma_o, tOsO, tOgO);
+      tma_store_arrive();
+    }
+  } else {
+    // 16-byte pieces of the sequence's rows and the head dim's columns (a
+    // 128-byte swizzle keeps each piece's 8 elements together).
+    constexpr int kPieces = kHeadDim / 8;
+    const int rows = min(kBlockM, mask.seqlen_q - m0), pieces = get<1>(p.shape_q) / 8;
+    Element* o = p.o + int64_t(q_offset + m0) * p.o_seq + head * p.o_head;
+    for (int i = tidx; i < rows * kPieces; i += Traits::kConsumerThreads) {
+      const int row = i / kPieces, piece = i % kPieces;
+      if (piece < pieces) {
+        *reinterpret_cast<uint4*>(o + row * p.o_seq + piece * 8) =
+            *reinterpret_cast<const uint4*>(&sO(row, piece * 8));
+      }
+    }
   }
 
   if (p.lse != nullptr) {
     Tensor tOcO = thr_pv.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
     Tensor out_coords = gmma_rowcol_view(tOcO);
     if (get<1>(out_coords(0, 0)) == 0) {  // one lane of the four sharing a row
-      const int seqlen_q = get<0>(p.shape_q);
       CUTE_UNROLL
       for (int r = 0; r < kRows; ++r) {
         const int row = m0 + get<0>(out_coords(r, 0));
-        if (row < seqlen_q) {
-          p.lse[batch * p.lse_batch + head * p.lse_head + int64_t(row) * p.lse_seq] = lse[r];
+        if (row < mask.seqlen_q) {
+          p.lse[batch * p.lse_batch + head * p.lse_head + int64_t(q_offset + row) * p.lse_seq] =
+              lse[r];
         }
       }
     }
   }
-  if (tidx == 0) tma_store_wait<0>();  // the buffer outlives the store's reads
+  if (!varlen && tidx == 0) tma_store_wait<0>();  // the buffer outlives the store's reads
 }
 
 }  // namespace samattn::attention::sm90

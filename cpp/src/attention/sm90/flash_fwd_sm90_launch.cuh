@@ -40,22 +40,27 @@ cudaError_t run_flash_fwd_sm90(const AttentionForwardProblem& problem) {
   using Traits = sm90::FwdTraits<Config>;
   using Element = typename Traits::Element;
   // The plan (flash_fwd_sm90.cu) admits only what this kernel runs.
+  const bool varlen = problem.cu_seqlens_q != nullptr;
   if (problem.headdim <= 0 || problem.headdim > Traits::kHeadDim || problem.seqlen_k <= 0 ||
-      problem.cu_seqlens_q != nullptr || problem.cu_seqlens_k != nullptr) {
+      varlen != (problem.cu_seqlens_k != nullptr) ||
+      (varlen && (problem.total_q <= 0 || problem.total_k <= 0))) {
     return cudaErrorInvalidValue;
   }
   const int m_blocks = (problem.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
   if (m_blocks == 0 || problem.batch == 0 || problem.nheads == 0) return cudaSuccess;
 
-  const int d = problem.headdim, b = problem.batch;
+  // Varlen: one packed tensor of total rows (batch 1 for TMA).
+  const int d = problem.headdim, b = varlen ? 1 : problem.batch;
+  const int rows_q = varlen ? int(problem.total_q) : problem.seqlen_q;
+  const int rows_k = varlen ? int(problem.total_k) : problem.seqlen_k;
   const auto* q = static_cast<Element const*>(problem.q.ptr);
   const auto* k = static_cast<Element const*>(problem.k.ptr);
   const auto* v = static_cast<Element const*>(problem.v.ptr);
   auto* o = static_cast<Element*>(problem.o.ptr);
-  auto mQ = sm90::tma_view(q, problem.q, problem.seqlen_q, d, problem.nheads, b);
-  auto mK = sm90::tma_view(k, problem.k, problem.seqlen_k, d, problem.nheads_k, b);
-  auto mV = sm90::tma_view(v, problem.v, problem.seqlen_k, d, problem.nheads_k, b);
-  auto mO = sm90::tma_view(o, problem.o, problem.seqlen_q, d, problem.nheads, b);
+  auto mQ = sm90::tma_view(q, problem.q, rows_q, d, problem.nheads, b);
+  auto mK = sm90::tma_view(k, problem.k, rows_k, d, problem.nheads_k, b);
+  auto mV = sm90::tma_view(v, problem.v, rows_k, d, problem.nheads_k, b);
+  auto mO = sm90::tma_view(o, problem.o, rows_q, d, problem.nheads, b);
 
   sm90::FwdParams<Traits> p{
       make_tma_copy(SM90_TMA_LOAD{}, mQ, typename Traits::SmemLayoutQ{}, typename Traits::TileQ{},
@@ -72,6 +77,11 @@ cudaError_t run_flash_fwd_sm90(const AttentionForwardProblem& problem) {
       problem.lse_batch_stride,
       problem.lse_head_stride,
       problem.lse_seq_stride,
+      problem.cu_seqlens_q,
+      problem.cu_seqlens_k,
+      o,
+      problem.o.seq_stride,
+      problem.o.head_stride,
       AttentionMask{problem.seqlen_q, problem.seqlen_k, problem.window.left, problem.window.right},
       problem.kv_group,
       problem.softcap,
