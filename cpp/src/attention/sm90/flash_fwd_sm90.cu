@@ -116,6 +116,9 @@ bool plan(const AttentionForwardProblem& problem, std::string* why) {
                    "the sm90 forward runs head dims 48-64, 96-128 and 192-256 (those built); "
                    "sm80 runs the others");
   }
+  if (int64_t(problem.seqlen_q) * problem.nheads * problem.batch > INT32_MAX) {
+    return decline(why, "more than 2^31 query rows x heads");
+  }
   const int smem = row_smem(head_dim, std::make_index_sequence<std::size(kSm90FwdTiles)>{});
   if (smem == 0 || smem > problem.max_smem_per_block) {
     return decline(why, "no sm90 forward kernel fits this GPU's shared memory");

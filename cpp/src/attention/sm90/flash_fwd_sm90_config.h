@@ -20,9 +20,14 @@ struct FlashFwdSm90Config {
   static_assert(kBlockM % 64 == 0 && kBlockM / 64 <= 3, "64 rows per consumer warpgroup");
   static_assert(kHeadDim % 64 == 0, "128-byte swizzled rows");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "a wgmma N / K extent");
-  // Q (reused to stage O) and kStages K and V tiles of 16-bit elements, plus
-  // the mbarriers.
-  static constexpr int kSmemBytes = (kBlockM + 2 * kStages * kBlockN) * kHeadDim * 2 + 1024;
+  // Q and kStages K and V tiles of 16-bit elements, plus the mbarriers; O
+  // gets a buffer of its own where it fits next to them (227 KB on 9.0), so
+  // that the next tile's Q loads while this tile's O is stored; else O is
+  // staged in Q's buffer.
+  static constexpr int kTileBytes = kBlockM * kHeadDim * 2;
+  static constexpr int kBaseBytes = (kBlockM + 2 * kStages * kBlockN) * kHeadDim * 2 + 1024;
+  static constexpr bool kSeparateO = kBaseBytes + kTileBytes <= 227 * 1024;
+  static constexpr int kSmemBytes = kBaseBytes + (kSeparateO ? kTileBytes : 0);
 };
 
 // Defined in flash_fwd_sm90_launch.cuh, instantiated once per tag.

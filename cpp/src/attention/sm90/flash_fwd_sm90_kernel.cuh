@@ -1,20 +1,26 @@
 // The sm90 attention forward kernel (Hopper, sm_90a): FlashAttention's online
 // softmax on wgmma, with TMA loads and warp specialization.
 //
-// A CTA computes one (query tile, head, batch) output tile. Warpgroup 0 is
-// the producer: one thread issues the TMA loads of the Q tile and then of the
-// K and V tiles, newest key tile first, into kStages shared-memory buffers
-// each, completing on mbarriers ("full"); the consumers free a buffer by
-// arriving on its "empty" mbarrier. Warpgroups 1.. are consumers, each owning
-// 64 query rows: S = Q K^T with both operands in shared memory, the online
-// softmax in registers, and O += P V with P taken from registers. Within a
-// consumer the next tile's Q K^T is issued before this tile's P V, so that
-// the softmax of one overlaps the other's tensor-core work. setmaxnreg moves
-// registers from the producer to the consumers.
+// A CTA walks output tiles (query tile, head, batch; fwd_tile) t =
+// blockIdx.x, + gridDim.x, ...: one CTA per SM where the tiles have equal
+// work (a persistent grid), else one per tile. Warpgroup 0 is the producer: one
+// thread issues the TMA loads of each tile's Q and then of its K and V
+// tiles, newest key tile first, into kStages shared-memory buffers each,
+// completing on mbarriers ("full"); the consumers free a buffer by arriving
+// on its "empty" mbarrier, so the loads of the next output tile start while
+// this one is finishing. Warpgroups 1.. are consumers, each owning 64 query
+// rows: S = Q K^T with both operands in shared memory, the online softmax in
+// registers, and O += P V with P taken from registers. Within a consumer the
+// next key tile's Q K^T is issued before this key tile's P V, so that the
+// softmax of one overlaps the other's tensor-core work; two consumers take
+// turns issuing their GEMMs (ping-pong). setmaxnreg moves registers from the
+// producer to the consumers.
 //
-// The epilogue divides O by the row sums, stages it in Q's buffer and writes
-// it with one TMA store, which clips the rows past seqlen_q and the columns
-// past the head dim; the LSE is written from registers.
+// The epilogue divides O by the row sums, stages it in shared memory (a
+// buffer of its own, or Q's where there is no room) and writes it with one
+// TMA store, which clips the rows past seqlen_q and the columns past the
+// head dim (varlen: row by row, within the sequence); the LSE is written
+// from registers.
 #pragma once
 
 // cute/tensor.hpp first: the Hopper atoms below need what it declares.
@@ -109,11 +115,26 @@ struct FwdTraits {
   static constexpr uint32_t kBytesQ = kBlockM * kHeadDim * sizeof(Element);
   static constexpr uint32_t kBytesKV = kBlockN * kHeadDim * sizeof(Element);
 
+  static constexpr bool kSeparateO = Config::kSeparateO;
+  // Arrivals that free Q's buffer: every consumer thread once its last
+  // Q K^T is done, or, with O staged there, the thread that stores O.
+  static constexpr int kQEmptyArrivals = kSeparateO ? kConsumerThreads : 1;
+  template <bool kHas, class = void>
+  struct OBuffer {
+    CUTE_DEVICE Element* data() { return nullptr; }
+  };
+  template <class Unused>
+  struct OBuffer<true, Unused> {
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> o;
+    CUTE_DEVICE Element* data() { return o.data(); }
+  };
+
   struct SharedStorage {
-    cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;  // then O
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutKV>, 1024> k;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutKV>, 1024> v;
-    uint64_t q_full;
+    OBuffer<kSeparateO> o;  // else O is staged in q
+    uint64_t q_full, q_empty;
     uint64_t k_full[kStages], k_empty[kStages];
     uint64_t v_full[kStages], v_empty[kStages];
   };
@@ -140,8 +161,41 @@ struct FwdParams {
   AttentionMask mask;  // fixed length; varlen: its window, with each sequence's lengths
   int kv_group;
   float softcap, softcap_pre, scale_log2;
-  bool reverse_m;  // causal: the longest query tiles (the last) start first
+  int m_blocks;    // query tiles per (head, batch): of the longest sequence with varlen
+  int tiles;       // m_blocks x heads x batch
+  bool reverse_m;  // causal: the longest query tiles (the last) first
 };
+
+// The output tiles of a persistent CTA: t = blockIdx.x, + gridDim.x, ...,
+// query tiles fastest (the CTAs running at once share a head's K and V in
+// L2), each head's longest tiles first when causal.
+struct FwdTile {
+  int m_block, head, batch;
+  int q_offset, k_offset, tma_batch;  // varlen: the sequence's first rows; TMA batch 0
+  AttentionMask mask;                 // with the sequence's lengths
+  int n_begin, n_end;                 // key tiles that some row of the tile attends
+  bool valid;                         // varlen: the sequence has this query tile
+};
+template <class Params>
+__device__ inline FwdTile fwd_tile(const Params& p, int t, int block_m, int block_n) {
+  FwdTile tile{};
+  const int m = t % p.m_blocks, heads = cute::get<2>(p.shape_q);
+  tile.m_block = p.reverse_m ? p.m_blocks - 1 - m : m;
+  tile.head = (t / p.m_blocks) % heads;
+  tile.batch = t / (p.m_blocks * heads);
+  tile.mask = p.mask;
+  tile.tma_batch = tile.batch;
+  if (p.cu_seqlens_q != nullptr) {
+    tile.q_offset = p.cu_seqlens_q[tile.batch];
+    tile.k_offset = p.cu_seqlens_k[tile.batch];
+    tile.mask.seqlen_q = p.cu_seqlens_q[tile.batch + 1] - tile.q_offset;
+    tile.mask.seqlen_k = p.cu_seqlens_k[tile.batch + 1] - tile.k_offset;
+    tile.tma_batch = 0;
+  }
+  tile.valid = tile.m_block * block_m < tile.mask.seqlen_q;
+  tile.mask.key_tiles(tile.m_block * block_m, block_m, block_n, tile.n_begin, tile.n_end);
+  return tile;
+}
 
 // One wgmma batch of the warpgroup: c (+)= a b over every k block, committed;
 // kWait >= 0 waits until at most kWait batches are pending (-1: no wait).
@@ -197,6 +251,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     flash_fwd_sm90_kernel(CUTE_GRID_CONSTANT FwdParams<Traits> const p) {
   using namespace cute;
   using Element = typename Traits::Element;
+  using Transaction = cutlass::arch::ClusterTransactionBarrier;
+  using Barrier = cutlass::arch::ClusterBarrier;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
   constexpr int kHeadDim = Traits::kHeadDim, kStages = Traits::kStages;
   using SharedStorage = typename Traits::SharedStorage;
@@ -207,80 +263,69 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutKV{});
   Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutKV{});
   Tensor sVt = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutVt{});
-
-  // This CTA's sequence: fixed length, or rows [q_offset, q_offset + len) of
-  // the packed tensors (the grid covers the longest; other CTAs leave).
+  Tensor sO = make_tensor(make_smem_ptr(Traits::kSeparateO ? smem.o.data() : smem.q.data()),
+                          typename Traits::SmemLayoutQ{});
   const bool varlen = p.cu_seqlens_q != nullptr;
-  AttentionMask mask = p.mask;
-  int q_offset = 0, k_offset = 0, tma_batch = int(blockIdx.z);
-  if (varlen) {
-    q_offset = p.cu_seqlens_q[blockIdx.z];
-    k_offset = p.cu_seqlens_k[blockIdx.z];
-    mask.seqlen_q = p.cu_seqlens_q[blockIdx.z + 1] - q_offset;
-    mask.seqlen_k = p.cu_seqlens_k[blockIdx.z + 1] - k_offset;
-    tma_batch = 0;
-    const int tile = p.reverse_m ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
-    if (tile * kBlockM >= mask.seqlen_q) return;
-  }
 
   // Warp-uniform role (the compiler cannot prove threadIdx.x / 128 uniform).
   const int warp_group = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);
   if (threadIdx.x == 0) {
-    cutlass::arch::ClusterTransactionBarrier::init(&smem.q_full, 1);
+    Transaction::init(&smem.q_full, 1);
+    Barrier::init(&smem.q_empty, Traits::kQEmptyArrivals);
     CUTE_UNROLL
     for (int s = 0; s < kStages; ++s) {
-      cutlass::arch::ClusterTransactionBarrier::init(&smem.k_full[s], 1);
-      cutlass::arch::ClusterTransactionBarrier::init(&smem.v_full[s], 1);
-      cutlass::arch::ClusterBarrier::init(&smem.k_empty[s], Traits::kConsumerThreads);
-      cutlass::arch::ClusterBarrier::init(&smem.v_empty[s], Traits::kConsumerThreads);
+      Transaction::init(&smem.k_full[s], 1);
+      Transaction::init(&smem.v_full[s], 1);
+      Barrier::init(&smem.k_empty[s], Traits::kConsumerThreads);
+      Barrier::init(&smem.v_empty[s], Traits::kConsumerThreads);
     }
     cutlass::arch::fence_barrier_init();
   }
   __syncthreads();
 
-  const int m_block = p.reverse_m ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
-  const int head = blockIdx.y, batch = blockIdx.z;
-  const int m0 = m_block * kBlockM;
-  // Key tiles [n_begin, n_end) that some row of this query tile attends,
-  // walked from the last: the tile on the causal diagonal comes first.
-  int n_begin, n_end;
-  mask.key_tiles(m0, kBlockM, kBlockN, n_begin, n_end);
-
   if (warp_group == 0) {
     // ------------------------------------------------------------ producer
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
-    if (threadIdx.x / 32 == 0 && cute::elect_one_sync() && n_end > n_begin) {
-      const int head_k = head / p.kv_group;
-      Tensor mQ = p.tma_q.get_tma_tensor(p.shape_q);
-      Tensor mK = p.tma_k.get_tma_tensor(p.shape_k);
-      Tensor mV = p.tma_v.get_tma_tensor(p.shape_k);
+    if (threadIdx.x / 32 != 0 || !cute::elect_one_sync()) return;
+    Tensor mQ = p.tma_q.get_tma_tensor(p.shape_q);
+    Tensor mK = p.tma_k.get_tma_tensor(p.shape_k);
+    Tensor mV = p.tma_v.get_tma_tensor(p.shape_k);
+    int stage = 0, phase = 0, q_tiles = 0;
+    for (int t = blockIdx.x; t < p.tiles; t += gridDim.x) {
+      const FwdTile tile = fwd_tile(p, t, kBlockM, kBlockN);
+      if (!tile.valid) continue;
       // Tiles from the sequence's first row (varlen: a partial tile reads the
       // next sequence's rows, which the mask and the store leave out).
-      Tensor gQ = local_tile(domain_offset(make_coord(q_offset, 0), mQ(_, _, head, tma_batch)),
-                             typename Traits::TileQ{}, make_coord(m_block, 0));
-      Tensor gK = local_tile(domain_offset(make_coord(k_offset, 0), mK(_, _, head_k, tma_batch)),
-                             typename Traits::TileKV{}, make_coord(_, 0));
-      Tensor gV = local_tile(domain_offset(make_coord(k_offset, 0), mV(_, _, head_k, tma_batch)),
-                             typename Traits::TileKV{}, make_coord(_, 0));
+      const int head_k = tile.head / p.kv_group;
+      Tensor gQ = local_tile(
+          domain_offset(make_coord(tile.q_offset, 0), mQ(_, _, tile.head, tile.tma_batch)),
+          typename Traits::TileQ{}, make_coord(tile.m_block, 0));
+      Tensor gK =
+          local_tile(domain_offset(make_coord(tile.k_offset, 0), mK(_, _, head_k, tile.tma_batch)),
+                     typename Traits::TileKV{}, make_coord(_, 0));
+      Tensor gV =
+          local_tile(domain_offset(make_coord(tile.k_offset, 0), mV(_, _, head_k, tile.tma_batch)),
+                     typename Traits::TileKV{}, make_coord(_, 0));
       auto [tQgQ, tQsQ] = tma_partition(p.tma_q, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sQ),
                                         group_modes<0, 2>(gQ));
       auto [tKgK, tKsK] = tma_partition(p.tma_k, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sK),
                                         group_modes<0, 2>(gK));
       auto [tVgV, tVsV] = tma_partition(p.tma_v, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sV),
                                         group_modes<0, 2>(gV));
-      cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&smem.q_full, Traits::kBytesQ);
+      // Q's buffer is free once the consumers are done with the last tile's
+      // (the first wait finds a fresh mbarrier's parity 1 completed). Q is
+      // loaded for every tile, also one that attends no key, so that the
+      // consumers' waits and arrivals alternate with these, one phase apart.
+      wait_barrier(smem.q_empty, (q_tiles & 1) ^ 1);
+      ++q_tiles;
+      Transaction::arrive_and_expect_tx(&smem.q_full, Traits::kBytesQ);
       copy(p.tma_q.with(smem.q_full), tQgQ, tQsQ);
-      int stage = 0, phase = 0;
-      for (int n = n_end - 1; n >= n_begin; --n) {
-        // The first pass over the buffers finds them free (parity 1 of a
-        // fresh mbarrier counts as completed).
+      for (int n = tile.n_end - 1; n >= tile.n_begin; --n) {
         wait_barrier(smem.k_empty[stage], phase ^ 1);
-        cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&smem.k_full[stage],
-                                                                       Traits::kBytesKV);
+        Transaction::arrive_and_expect_tx(&smem.k_full[stage], Traits::kBytesKV);
         copy(p.tma_k.with(smem.k_full[stage]), tKgK(_, n), tKsK(_, stage));
         wait_barrier(smem.v_empty[stage], phase ^ 1);
-        cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&smem.v_full[stage],
-                                                                       Traits::kBytesKV);
+        Transaction::arrive_and_expect_tx(&smem.v_full[stage], Traits::kBytesKV);
         copy(p.tma_v.with(smem.v_full[stage]), tVgV(_, n), tVsV(_, stage));
         if (++stage == kStages) {
           stage = 0;
@@ -303,132 +348,156 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   Tensor tOrV = thr_pv.partition_fragment_B(sVt);  // (MMA, MMA_N, MMA_K, stage)
   Tensor tSrS = partition_fragment_C(mma_qk, Shape<Int<kBlockM>, Int<kBlockN>>{});
   Tensor tOrO = partition_fragment_C(mma_pv, Shape<Int<kBlockM>, Int<kHeadDim>>{});
-  clear(tOrO);
-
-  // (row, col) of each score within the tile, for the mask.
-  Tensor tScS = thr_qk.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
-  Tensor scores = gmma_rowcol_view(tSrS);
-  Tensor score_coords = gmma_rowcol_view(tScS);
-  constexpr int kRows = decltype(size<0>(scores))::value;
-  OnlineSoftmax<kRows> softmax;
-
-  // Softcap, then -inf where the mask says so (only tiles that cross a
-  // boundary pay for the mask).
-  auto score_terms = [&](int n) {
-    if (p.softcap > 0.0f) {
-      CUTE_UNROLL
-      for (int i = 0; i < size(tSrS); ++i) tSrS(i) = p.softcap * tanhf(tSrS(i) * p.softcap_pre);
-    }
-    if (mask.tile_needs_mask(m0, kBlockM, n * kBlockN, kBlockN)) {
-      mask.apply(scores, score_coords, m0, n * kBlockN);
-    }
-  };
   // P: the probabilities as the A operand of P V, in the input type.
   Tensor tOrP = make_tensor<Element>(gmma_c_to_a_layout(tSrS.layout()));
+  // (row, col) of each score / output element within the tile.
+  Tensor tScS = thr_qk.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
+  Tensor tOcO = thr_pv.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+  Tensor scores = gmma_rowcol_view(tSrS);
+  Tensor score_coords = gmma_rowcol_view(tScS);
+  Tensor out = gmma_rowcol_view(tOrO);
+  Tensor out_coords = gmma_rowcol_view(tOcO);
+  constexpr int kRows = decltype(size<0>(scores))::value;
 
-  if (n_end > n_begin) {
-    const GemmTurns<Traits::kPingpong> turns{tidx / 128};
-    turns.start();
-    wait_barrier(smem.q_full, 0);
-    int stage = 0, phase = 0;
-    int n = n_end - 1;
-    wait_barrier(smem.k_full[stage], phase);
-    turns.wait();
-    warpgroup_gemm<true, -1>(mma_qk, tSrQ, tSrK(_, _, _, stage), tSrS);
-    turns.pass();
-    warpgroup_wait<0>();
-    warpgroup_fence_operand(tSrS);
-    cutlass::arch::ClusterBarrier::arrive(&smem.k_empty[stage]);
-    score_terms(n);
-    float correction[kRows];
-    softmax.template update_deferred<true>(scores, p.scale_log2, correction);
-    convert_gmma_fragment(tSrS, tOrP);
-    for (--n; n >= n_begin; --n) {
-      int next = stage + 1, next_phase = phase;
-      if (next == kStages) {
-        next = 0;
-        next_phase ^= 1;
+  const GemmTurns<Traits::kPingpong> turns{tidx / 128};
+  turns.start();
+  int stage = 0, phase = 0, q_phase = 0;
+  for (int t = blockIdx.x; t < p.tiles; t += gridDim.x) {
+    const FwdTile tile = fwd_tile(p, t, kBlockM, kBlockN);
+    if (!tile.valid) continue;
+    const int m0 = tile.m_block * kBlockM;
+    clear(tOrO);
+    OnlineSoftmax<kRows> softmax;
+
+    // Softcap, then -inf where the mask says so (only tiles that cross a
+    // boundary pay for the mask).
+    auto score_terms = [&](int n) {
+      if (p.softcap > 0.0f) {
+        CUTE_UNROLL
+        for (int i = 0; i < size(tSrS); ++i) tSrS(i) = p.softcap * tanhf(tSrS(i) * p.softcap_pre);
       }
-      // Q K^T of tile n, then P V of the tile before it; the softmax of n
-      // runs while P V is on the tensor cores.
-      wait_barrier(smem.k_full[next], next_phase);
+      if (tile.mask.tile_needs_mask(m0, kBlockM, n * kBlockN, kBlockN)) {
+        tile.mask.apply(scores, score_coords, m0, n * kBlockN);
+      }
+    };
+
+    wait_barrier(smem.q_full, q_phase);
+    q_phase ^= 1;
+    if (tile.n_end > tile.n_begin) {
+      int n = tile.n_end - 1;
+      wait_barrier(smem.k_full[stage], phase);
       turns.wait();
-      warpgroup_gemm<true, -1>(mma_qk, tSrQ, tSrK(_, _, _, next), tSrS);
+      warpgroup_gemm<true, -1>(mma_qk, tSrQ, tSrK(_, _, _, stage), tSrS);
+      turns.pass();
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(tSrS);
+      Barrier::arrive(&smem.k_empty[stage]);
+      score_terms(n);
+      float correction[kRows];
+      softmax.template update_deferred<true>(scores, p.scale_log2, correction);
+      convert_gmma_fragment(tSrS, tOrP);
+      for (--n; n >= tile.n_begin; --n) {
+        int next = stage + 1, next_phase = phase;
+        if (next == kStages) {
+          next = 0;
+          next_phase ^= 1;
+        }
+        // Q K^T of key tile n, then P V of the one before it; the softmax of
+        // n runs while P V is on the tensor cores.
+        wait_barrier(smem.k_full[next], next_phase);
+        turns.wait();
+        warpgroup_gemm<true, -1>(mma_qk, tSrQ, tSrK(_, _, _, next), tSrS);
+        wait_barrier(smem.v_full[stage], phase);
+        warpgroup_gemm<false, -1>(mma_pv, tOrP, tOrV(_, _, _, stage), tOrO);
+        turns.pass();
+        warpgroup_wait<1>();
+        warpgroup_fence_operand(tSrS);
+        Barrier::arrive(&smem.k_empty[next]);
+        score_terms(n);
+        softmax.template update_deferred<false>(scores, p.scale_log2, correction);
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(tOrO);
+        Barrier::arrive(&smem.v_empty[stage]);
+        softmax.rescale(out, correction);
+        convert_gmma_fragment(tSrS, tOrP);
+        stage = next;
+        phase = next_phase;
+      }
+      // Every Q K^T of the tile is done: the next tile's Q may load.
+      if constexpr (Traits::kSeparateO) Barrier::arrive(&smem.q_empty);
       wait_barrier(smem.v_full[stage], phase);
+      turns.wait();
       warpgroup_gemm<false, -1>(mma_pv, tOrP, tOrV(_, _, _, stage), tOrO);
       turns.pass();
-      warpgroup_wait<1>();
-      warpgroup_fence_operand(tSrS);
-      cutlass::arch::ClusterBarrier::arrive(&smem.k_empty[next]);
-      score_terms(n);
-      softmax.template update_deferred<false>(scores, p.scale_log2, correction);
       warpgroup_wait<0>();
       warpgroup_fence_operand(tOrO);
-      cutlass::arch::ClusterBarrier::arrive(&smem.v_empty[stage]);
-      Tensor out = gmma_rowcol_view(tOrO);
-      softmax.rescale(out, correction);
-      convert_gmma_fragment(tSrS, tOrP);
-      stage = next;
-      phase = next_phase;
+      Barrier::arrive(&smem.v_empty[stage]);
+      if (++stage == kStages) {
+        stage = 0;
+        phase ^= 1;
+      }
+    } else if constexpr (Traits::kSeparateO) {
+      Barrier::arrive(&smem.q_empty);  // a tile with no key reads no Q
     }
-    wait_barrier(smem.v_full[stage], phase);
-    turns.wait();
-    warpgroup_gemm<false, -1>(mma_pv, tOrP, tOrV(_, _, _, stage), tOrO);
-    turns.pass();
-    warpgroup_wait<0>();
-    warpgroup_fence_operand(tOrO);
-    cutlass::arch::ClusterBarrier::arrive(&smem.v_empty[stage]);
-  }
 
-  // -------------------------------------------------------------- epilogue
-  Tensor out = gmma_rowcol_view(tOrO);
-  float lse[kRows];
-  float no_sinks[kRows];
-  CUTE_UNROLL
-  for (int r = 0; r < kRows; ++r) no_sinks[r] = -INFINITY;
-  softmax.finalize(out, p.scale_log2, lse, no_sinks);  // rows with no key: zeros, LSE +inf
+    // ------------------------------------------------------------ epilogue
+    float lse[kRows];
+    float no_sinks[kRows];
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) no_sinks[r] = -INFINITY;
+    softmax.finalize(out, p.scale_log2, lse, no_sinks);  // rows with no key: zeros, LSE +inf
 
-  // Each warpgroup writes its own rows of Q's buffer, which only its own
-  // wgmmas read, all completed.
-  Tensor sO = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
-  Tensor rO = convert_gmma_fragment<Element>(tOrO);
-  copy(rO, thr_pv.partition_C(sO));
-  cutlass::arch::fence_view_async_shared();  // the TMA store reads what these stores wrote
-  cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, 1);
-  if (!varlen) {
-    if (tidx == 0) {
-      Tensor mO = p.tma_o.get_tma_tensor(p.shape_q);
-      Tensor gO = local_tile(mO(_, _, head, batch), typename Traits::TileQ{}, make_coord(m_block, 0));
-      auto [tOgO, tOsO] = tma_partition(p.tma_o, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sO),
-                                        group_modes<0, 2>(gO));
-      copy(p.tma_o, tOsO, tOgO);
-      tma_store_arrive();
+    // The last tile's O store has read its buffer (staged in Q's, O is
+    // written only after every wgmma of this tile, which read Q, completed;
+    // each warpgroup writes its own rows).
+    if constexpr (Traits::kSeparateO) {
+      if (tidx == 0) tma_store_wait<0>();
+      cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, 1);
     }
-  } else {
-    // 16-byte pieces of the sequence's rows and the head dim's columns (a
-    // 128-byte swizzle keeps each piece's 8 elements together).
-    constexpr int kPieces = kHeadDim / 8;
-    const int rows = min(kBlockM, mask.seqlen_q - m0), pieces = get<1>(p.shape_q) / 8;
-    Element* o = p.o + int64_t(q_offset + m0) * p.o_seq + head * p.o_head;
-    for (int i = tidx; i < rows * kPieces; i += Traits::kConsumerThreads) {
-      const int row = i / kPieces, piece = i % kPieces;
-      if (piece < pieces) {
-        *reinterpret_cast<uint4*>(o + row * p.o_seq + piece * 8) =
-            *reinterpret_cast<const uint4*>(&sO(row, piece * 8));
+    Tensor rO = convert_gmma_fragment<Element>(tOrO);
+    copy(rO, thr_pv.partition_C(sO));
+    cutlass::arch::fence_view_async_shared();  // the TMA store reads what these stores wrote
+    cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, 1);
+    if (!varlen) {
+      if (tidx == 0) {
+        Tensor mO = p.tma_o.get_tma_tensor(p.shape_q);
+        Tensor gO = local_tile(mO(_, _, tile.head, tile.batch), typename Traits::TileQ{},
+                               make_coord(tile.m_block, 0));
+        auto [tOgO, tOsO] = tma_partition(p.tma_o, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sO),
+                                          group_modes<0, 2>(gO));
+        copy(p.tma_o, tOsO, tOgO);
+        tma_store_arrive();
+        if constexpr (!Traits::kSeparateO) {
+          tma_store_wait<0>();
+          Barrier::arrive(&smem.q_empty);
+        }
+      }
+    } else {
+      // 16-byte pieces of the sequence's rows and the head dim's columns (a
+      // 128-byte swizzle keeps each piece's 8 elements together).
+      constexpr int kPieces = kHeadDim / 8;
+      const int rows = min(kBlockM, tile.mask.seqlen_q - m0), pieces = get<1>(p.shape_q) / 8;
+      Element* o = p.o + int64_t(tile.q_offset + m0) * p.o_seq + tile.head * p.o_head;
+      for (int i = tidx; i < rows * kPieces; i += Traits::kConsumerThreads) {
+        const int row = i / kPieces, piece = i % kPieces;
+        if (piece < pieces) {
+          *reinterpret_cast<uint4*>(o + row * p.o_seq + piece * 8) =
+              *reinterpret_cast<const uint4*>(&sO(row, piece * 8));
+        }
+      }
+      if constexpr (!Traits::kSeparateO) {
+        cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, 1);
+        if (tidx == 0) Barrier::arrive(&smem.q_empty);
       }
     }
-  }
 
-  if (p.lse != nullptr) {
-    Tensor tOcO = thr_pv.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
-    Tensor out_coords = gmma_rowcol_view(tOcO);
-    if (get<1>(out_coords(0, 0)) == 0) {  // one lane of the four sharing a row
+    if (p.lse != nullptr && get<1>(out_coords(0, 0)) == 0) {  // one lane of the four per row
       CUTE_UNROLL
       for (int r = 0; r < kRows; ++r) {
         const int row = m0 + get<0>(out_coords(r, 0));
-        if (row < mask.seqlen_q) {
-          p.lse[batch * p.lse_batch + head * p.lse_head + int64_t(q_offset + row) * p.lse_seq] =
-              lse[r];
+        if (row < tile.mask.seqlen_q) {
+          p.lse[tile.batch * p.lse_batch + tile.head * p.lse_head +
+                int64_t(tile.q_offset + row) * p.lse_seq] = lse[r];
         }
       }
     }

@@ -8,6 +8,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "attention/sm90/flash_fwd_sm90_config.h"
@@ -47,7 +48,9 @@ cudaError_t run_flash_fwd_sm90(const AttentionForwardProblem& problem) {
     return cudaErrorInvalidValue;
   }
   const int m_blocks = (problem.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
-  if (m_blocks == 0 || problem.batch == 0 || problem.nheads == 0) return cudaSuccess;
+  const int64_t tiles = int64_t(m_blocks) * problem.nheads * problem.batch;
+  if (tiles == 0) return cudaSuccess;
+  if (tiles > INT32_MAX || problem.sm_count <= 0) return cudaErrorInvalidValue;
 
   // Varlen: one packed tensor of total rows (batch 1 for TMA).
   const int d = problem.headdim, b = varlen ? 1 : problem.batch;
@@ -87,11 +90,18 @@ cudaError_t run_flash_fwd_sm90(const AttentionForwardProblem& problem) {
       problem.softcap,
       problem.softcap_pre,
       problem.scale_log2,
+      m_blocks,
+      static_cast<int>(tiles),
       /*reverse_m=*/problem.window.right >= 0,
   };
-  // Grid (m tiles, heads, batch): the API keeps the y and z extents <= 65535.
-  const dim3 grid(static_cast<unsigned>(m_blocks), static_cast<unsigned>(problem.nheads),
-                  static_cast<unsigned>(problem.batch));
+  // Persistent, one CTA per SM (the shared memory allows no second), where
+  // every tile has the same work: the next tile's loads overlap this one's
+  // end. Causal, windowed and varlen tiles differ in work, which the static
+  // stride of a persistent grid would spread unevenly (measured: causal d 128
+  // at 16k keys 0.65x): one CTA per tile, balanced by the hardware.
+  const bool uniform = !varlen && problem.window.left < 0 && problem.window.right < 0;
+  const dim3 grid(
+      static_cast<unsigned>(uniform ? std::min<int64_t>(tiles, problem.sm_count) : tiles));
   return launch_with_smem<sm90::flash_fwd_sm90_kernel<Traits>>(p, grid, Traits::kThreads,
                                                                Traits::kSmemBytes, problem.stream);
 }
