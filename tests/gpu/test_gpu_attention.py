@@ -546,8 +546,9 @@ def test_sm90_runs_the_prefill_forward(no_family_env, dtype, shape, causal):
 
 def test_sm90_hands_what_it_declines_to_sm80():
     """A forced sm90 runs what its plan declines on sm80 (its registration's
-    forced_fallback): here a head dim that is not a multiple of 8, a decode-shaped call
-    and a head stride TMA cannot describe (not a multiple of 16 bytes)."""
+    forced_fallback): here a head dim that is not a multiple of 8 and a decode-shaped
+    call. A view whose head stride TMA cannot describe (not a multiple of 16 bytes) runs
+    right, on whichever family takes it (the Python layer may pass an aligned copy)."""
     need_sm90()
     q, k, v = make_qkv(2, 200, 200, 4, 4, 100, torch.float16)
     out, family = ran_forced("sm90", lambda: samattn.flash_attn_func(q, k, v))
@@ -558,7 +559,7 @@ def test_sm90_hands_what_it_declines_to_sm80():
     padded = randn(2, 300, 4, 68, dtype=torch.float16)
     q = k = v = padded[..., :64]  # head stride 68 elements
     out, family = ran_forced("sm90", lambda: samattn.flash_attn_func(q, k, v, causal=True))
-    assert family == "sm80"
+    assert family in ("sm90", "sm80")
     mask = allowed_keys(300, 300, True, (-1, -1))
     lse = samattn.flash_attn_func(q, k, v, causal=True, return_attn_probs=True)[1]
     check_attention(out, lse, q, k, v, scale=64**-0.5, softcap=0.0, mask=mask, what="strided")
