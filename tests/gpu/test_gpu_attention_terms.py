@@ -24,7 +24,6 @@ other head dims are either refused with samattn.UnsupportedError or right
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 
@@ -872,14 +871,64 @@ def test_c_abi_writes_every_dsink_and_nothing_else(attn_family, deterministic):
     assert_dsinks_formula(dsinks.view, dout, out, lse, sinks, "c abi")
 
 
-def test_sm90_hands_the_terms_to_sm80():
-    """The sm90 forward has no ALiBi or sinks: a forced sm90 runs them on sm80 (its
-    registration's forced_fallback), as automatic selection does."""
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+@pytest.mark.parametrize("d", [64, 128, 256])
+@pytest.mark.parametrize("sq, sk", [(113, 203), (203, 113), (300, 1000)], ids=str)
+@pytest.mark.parametrize("terms", MAIN_TERMS)
+@pytest.mark.parametrize("feature", TERM_FEATURES)
+def test_sm90_runs_the_terms(dtype, d, sq, sk, terms, feature):
+    """The sm90 forward's kernel with ALiBi and sinks, forced (check_fixed asserts that sm90
+    ran it), with every feature, against the reference; prefill shapes only (decode-shaped
+    calls go to sm80's split-key kernel)."""
     if "sm90" not in runnable_families():
         pytest.skip("sm90 is not built or cannot run on this GPU")
-    q, k, v = make_qkv(1, 256, 256, 2, 2, 64, F16)
-    sinks, alibi = make_sinks(2), alibi_slopes("head", 1, 2)
-    for terms in (dict(sinks=sinks), dict(alibi_slopes=alibi)):
-        call = functools.partial(samattn.flash_attn_func, q, k, v, **terms)
-        outs = {family: call_forced(family, call, expected="sm80") for family in ("sm90", "sm80")}
-        assert torch.equal(outs["sm90"], outs["sm80"]), terms
+    options = dict(TERM_FEATURES[feature])
+    hk = options.pop("hk", 8)
+    alibi_kind, with_sinks = TERMS[terms]
+    check_fixed("sm90", 2, sq, sk, 8, hk, d, dtype, alibi_kind=alibi_kind,
+                with_sinks=with_sinks, **options)  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+@pytest.mark.parametrize("terms", MAIN_TERMS)
+@pytest.mark.parametrize("feature", ["plain", "causal", "window"])
+def test_sm90_varlen_terms(dtype, terms, feature):
+    """sm90 varlen with ALiBi (each sequence's own slopes and lengths) and sinks, forward,
+    against the reference per sequence; lengths 0, 1 and sequences with no keys."""
+    if "sm90" not in runnable_families():
+        pytest.skip("sm90 is not built or cannot run on this GPU")
+    lens_q, lens_k = [0, 1, 17, 300, 1000, 5, 129], [5, 1, 17, 300, 999, 0, 700]
+    alibi_kind, with_sinks = TERMS[terms]
+    b, h, d = len(lens_q), 4, 128
+    causal, window = feature == "causal", (24, 8) if feature == "window" else (-1, -1)
+    q = randn(sum(lens_q), h, d, dtype=dtype)
+    k, v = (randn(sum(lens_k), h, d, dtype=dtype) for _ in range(2))
+    cu_q, cu_k = _cu(lens_q), _cu(lens_k)
+    alibi = alibi_slopes(alibi_kind, b, h)
+    sinks = make_sinks(h) if with_sinks else None
+    poison_allocator(q.shape, dtype)
+    out, lse, _ = call_forced(
+        "sm90",
+        lambda: samattn.flash_attn_varlen_func(
+            q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=causal, window_size=window,
+            alibi_slopes=alibi, sinks=sinks, return_attn_probs=True,
+        ),
+    )  # fmt: skip
+    for i, (sq, sk) in enumerate(zip(lens_q, lens_k)):
+        if sq == 0:
+            continue
+        rq, rk = slice(int(cu_q[i]), int(cu_q[i + 1])), slice(int(cu_k[i]), int(cu_k[i + 1]))
+        mask = allowed_keys(sq, sk, causal, window, norm_seqlen_k=max(lens_k))
+        seq = dict(scale=d**-0.5, softcap=0.0, mask=mask, alibi=slopes_of(alibi, i))
+        what = f"sm90 varlen {terms} {feature} seq {i}"
+        args = (q[rq][None], k[rk][None], v[rk][None])
+        check_forward(out[rq][None], lse[:, rq][None], *args, sinks=sinks, what=what, **seq)
+
+
+@pytest.mark.parametrize("alibi_kind", ["head", "batch", "batch view", "broadcast", "negative"])
+def test_sm90_slope_layouts(alibi_kind):
+    """Per-head and per-batch slopes, strided, broadcast and negative, on sm90 with sinks."""
+    if "sm90" not in runnable_families():
+        pytest.skip("sm90 is not built or cannot run on this GPU")
+    check_fixed("sm90", 3, 277, 130, 4, 2, 128, BF16, alibi_kind=alibi_kind, with_sinks=True,
+                causal=True)  # fmt: skip

@@ -1,9 +1,10 @@
 // Attention, sm90 family (Hopper, sm_90a): the forward on wgmma and TMA
 // (flash_fwd_sm90_kernel.cuh), fp16 and bf16. Its plan takes fixed-length
 // and variable-length prefill calls whose tensors TMA can describe and whose
-// head dim fills at least three quarters of a table row; everything else (KV
-// caches and decode-shaped calls, score terms, odd head dims or strides)
-// declines to the sm80 family, as does the backward. The kernels are instantiated in
+// head dim fills at least three quarters of a table row, with ALiBi and sinks
+// or without; everything else (KV caches and decode-shaped calls, attention
+// masks, odd head dims or strides) declines to the sm80 family, as does the
+// backward. The kernels are instantiated in
 // their own translation units (one per row of kSm90FwdTiles and dtype).
 #include <cstdint>
 #include <string>
@@ -92,8 +93,8 @@ bool plan(const AttentionForwardProblem& problem, std::string* why) {
                  problem.total_k > INT32_MAX)) {
     return decline(why, "variable-length calls with no rows, or more than 2^31 - 1");
   }
-  if (any_terms(problem.terms)) {
-    return decline(why, "ALiBi, sinks and attention masks are not in the sm90 forward yet");
+  if (problem.terms.mask.kind != MaskKind::none) {
+    return decline(why, "attention masks are not in the sm90 forward yet");
   }
   if (problem.seqlen_k <= 0) return decline(why, "no keys (seqlen_k = 0)");
   const SeqHeadView out{problem.o.ptr, problem.o.batch_stride, problem.o.seq_stride,

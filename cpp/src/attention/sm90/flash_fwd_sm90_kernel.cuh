@@ -38,6 +38,7 @@
 #include <cmath>
 
 #include "attention/mask.cuh"
+#include "attention/score_terms.cuh"
 #include "attention/sm90/flash_fwd_sm90_config.h"
 #include "attention/sm90/gmma_fragment.cuh"
 #include "attention/softmax_online.cuh"
@@ -158,7 +159,9 @@ struct FwdParams {
   const int32_t* cu_seqlens_k;
   typename Traits::Element* o;
   int64_t o_seq, o_head;
-  AttentionMask mask;  // fixed length; varlen: its window, with each sequence's lengths
+  AttentionMask mask;      // fixed length; varlen: its window, with each sequence's lengths
+  ScoreTermsParams terms;  // ALiBi (the kernel with kTerms); no mask: the plan declines those
+  const float* sinks;      // (nheads,) or nullptr
   int kv_group;
   float softcap, softcap_pre, scale_log2;
   int m_blocks;    // query tiles per (head, batch): of the longest sequence with varlen
@@ -246,7 +249,9 @@ __device__ inline void wait_barrier(uint64_t& barrier, int phase) {
   cutlass::arch::ClusterBarrier::wait(&barrier, phase);
 }
 
-template <class Traits>
+// kTerms: the kernel with ALiBi and sinks (score_terms.cuh), so that calls
+// without them run code that has none.
+template <class Traits, bool kTerms>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     flash_fwd_sm90_kernel(CUTE_GRID_CONSTANT FwdParams<Traits> const p) {
   using namespace cute;
@@ -369,12 +374,17 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     clear(tOrO);
     OnlineSoftmax<kRows> softmax;
 
-    // Softcap, then -inf where the mask says so (only tiles that cross a
-    // boundary pay for the mask).
+    // Softcap, ALiBi, then -inf where the mask says so (only tiles that
+    // cross a boundary pay for the mask).
     auto score_terms = [&](int n) {
       if (p.softcap > 0.0f) {
         CUTE_UNROLL
         for (int i = 0; i < size(tSrS); ++i) tSrS(i) = p.softcap * tanhf(tSrS(i) * p.softcap_pre);
+      }
+      if constexpr (kTerms) {
+        apply_score_terms<false>(
+            scores, score_coords, m0, n * kBlockN, p.terms, tile.batch,
+            [&](int) { return tile.head; }, [](int row) { return row; }, tile.mask);
       }
       if (tile.mask.tile_needs_mask(m0, kBlockM, n * kBlockN, kBlockN)) {
         tile.mask.apply(scores, score_coords, m0, n * kBlockN);
@@ -442,10 +452,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
     // ------------------------------------------------------------ epilogue
     float lse[kRows];
-    float no_sinks[kRows];
-    CUTE_UNROLL
-    for (int r = 0; r < kRows; ++r) no_sinks[r] = -INFINITY;
-    softmax.finalize(out, p.scale_log2, lse, no_sinks);  // rows with no key: zeros, LSE +inf
+    float sink_log2[kRows];  // -inf: no sink
+    sink_logits_log2(
+        kTerms ? p.sinks : nullptr, out_coords, m0, [&](int) { return tile.head; }, sink_log2);
+    // Rows with no key: zeros, and LSE +inf (or the sink's logit).
+    softmax.finalize(out, p.scale_log2, lse, sink_log2);
 
     // The last tile's O store has read its buffer (staged in Q's, O is
     // written only after every wgmma of this tile, which read Q, completed;

@@ -86,6 +86,8 @@ cudaError_t run_flash_fwd_sm90(const AttentionForwardProblem& problem) {
       problem.o.seq_stride,
       problem.o.head_stride,
       AttentionMask{problem.seqlen_q, problem.seqlen_k, problem.window.left, problem.window.right},
+      score_terms_params(problem),
+      problem.terms.sinks,
       problem.kv_group,
       problem.softcap,
       problem.softcap_pre,
@@ -102,8 +104,12 @@ cudaError_t run_flash_fwd_sm90(const AttentionForwardProblem& problem) {
   const bool uniform = !varlen && problem.window.left < 0 && problem.window.right < 0;
   const dim3 grid(
       static_cast<unsigned>(uniform ? std::min<int64_t>(tiles, problem.sm_count) : tiles));
-  return launch_with_smem<sm90::flash_fwd_sm90_kernel<Traits>>(p, grid, Traits::kThreads,
-                                                               Traits::kSmemBytes, problem.stream);
+  // The plan declines masks: terms are ALiBi and sinks (TermsKernel::computed).
+  return any_terms(problem.terms)
+             ? launch_with_smem<sm90::flash_fwd_sm90_kernel<Traits, true>>(
+                   p, grid, Traits::kThreads, Traits::kSmemBytes, problem.stream)
+             : launch_with_smem<sm90::flash_fwd_sm90_kernel<Traits, false>>(
+                   p, grid, Traits::kThreads, Traits::kSmemBytes, problem.stream);
 }
 
 }  // namespace samattn::attention
