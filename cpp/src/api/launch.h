@@ -46,6 +46,14 @@ int choose_kernels(const Subject& subject, int32_t dtype, const GpuSpec& gpu, in
       }
       std::string why;
       kernels->plan(problem, &why);
+      if (fallback != nullptr && fallback->plan != nullptr) {
+        // Say why the fallback declined too (e.g. a head dim left out of the
+        // build), not only the forced family's reason for handing over.
+        std::string fallback_why;
+        fallback->plan(problem, &fallback_why);
+        why += "; family " + std::string(family_name(fallback->family)) +
+               ", which runs what it hands over: " + fallback_why;
+      }
       return declined(subject, gpu, request, why);
     }
     *chosen = kernels;
