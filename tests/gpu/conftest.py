@@ -50,6 +50,19 @@ class _GpuModule(pytest.Module):
             return [item]
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    """A test that reaches a head dim this build left out (SAMATTN_ATTENTION_HEAD_DIMS: a
+    subset build, e.g. one that fits a GPU session's time) is skipped with the library's
+    reason instead of failing; a complete build never raises this."""
+    try:
+        return (yield)
+    except Exception as error:
+        if type(error).__name__ == "UnsupportedError" and "which this build left out" in str(error):
+            pytest.skip(str(error).splitlines()[0])
+        raise
+
+
 def pytest_pycollect_makemodule(module_path, parent):
     return _GpuModule.from_parent(parent, path=module_path)
 
