@@ -4,8 +4,8 @@
 // head dim fills at least three quarters of a table row, with ALiBi and sinks
 // or without; everything else (KV caches and decode-shaped calls, attention
 // masks, odd head dims or strides) declines to the sm80 family, as does the
-// backward. The kernels are instantiated in
-// their own translation units (one per row of kSm90FwdTiles and dtype).
+// backward. The kernels are instantiated in their own translation units (one
+// per row of kSm90FwdTiles and dtype).
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -57,18 +57,14 @@ cudaError_t run_dtype(const AttentionForwardProblem& problem) {
 }
 
 // The smallest shared memory of the rows for `head_dim` (0: none built).
-template <size_t... I>
-int row_smem(int head_dim, std::index_sequence<I...>) {
+constexpr int row_smem(int head_dim) {
   int bytes = 0;
-  const auto consider = [&](const FlashFwdSm90Tile& row, int smem) {
+  for (const FlashFwdSm90Tile& row : kSm90FwdTiles) {
+    const int smem = flash_fwd_sm90_smem(row.head_dim, row.block_m, row.block_n, row.stages).bytes;
     if (row.head_dim == head_dim && head_dim_built(row.head_dim) && (bytes == 0 || smem < bytes)) {
       bytes = smem;
     }
-  };
-  (consider(kSm90FwdTiles[I],
-            FlashFwdSm90Config<DType::f16, kSm90FwdTiles[I].head_dim, kSm90FwdTiles[I].block_m,
-                               kSm90FwdTiles[I].block_n, kSm90FwdTiles[I].stages>::kSmemBytes),
-   ...);
+  }
   return bytes;
 }
 
@@ -120,7 +116,7 @@ bool plan(const AttentionForwardProblem& problem, std::string* why) {
   if (int64_t(problem.seqlen_q) * problem.nheads * problem.batch > INT32_MAX) {
     return decline(why, "more than 2^31 query rows x heads");
   }
-  const int smem = row_smem(head_dim, std::make_index_sequence<std::size(kSm90FwdTiles)>{});
+  const int smem = row_smem(head_dim);
   if (smem == 0 || smem > problem.max_smem_per_block) {
     return decline(why, "no sm90 forward kernel fits this GPU's shared memory");
   }

@@ -8,6 +8,21 @@
 
 namespace samattn::attention {
 
+// The shared memory of an sm90 forward tile: Q and `stages` K and V tiles of
+// 16-bit elements, plus the mbarriers; O gets a buffer of its own where it
+// fits next to them (227 KB on 9.0), so that the next tile's Q loads while
+// this tile's O is stored; else O is staged in Q's buffer.
+struct FlashFwdSm90Smem {
+  int bytes;
+  bool separate_o;
+};
+constexpr FlashFwdSm90Smem flash_fwd_sm90_smem(int head_dim, int block_m, int block_n, int stages) {
+  const int tile = block_m * head_dim * 2;
+  const int base = (block_m + 2 * stages * block_n) * head_dim * 2 + 1024;
+  const bool separate_o = base + tile <= 227 * 1024;
+  return {base + (separate_o ? tile : 0), separate_o};
+}
+
 // One sm90 forward kernel: dtype, padded head dim (smaller head dims run in
 // it: TMA fills the missing columns with zeros and clips them on the store),
 // kBlockM query rows (64 per consumer warpgroup) x kBlockN keys per tile,
@@ -20,14 +35,10 @@ struct FlashFwdSm90Config {
   static_assert(kBlockM % 64 == 0 && kBlockM / 64 <= 3, "64 rows per consumer warpgroup");
   static_assert(kHeadDim % 64 == 0, "128-byte swizzled rows");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "a wgmma N / K extent");
-  // Q and kStages K and V tiles of 16-bit elements, plus the mbarriers; O
-  // gets a buffer of its own where it fits next to them (227 KB on 9.0), so
-  // that the next tile's Q loads while this tile's O is stored; else O is
-  // staged in Q's buffer.
-  static constexpr int kTileBytes = kBlockM * kHeadDim * 2;
-  static constexpr int kBaseBytes = (kBlockM + 2 * kStages * kBlockN) * kHeadDim * 2 + 1024;
-  static constexpr bool kSeparateO = kBaseBytes + kTileBytes <= 227 * 1024;
-  static constexpr int kSmemBytes = kBaseBytes + (kSeparateO ? kTileBytes : 0);
+  static constexpr FlashFwdSm90Smem kSmem =
+      flash_fwd_sm90_smem(kHeadDim, kBlockM, kBlockN, kStages);
+  static constexpr bool kSeparateO = kSmem.separate_o;
+  static constexpr int kSmemBytes = kSmem.bytes;
 };
 
 // Defined in flash_fwd_sm90_launch.cuh, instantiated once per tag.

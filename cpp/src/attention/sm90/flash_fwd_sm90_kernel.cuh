@@ -60,11 +60,8 @@ struct FwdTraits {
   // consumers take the rest of the 64 K (multiples of 8).
   static constexpr int kProducerRegs = kConsumerGroups == 2 ? 24 : 32;
   static constexpr int kConsumerRegs = kConsumerGroups == 2 ? 240 : 160;
-#ifndef SAMATTN_SM90_PINGPONG
-#define SAMATTN_SM90_PINGPONG 1
-#endif
   // GEMMs of the two consumer warpgroups take turns (GemmTurns).
-  static constexpr bool kPingpong = kConsumerGroups == 2 && SAMATTN_SM90_PINGPONG;
+  static constexpr bool kPingpong = kConsumerGroups == 2;
 
   // Each consumer warpgroup runs the 64-row atoms of its own rows.
   using GroupLayout = cute::Layout<cute::Shape<cute::Int<kConsumerGroups>, cute::_1, cute::_1>>;
@@ -458,9 +455,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // Rows with no key: zeros, and LSE +inf (or the sink's logit).
     softmax.finalize(out, p.scale_log2, lse, sink_log2);
 
-    // The last tile's O store has read its buffer (staged in Q's, O is
-    // written only after every wgmma of this tile, which read Q, completed;
-    // each warpgroup writes its own rows).
+    // O's own buffer: wait until the last tile's store has read it. (Staged
+    // in Q's buffer, O needs no wait: every wgmma that read Q has completed,
+    // each warpgroup writes only its own rows, and the next Q loads only
+    // after this store.)
     if constexpr (Traits::kSeparateO) {
       if (tidx == 0) tma_store_wait<0>();
       cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, 1);
