@@ -11,7 +11,7 @@ import operator
 
 import torch
 
-from . import _checks, _family, _lib
+from . import _checks, _family, _lib, _prepared
 
 
 def _operand(t: torch.Tensor, batch: int) -> tuple[torch.Tensor, tuple[int, int, int]]:
@@ -73,18 +73,45 @@ def _gemm_args(
     return args, (a, b)
 
 
+_GEMM = _prepared.Calls(_lib.GemmArgs, "samattn_gemm", "samattn_gemm_workspace_size")
+
+
+def _gemm_key(a: torch.Tensor, b: torch.Tensor, alpha: float) -> tuple:
+    """The prepared-call key of D = alpha * a @ b (no c)."""
+    dtype = a.dtype
+    # fp32 runs on TF32 tensor cores unless torch's matmul precision is "highest".
+    tf32 = dtype is torch.float32 and torch.get_float32_matmul_precision() != "highest"
+    return (
+        a.shape, a.stride(), b.shape, b.stride(), dtype, b.dtype, a.get_device(),
+        b.get_device(), alpha, tf32, _family.requested_family(),
+    )  # fmt: skip
+
+
 def gemm(
     a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None, alpha: float, beta: float
 ) -> torch.Tensor:
     """D = alpha * a @ b + beta * c on the GPU; see samattn.gemm."""
+    key = None
+    if c is None and beta == 0.0 and type(alpha) is float:
+        key = _gemm_key(a, b, alpha)
+        entry = _GEMM.get(key)
+        if entry is not None:
+            out = a.new_empty(entry.out_shape)
+            args = _GEMM.args(entry)
+            args.a, args.b, args.d = a.data_ptr(), b.data_ptr(), out.data_ptr()
+            args.stream = _stream(out)
+            _GEMM.run(key, entry, args, a)
+            return out
     sizes = _checks.gemm_quick(a, b, c, alpha, beta) or _checks.gemm(a, b, c, alpha, beta)
     # new_empty / empty_like: a few microseconds cheaper than torch.empty(..., device=...).
     out = a.new_empty(sizes.out_shape)
     if out.numel() == 0:
         return out
-    args, _keep = _gemm_args(a, b, c, alpha, beta, sizes, out.data_ptr())
+    args, operands = _gemm_args(a, b, c, alpha, beta, sizes, out.data_ptr())
     args.stream = _stream(out)
     _run_with_workspace("samattn_gemm", "samattn_gemm_workspace_size", args, a)
+    if key is not None and operands[0] is a and operands[1] is b:  # read in place
+        _GEMM.put(key, args, out.shape)
     return out
 
 
@@ -150,7 +177,7 @@ def _run_softmax(
     x: torch.Tensor,
     dy: torch.Tensor | None,
     out: torch.Tensor,
-) -> None:
+) -> _lib.SoftmaxArgs:
     args = _lib.blank(_lib.SoftmaxArgs)
     _lib.SOFTMAX_PACKER.pack_into(
         args, 0,
@@ -164,26 +191,64 @@ def _run_softmax(
     function = getattr(_lib.lib(), function_name)
     _lib.check(function(ctypes.byref(args), ctypes.byref(family)))
     _lib.set_last_family(family.value)
+    return args
+
+
+_SOFTMAX = _prepared.Calls(_lib.SoftmaxArgs, "samattn_softmax_forward", None)
+_SOFTMAX_BACKWARD = _prepared.Calls(_lib.SoftmaxArgs, "samattn_softmax_backward", None)
+
+
+def _softmax_key(x: torch.Tensor, dim: int, *others: torch.Tensor) -> tuple | None:
+    """The prepared-call key of a softmax (forward: x; backward: y, dy) on contiguous
+    tensors of one shape, or None (the full path)."""
+    if type(dim) is not int or not x.is_contiguous():
+        return None
+    for t in others:
+        if not t.is_contiguous() or t.shape != x.shape or t.dtype is not x.dtype:
+            return None
+    devices = tuple(t.get_device() for t in others)
+    return (x.shape, x.dtype, x.get_device(), devices, dim, _family.requested_family())
 
 
 def softmax(x: torch.Tensor, dim: int) -> torch.Tensor:
     """Softmax of x along dim on the GPU; see samattn.softmax."""
+    key = _softmax_key(x, dim)
+    entry = None if key is None else _SOFTMAX.get(key)
+    if entry is not None:
+        y = torch.empty_like(x)
+        args = _SOFTMAX.args(entry)
+        args.x, args.out, args.stream = x.data_ptr(), y.data_ptr(), _stream(x)
+        _SOFTMAX.run(key, entry, args, x)
+        return y
     view = _checks.softmax_quick(x, dim) or _checks.softmax(x, dim)
     x = x.contiguous()
     y = torch.empty_like(x)
     if y.numel() > 0:
-        _run_softmax("samattn_softmax_forward", view, x, None, y)
+        args = _run_softmax("samattn_softmax_forward", view, x, None, y)
+        if key is not None:
+            _SOFTMAX.put(key, args, y.shape)
     return y
 
 
 def softmax_backward(y: torch.Tensor, dy: torch.Tensor, dim: int) -> torch.Tensor:
     """dx = y * (dy - sum(dy * y, dim)) on the GPU, from the forward output y."""
+    key = _softmax_key(y, dim, dy)
+    entry = None if key is None else _SOFTMAX_BACKWARD.get(key)
+    if entry is not None:
+        dx = torch.empty_like(y)
+        args = _SOFTMAX_BACKWARD.args(entry)
+        args.x, args.dy, args.out = y.data_ptr(), dy.data_ptr(), dx.data_ptr()
+        args.stream = _stream(y)
+        _SOFTMAX_BACKWARD.run(key, entry, args, y)
+        return dx
     view = _checks.softmax_backward(y, dy, dim)
     y = y.contiguous()
     dy = dy.contiguous()
     dx = torch.empty_like(y)
     if dx.numel() > 0:
-        _run_softmax("samattn_softmax_backward", view, y, dy, dx)
+        args = _run_softmax("samattn_softmax_backward", view, y, dy, dx)
+        if key is not None:
+            _SOFTMAX_BACKWARD.put(key, args, dx.shape)
     return dx
 
 
@@ -480,6 +545,19 @@ def flash_attn_forward(
     bool / float mask broadcastable to (batch, nheads, seqlen_q, seqlen_k), fixed length
     only. With any of the three, a head dim that is not a multiple of 8 runs padded with
     zeros to one (the kernels run the terms on 16-byte rows)."""
+    key = None
+    plain = cu_seqlens_q is None and block_table is None and attn_mask is None
+    if plain and alibi_slopes is None and sinks is None and cu_seqlens_k is None:
+        key = _attention_key(q, k, v, softmax_scale, causal, window_left, window_right, softcap)
+        entry = _ATTENTION.get(key)
+        if entry is not None:
+            out = torch.empty_like(q) if q.is_contiguous() else q.new_empty(entry.out_shape)
+            lse = q.new_empty(entry.aux_shape, dtype=torch.float32)
+            args = _ATTENTION.args(entry)
+            args.q, args.k, args.v = q.data_ptr(), k.data_ptr(), v.data_ptr()
+            args.o, args.lse, args.stream = out.data_ptr(), lse.data_ptr(), _stream(q)
+            _ATTENTION.run(key, entry, args, q)
+            return out, lse
     sizes = _checks.attention_sizes(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, op, block_table
     )
@@ -520,7 +598,7 @@ def flash_attn_forward(
             0, 0, 0, keep_table.data_ptr(), keep_table.stride(0), keep_table.shape[1],
             page_size, num_blocks, *_NO_KVCACHE[8:],
         )  # fmt: skip
-    args, _keep = _attention_args(
+    args, keep = _attention_args(
         op, sizes, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
         softmax_scale, causal, window_left, window_right, softcap, kvcache=kvcache, terms=terms,
         mask=mask,
@@ -532,7 +610,35 @@ def flash_attn_forward(
         "samattn_attention_forward", "samattn_attention_forward_workspace_size", args, q,
         expected=decode,
     )  # fmt: skip
+    if key is not None and keep[0] is q and keep[1] is k and keep[2] is v:  # read in place
+        _ATTENTION.put(key, args, out.shape, lse.shape)
     return out, lse
+
+
+_ATTENTION = _prepared.Calls(
+    _lib.AttentionArgs, "samattn_attention_forward", "samattn_attention_forward_workspace_size"
+)
+
+
+def _attention_key(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    softmax_scale: float,
+    causal: bool,
+    window_left: int,
+    window_right: int,
+    softcap: float,
+) -> tuple:
+    """The prepared-call key of a fixed-length forward without score terms or mask. The
+    pointers' 16-byte residues are in it: they decide whether a strided view is read in
+    place (_attention_operand)."""
+    return (
+        q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype,
+        v.dtype, q.get_device(), k.get_device(), v.get_device(),
+        q.data_ptr() % _VECTOR_BYTES, k.data_ptr() % _VECTOR_BYTES, v.data_ptr() % _VECTOR_BYTES,
+        softmax_scale, causal, window_left, window_right, softcap, _family.requested_family(),
+    )  # fmt: skip
 
 
 def _pointer(t: torch.Tensor | None) -> int:

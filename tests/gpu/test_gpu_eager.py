@@ -119,3 +119,126 @@ def test_family_follows_every_change(monkeypatch):
         assert ran() == expected
         monkeypatch.delenv("SAMATTN_FAMILY")
         assert ran() == automatic
+
+
+# ------------------------------------------------------------- prepared calls ----
+def _prepared_cases():
+    """name -> (prepared-call cache, a factory of fresh inputs, the call on them)."""
+    from samattn import _cuda
+
+    def attention_inputs(seqlen_q, seqlen_k, nheads, nheads_k, d, transposed=False):
+        def make():
+            if transposed:  # SDPA's layout seen as flash-attn's: strided views
+                shapes = ((1, nheads, seqlen_q, d), (1, nheads_k, seqlen_k, d))
+                q = randn(*shapes[0], dtype=torch.bfloat16).transpose(1, 2)
+                k, v = (randn(*shapes[1], dtype=torch.bfloat16).transpose(1, 2) for _ in "kv")
+                return q, k, v
+            q = randn(1, seqlen_q, nheads, d, dtype=torch.bfloat16)
+            k, v = (randn(1, seqlen_k, nheads_k, d, dtype=torch.bfloat16) for _ in "kv")
+            return q, k, v
+
+        return make
+
+    return {
+        "gemm small": (
+            _cuda._GEMM,
+            lambda: (randn(64, 48, dtype=torch.bfloat16), randn(48, 40, dtype=torch.bfloat16)),
+            lambda a, b: samattn.gemm(a, b, alpha=0.5),
+        ),
+        # Large enough for a kernel that takes a workspace (stream-K on sm90).
+        "gemm workspace": (
+            _cuda._GEMM,
+            lambda: tuple(randn(1024, 1024, dtype=torch.float16) for _ in "ab"),
+            lambda a, b: samattn.gemm(a, b),
+        ),
+        "gemm transposed": (
+            _cuda._GEMM,
+            lambda: (randn(96, 64, dtype=torch.float32).mT, randn(96, 80, dtype=torch.float32)),
+            lambda a, b: samattn.gemm(a, b),
+        ),
+        "softmax": (
+            _cuda._SOFTMAX,
+            lambda: (randn(7, 300, dtype=torch.float16),),
+            lambda x: samattn.softmax(x, 0),
+        ),
+        "softmax backward": (
+            _cuda._SOFTMAX_BACKWARD,
+            lambda: (randn(5, 129, dtype=torch.float32), randn(5, 129, dtype=torch.float32)),
+            lambda y, dy: _cuda.softmax_backward(y, dy, -1),
+        ),
+        "attention": (
+            _cuda._ATTENTION,
+            attention_inputs(77, 130, 4, 2, 64),
+            lambda q, k, v: samattn.flash_attn_func(q, k, v, causal=True, window_size=(40, 3)),
+        ),
+        "attention views": (
+            _cuda._ATTENTION,
+            attention_inputs(33, 200, 4, 4, 128, transposed=True),
+            lambda q, k, v: samattn.flash_attn_func(q, k, v, softcap=5.0),
+        ),
+        # Decode-shaped: split over the keys, with a workspace.
+        "attention decode": (
+            _cuda._ATTENTION,
+            attention_inputs(1, 700, 8, 1, 128),
+            lambda q, k, v: samattn.flash_attn_func(q, k, v),
+        ),
+    }
+
+
+@pytest.mark.parametrize("name", list(_prepared_cases()))
+def test_prepared_calls_match_the_full_path(name):
+    """A call whose signature ran before reuses that call's C arguments with its own
+    pointers: on fresh inputs its result must be bit-identical to the full path's (the
+    cache emptied), and an entry with too small a workspace must still run right (the
+    library asks for one, or runs without)."""
+    cache, make, call = _prepared_cases()[name]
+    cache.clear()
+    call(*make())
+    entries = list(cache.entries.values())
+    assert len(entries) == 1, "the first call left no prepared entry"
+    for trial in range(3):
+        inputs = make()
+        if trial == 2:  # as if the library now needed more workspace than cached
+            (key,) = cache.entries
+            cache.entries[key] = cache.entries[key]._replace(workspace=0)
+        prepared = call(*inputs)
+        cache.clear()
+        full = call(*inputs)
+        torch.cuda.synchronize()
+        assert torch.isfinite(prepared.float()).all()
+        if trial < 2:
+            assert torch.equal(prepared, full), f"trial {trial}"
+        else:  # without a workspace the library may run another way (attention: no split)
+            assert torch.allclose(prepared.float(), full.float(), rtol=1e-2, atol=1e-2)
+
+
+def test_prepared_calls_follow_the_signature():
+    """A different stride, dtype, scalar or forced family is another signature: the
+    cache never hands one call's arguments to another."""
+    from samattn import _cuda
+
+    _cuda._ATTENTION.clear()
+    q, k, v = (randn(2, 64, 4, 64, dtype=torch.float16) for _ in "qkv")
+    base = samattn.flash_attn_func(q, k, v)
+    assert torch.equal(samattn.flash_attn_func(q, k, v), base)
+    q_view = q[:, 8:48]  # strided: rows of another length, another pointer
+    for changed, differs in (
+        (lambda: samattn.flash_attn_func(q, k, v, causal=True), True),
+        (lambda: samattn.flash_attn_func(q, k, v, softmax_scale=0.3), True),
+        (lambda: samattn.flash_attn_func(q.bfloat16(), k.bfloat16(), v.bfloat16()), True),
+        (lambda: samattn.flash_attn_func(q_view, k, v), False),
+    ):
+        first = changed()
+        again = changed()
+        _cuda._ATTENTION.clear()
+        assert torch.equal(first, again) and torch.equal(changed(), first)
+        assert first.shape[1] == 64 or torch.allclose(first, base[:, 8:48], atol=2e-3)
+        if differs:
+            assert not torch.equal(first.float(), base.float())
+    families = runnable_families()
+    _cuda._ATTENTION.clear()
+    for family in families:
+        with samattn.use_family(family):
+            samattn.flash_attn_func(q, k, v)
+            assert _lib.last_family() in (family, "sm80")
+    assert len({key[-1] for key in _cuda._ATTENTION.entries}) == len(families)
