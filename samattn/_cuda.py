@@ -552,7 +552,7 @@ def flash_attn_forward(
         entry = _ATTENTION.get(key)
         if entry is not None:
             out = torch.empty_like(q) if q.is_contiguous() else q.new_empty(entry.out_shape)
-            lse = q.new_empty(entry.aux_shape, dtype=torch.float32)
+            lse = _prepared.empty(q, entry.aux_shape, torch.float32)
             args = _ATTENTION.args(entry)
             args.q, args.k, args.v = q.data_ptr(), k.data_ptr(), v.data_ptr()
             args.o, args.lse, args.stream = out.data_ptr(), lse.data_ptr(), _stream(q)
@@ -788,6 +788,23 @@ def flash_attn_backward(
     seqlen_q, seqlen_k) tensor that receives the gradient of every (batch, head, query,
     key) pair (flash_attn_masked_backward sums it to the mask's shape). Head dims that are
     not multiples of 8 run padded, as in the forward."""
+    key = None
+    plain = cu_seqlens_q is None and cu_seqlens_k is None and attn_mask is None
+    if plain and alibi_slopes is None and sinks is None and dmask is None:
+        key = _attention_backward_key(
+            dout, q, k, v, out, softmax_lse, softmax_scale, causal, window_left, window_right,
+            softcap, deterministic,
+        )  # fmt: skip
+        entry = _ATTENTION_BACKWARD.get(key)
+        if entry is not None:
+            dq, dk, dv = q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+            args = _ATTENTION_BACKWARD.args(entry)
+            args.q, args.k, args.v = q.data_ptr(), k.data_ptr(), v.data_ptr()
+            args.o, args.lse, args.dout = out.data_ptr(), softmax_lse.data_ptr(), dout.data_ptr()
+            args.dq, args.dk, args.dv = dq.data_ptr(), dk.data_ptr(), dv.data_ptr()
+            args.stream = _stream(q)
+            _ATTENTION_BACKWARD.run(key, entry, args, q)
+            return dq, dk, dv, None
     sizes = _checks.attention_sizes(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, op
     )
@@ -829,8 +846,9 @@ def flash_attn_backward(
         if dsinks is not None:
             dsinks.zero_()  # no row: nothing flows into the sinks
         return dq, dk, dv, dsinks
+    operands = (q, k, v, out, dout)
     out, dout = _attention_operand(out), _attention_operand(dout)
-    args, _keep = _attention_args(
+    args, keep = _attention_args(
         op, sizes, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
         max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap,
         (dout, dq, dk, dv), deterministic, terms=terms, mask=mask,
@@ -846,7 +864,40 @@ def flash_attn_backward(
     family = ctypes.c_int32()  # FAMILY_AUTO until the library sets it
     _lib.check(library.samattn_attention_backward(args_ref, ctypes.byref(family)))
     _lib.set_last_family(family.value)
+    if key is not None and all(a is b for a, b in zip((*keep[:3], out, dout), operands)):
+        _ATTENTION_BACKWARD.put(key, args, q.shape)  # every operand read in place
     return dq, dk, dv, dsinks
+
+
+_ATTENTION_BACKWARD = _prepared.Calls(
+    _lib.AttentionArgs, "samattn_attention_backward", "samattn_attention_backward_workspace_size"
+)
+
+
+def _attention_backward_key(
+    dout: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    softmax_lse: torch.Tensor,
+    softmax_scale: float,
+    causal: bool,
+    window_left: int,
+    window_right: int,
+    softcap: float,
+    deterministic: bool,
+) -> tuple:
+    """The prepared-call key of a fixed-length backward without score terms or mask: the
+    forward's key with dout, out and softmax_lse added."""
+    forward = _attention_key(q, k, v, softmax_scale, causal, window_left, window_right, softcap)
+    return (
+        *forward,
+        dout.shape, dout.stride(), dout.dtype, dout.get_device(), dout.data_ptr() % _VECTOR_BYTES,
+        out.shape, out.stride(), out.dtype, out.get_device(), out.data_ptr() % _VECTOR_BYTES,
+        softmax_lse.shape, softmax_lse.stride(), softmax_lse.dtype, softmax_lse.get_device(),
+        bool(deterministic),
+    )  # fmt: skip
 
 
 def flash_attn_masked_backward(

@@ -139,6 +139,16 @@ def _prepared_cases():
 
         return make
 
+    def attention_backward_inputs():
+        q = randn(2, 70, 4, 64, dtype=torch.bfloat16)
+        k, v = (randn(2, 90, 2, 64, dtype=torch.bfloat16) for _ in "kv")
+        out, lse, _ = samattn.flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
+        return randn(*out.shape, dtype=out.dtype), q, k, v, out, lse
+
+    def attention_backward(*inputs):  # deterministic: bit-identical run to run
+        scalars = (None, None, 0, 0, 64**-0.5, True, -1, -1, 0.0, True)
+        return torch.cat([g.flatten() for g in _cuda.flash_attn_backward(*inputs, *scalars)[:3]])
+
     return {
         "gemm small": (
             _cuda._GEMM,
@@ -175,6 +185,11 @@ def _prepared_cases():
             _cuda._ATTENTION,
             attention_inputs(33, 200, 4, 4, 128, transposed=True),
             lambda q, k, v: samattn.flash_attn_func(q, k, v, softcap=5.0),
+        ),
+        "attention backward": (
+            _cuda._ATTENTION_BACKWARD,
+            attention_backward_inputs,
+            attention_backward,
         ),
         # Decode-shaped: split over the keys, with a workspace.
         "attention decode": (
