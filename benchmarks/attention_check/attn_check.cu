@@ -539,6 +539,19 @@ static std::vector<Case> make_cases() {
       c.causal = true;
       c.h = 8, c.hk = 2;
       cases.push_back(c);
+      // Causal with enough query tiles for sm90's persistent grid over tile
+      // pairs (8 x 16 heads x 8 tiles), also with no key for some rows
+      // (seqlen_q > seqlen_k) and a right window without a left one.
+      if (t == DType::bf16 && (d == 64 || d == 128 || d == 256)) {
+        const int paired[][3] = {{1000, 1000, 0}, {1000, 1500, 0}, {1500, 1000, 0}, {999, 999, 7}};
+        for (auto& s : paired) {
+          c = base(s[0], s[1], true);
+          c.batch = 8;
+          c.h = 16, c.hk = s[2] == 7 ? 4 : 16;
+          if (s[2] == 7) c.causal = false, c.right = 7;
+          cases.push_back(c);
+        }
+      }
       // Long keys (the naive reference is slow: two head dims only).
       if (d == 64 || d == 128) {
         c = base(300, 131072, true);

@@ -517,6 +517,9 @@ SM90_PREFILLS = [
     (1, 333, 1000, 8, 2, 128),  # GQA, partial tiles
     (2, 1000, 333, 4, 1, 128),  # MQA, more queries than keys
     (1, 129, 257, 2, 2, 256),
+    # Enough query tiles for a persistent grid (causal: over pairs of tiles of equal work).
+    (8, 1000, 1000, 16, 16, 64),
+    (4, 1500, 1000, 16, 4, 128),  # causal: the first 500 queries see no key
 ]
 
 

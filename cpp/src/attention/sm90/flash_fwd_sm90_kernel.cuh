@@ -3,7 +3,8 @@
 //
 // A CTA walks output tiles (query tile, head, batch; fwd_tile) t =
 // blockIdx.x, + gridDim.x, ...: one CTA per SM where the tiles have equal
-// work (a persistent grid), else one per tile. Warpgroup 0 is the producer: one
+// work (a persistent grid), or where they come in pairs of equal work (causal:
+// see first_tile), else one CTA per tile. Warpgroup 0 is the producer: one
 // thread issues the TMA loads of each tile's Q and then of its K and V
 // tiles, newest key tile first, into kStages shared-memory buffers each,
 // completing on mbarriers ("full"); the consumers free a buffer by arriving
@@ -164,11 +165,26 @@ struct FwdParams {
   int m_blocks;    // query tiles per (head, batch): of the longest sequence with varlen
   int tiles;       // m_blocks x heads x batch
   bool reverse_m;  // causal: the longest query tiles (the last) first
+  bool paired;     // causal, persistent: tiles taken in pairs of equal work (first_tile)
 };
 
-// The output tiles of a persistent CTA: t = blockIdx.x, + gridDim.x, ...,
-// query tiles fastest (the CTAs running at once share a head's K and V in
-// L2), each head's longest tiles first when causal.
+// The tiles of a CTA: t = blockIdx.x, + gridDim.x, ... Paired (a persistent
+// grid over causal tiles, whose work grows with the query tile): t = 2c,
+// 2c + 1, then + 2 gridDim.x, where fwd_tile folds each head's query tiles
+// (last, first, second last, second, ...) so that a pair's work is the same
+// for every pair and a static stride spreads it evenly.
+template <class Params>
+__device__ inline int first_tile(const Params& p) {
+  return p.paired ? 2 * int(blockIdx.x) : int(blockIdx.x);
+}
+template <class Params>
+__device__ inline int next_tile(const Params& p, int t) {
+  if (!p.paired) return t + int(gridDim.x);
+  return (t & 1) ? t - 1 + 2 * int(gridDim.x) : t + 1;
+}
+
+// Tile t: query tiles fastest (the CTAs running at once share a head's K and
+// V in L2), each head's longest tiles first when causal (folded when paired).
 struct FwdTile {
   int m_block, head, batch;
   int q_offset, k_offset, tma_batch;  // varlen: the sequence's first rows; TMA batch 0
@@ -180,7 +196,11 @@ template <class Params>
 __device__ inline FwdTile fwd_tile(const Params& p, int t, int block_m, int block_n) {
   FwdTile tile{};
   const int m = t % p.m_blocks, heads = cute::get<2>(p.shape_q);
-  tile.m_block = p.reverse_m ? p.m_blocks - 1 - m : m;
+  if (p.paired) {
+    tile.m_block = (m & 1) ? m / 2 : p.m_blocks - 1 - m / 2;
+  } else {
+    tile.m_block = p.reverse_m ? p.m_blocks - 1 - m : m;
+  }
   tile.head = (t / p.m_blocks) % heads;
   tile.batch = t / (p.m_blocks * heads);
   tile.mask = p.mask;
@@ -293,7 +313,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     Tensor mK = p.tma_k.get_tma_tensor(p.shape_k);
     Tensor mV = p.tma_v.get_tma_tensor(p.shape_k);
     int stage = 0, phase = 0, q_tiles = 0;
-    for (int t = blockIdx.x; t < p.tiles; t += gridDim.x) {
+    for (int t = first_tile(p); t < p.tiles; t = next_tile(p, t)) {
       const FwdTile tile = fwd_tile(p, t, kBlockM, kBlockN);
       if (!tile.valid) continue;
       // Tiles from the sequence's first row (varlen: a partial tile reads the
@@ -364,7 +384,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const GemmTurns<Traits::kPingpong> turns{tidx / 128};
   turns.start();
   int stage = 0, phase = 0, q_phase = 0;
-  for (int t = blockIdx.x; t < p.tiles; t += gridDim.x) {
+  for (int t = first_tile(p); t < p.tiles; t = next_tile(p, t)) {
     const FwdTile tile = fwd_tile(p, t, kBlockM, kBlockN);
     if (!tile.valid) continue;
     const int m0 = tile.m_block * kBlockM;

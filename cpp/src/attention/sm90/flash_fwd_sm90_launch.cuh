@@ -19,6 +19,11 @@ namespace samattn::attention {
 
 namespace sm90 {
 
+// Causal calls run a persistent grid over pairs of tiles (first_tile) only
+// with at least this many pairs per SM: the last round's imbalance is then
+// a fraction of the whole; below, one CTA per tile.
+constexpr int64_t kPairedMinRounds = 2;
+
 // A (seq, head dim, head, batch) view of `view` for TMA. A dimension of
 // extent 1 is never stepped over, so its stride (which torch may leave at
 // any value) becomes one that TMA accepts.
@@ -95,15 +100,23 @@ cudaError_t run_flash_fwd_sm90(const AttentionForwardProblem& problem) {
       m_blocks,
       static_cast<int>(tiles),
       /*reverse_m=*/problem.window.right >= 0,
+      /*paired=*/false,
   };
   // Persistent, one CTA per SM (the shared memory allows no second), where
   // every tile has the same work: the next tile's loads overlap this one's
-  // end. Causal, windowed and varlen tiles differ in work, which the static
-  // stride of a persistent grid would spread unevenly (measured: causal d 128
-  // at 16k keys 0.65x): one CTA per tile, balanced by the hardware.
-  const bool uniform = !varlen && problem.window.left < 0 && problem.window.right < 0;
-  const dim3 grid(
-      static_cast<unsigned>(uniform ? std::min<int64_t>(tiles, problem.sm_count) : tiles));
+  // end. Causal tiles (a right bound, no left one) have work growing with the
+  // query tile: persistent over pairs of equal work (first_tile), where there
+  // are enough pairs for a few rounds per SM. A plain stride over causal tiles
+  // would spread them unevenly (measured: causal d 128 at 16k keys 0.65x).
+  // Windowed and varlen tiles: one CTA per tile, balanced by the hardware.
+  const bool fixed = !varlen && problem.window.left < 0;
+  const bool uniform = fixed && problem.window.right < 0;
+  p.paired =
+      fixed && problem.window.right >= 0 && tiles >= sm90::kPairedMinRounds * 2 * problem.sm_count;
+  const int64_t ctas = uniform    ? std::min<int64_t>(tiles, problem.sm_count)
+                       : p.paired ? std::min<int64_t>((tiles + 1) / 2, problem.sm_count)
+                                  : tiles;
+  const dim3 grid(static_cast<unsigned>(ctas));
   // The plan declines masks: terms are ALiBi and sinks (TermsKernel::computed).
   return any_terms(problem.terms)
              ? launch_with_smem<sm90::flash_fwd_sm90_kernel<Traits, true>>(
