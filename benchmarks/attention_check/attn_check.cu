@@ -52,8 +52,11 @@ static cudaError_t forward(const AttentionForwardProblem& p) {
 template <int D, int BM, int BN, int S>
 constexpr RunFn kAltRun = &samattn::attention::run_flash_fwd_sm90<
     samattn::attention::FlashFwdSm90Config<DType::bf16, D, BM, BN, S>>;
+// Both d = 64 rows of the table (the dispatch picks by key-loop length), and
+// one that is not.
 static const AltConfig kAltConfigs[] = {
     {"192x128 s2", 64, kAltRun<64, 192, 128, 2>},
+    {"128x128 s2", 64, kAltRun<64, 128, 128, 2>},
     {"128x192 s2", 64, kAltRun<64, 128, 192, 2>},
 };
 #else

@@ -45,7 +45,7 @@ _FWD_FIELDS = re.compile(
     rf"^{_INT},{_INT},{_INT},{_INT},{_BOOL},{_INT},\s*TileUse::(any|short_keys|kvcache)\s*$"
 )
 _BWD_FIELDS = re.compile(rf"^{_INT},{_INT},{_INT},{_INT},{_INT}$")
-_SM90_FWD_FIELDS = re.compile(rf"^{_INT},{_INT},{_INT},{_INT}$")
+_SM90_FWD_FIELDS = re.compile(rf"^{_INT},{_INT},{_INT},{_INT},\s*TileUse::(any|long_keys)\s*$")
 # Row type -> (direction, fields, the only family whose table may hold it, or None).
 _ROWS = {
     "FlashFwdTile": ("fwd", _FWD_FIELDS, None),
@@ -61,7 +61,7 @@ class Tile:
     (FlashFwdTile, FlashFwdConfig: head_dim, block_m, block_n, warps, q_in_regs, kv_stages;
     FlashBwdTile, FlashBwdConfig: head_dim, block_m, block_n, warps, q_stages;
     FlashFwdSm90Tile, FlashFwdSm90Config: head_dim, block_m, block_n, stages); use: the
-    FlashFwdTile's TileUse."""
+    row's TileUse (FlashFwdTile, FlashFwdSm90Tile)."""
 
     row: str
     fields: tuple[str, ...]
@@ -131,6 +131,8 @@ def parse(header: Path) -> FamilyTable:
                 raise ValueError(f"{where}: not a {current} row: {line!r}")
             if current == "FlashFwdTile":
                 tiles.append(Tile(current, fields.groups()[:6], fields[7]))
+            elif current == "FlashFwdSm90Tile":
+                tiles.append(Tile(current, fields.groups()[:4], fields[5]))
             else:
                 tiles.append(Tile(current, fields.groups()))
         else:

@@ -199,10 +199,10 @@ def test_a_malformed_table_fails_the_configure(tmp_path, row):
 
 
 SM90_BAD_ROWS = [
-    "    {64, 128, 128},",  # a field short
+    "    {64, 128, 128, 2},",  # no TileUse
     "    {64, 128, 128, 2, 1},",  # a FlashFwdTile's fields in an sm90 table
-    "    {64, 128, 128, 2, TileUse::any},",
-    "    {64, 128, 128, 2}, {128, 128, 128, 2},",
+    "    {64, 128, 128, 2, TileUse::short_keys},",  # a use of sm80's rows
+    "    {64, 128, 128, 2, TileUse::any}, {128, 128, 128, 2, TileUse::any},",
 ]
 
 
@@ -224,7 +224,11 @@ def test_a_malformed_sm90_row_fails_the_configure(tmp_path, row):
     [
         ("sm80", "inline constexpr FlashFwdSm90Tile kSm80FwdTiles[] = {"),  # not sm90's table
         ("sm90", "inline constexpr FlashFwdSm90Tile kSm90BwdTiles[] = {"),  # a forward row type
-        ("sm90", "inline constexpr FlashFwdSm90Tile kSm90FwdTiles[] = {{64, 128, 128, 2}};"),
+        (
+            "sm90",
+            "inline constexpr FlashFwdSm90Tile kSm90FwdTiles[] = "
+            "{{64, 128, 128, 2, TileUse::any}};",
+        ),
     ],
 )
 def test_a_misplaced_sm90_table_fails_the_configure(tmp_path, family, opening):
@@ -232,7 +236,7 @@ def test_a_misplaced_sm90_table_fails_the_configure(tmp_path, family, opening):
     header.write_text(
         f"inline constexpr DType k{family.title()}AttentionDTypes[] = {{DType::f16}};\n"
         f"{opening}\n"
-        "    {64, 128, 128, 2},\n"
+        "    {64, 128, 128, 2, TileUse::any},\n"
         "};\n"
     )
     with pytest.raises(ValueError, match=re.escape(f"flash_{family}_tiles.h:2")):
@@ -245,11 +249,12 @@ def test_a_forward_only_table_builds_its_forward(tmp_path):
     header.write_text(
         "inline constexpr DType kSm90AttentionDTypes[] = {DType::f16, DType::bf16};\n"
         "inline constexpr FlashFwdSm90Tile kSm90FwdTiles[] = {\n"
-        "    // head_dim, block_m, block_n, stages\n"
-        "    {128, 192, 112, 3},\n"
+        "    // head_dim, block_m, block_n, stages, use\n"
+        "    {128, 192, 112, 3, TileUse::long_keys},\n"
         "};\n"
     )
     table = tiles.parse(header)
+    assert table.tiles[0].use == "long_keys"
     assert (table.family, table.dtypes) == ("sm90", ["f16", "bf16"])
     units = tiles.instantiations(table)
     assert [u.name for u in units] == [

@@ -33,6 +33,8 @@ enum class TileUse {
   // split keys, query heads of a KV head packed into one tile; used for those
   // features and for decode-shaped calls (uses_kvcache_kernel)
   kvcache,
+  // sm90 rows only: for long key loops (long_key_loop in sm90/flash_fwd_sm90.cu)
+  long_keys,
 };
 
 // One forward kernel (FlashFwdConfig's parameters, flash_fwd_config.h).
@@ -58,6 +60,7 @@ struct FlashFwdSm90Tile {
   int head_dim;
   int block_m, block_n;
   int stages;
+  TileUse use;  // any, or long_keys
 };
 
 // Whether a backward row also runs calls with score terms (ALiBi, a mask):

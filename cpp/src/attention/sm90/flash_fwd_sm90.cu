@@ -6,6 +6,7 @@
 // masks, odd head dims or strides) declines to the sm80 family, as does the
 // backward. The kernels are instantiated in their own translation units (one
 // per row of kSm90FwdTiles and dtype).
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -29,14 +30,32 @@ constexpr int sm90_head_dim(int headdim) {
   return 0;
 }
 
+// Whether the query tiles run long key loops: 4096 keys or more on average (a
+// causal row sees half of its keys, a two-sided window at most its width),
+// where the rows marked TileUse::long_keys measured faster.
+bool long_key_loop(const AttentionForwardProblem& problem) {
+  const AttentionWindow& window = problem.window;
+  int64_t keys = problem.seqlen_k;
+  if (window.left >= 0 && window.right >= 0) {
+    keys = std::min<int64_t>(keys, int64_t(window.left) + window.right + 1);
+  } else if (window.right >= 0) {
+    keys /= 2;
+  }
+  return keys >= 4096;
+}
+
 template <DType T, size_t I>
-bool run_row(const AttentionForwardProblem& problem, int head_dim, cudaError_t* result) {
+bool run_row(const AttentionForwardProblem& problem, int head_dim, bool long_keys,
+             cudaError_t* result) {
   constexpr FlashFwdSm90Tile row = kSm90FwdTiles[I];
   if constexpr (!head_dim_built(row.head_dim)) {
     return false;
   } else {
     using Config = FlashFwdSm90Config<T, row.head_dim, row.block_m, row.block_n, row.stages>;
-    if (row.head_dim != head_dim || problem.max_smem_per_block < Config::kSmemBytes) return false;
+    if (row.head_dim != head_dim || (row.use == TileUse::long_keys && !long_keys) ||
+        problem.max_smem_per_block < Config::kSmemBytes) {
+      return false;
+    }
     *result = run_flash_fwd_sm90<Config>(problem);
     return true;
   }
@@ -46,7 +65,8 @@ template <DType T, size_t... I>
 cudaError_t run_rows(const AttentionForwardProblem& problem, std::index_sequence<I...>) {
   cudaError_t result = cudaErrorNotSupported;
   const int head_dim = sm90_head_dim(problem.headdim);
-  (run_row<T, I>(problem, head_dim, &result) || ...);
+  const bool long_keys = long_key_loop(problem);
+  (run_row<T, I>(problem, head_dim, long_keys, &result) || ...);
   return result;
 }
 
