@@ -520,6 +520,7 @@ SM90_PREFILLS = [
     # Enough query tiles for a persistent grid (causal: over pairs of tiles of equal work).
     (8, 1000, 1000, 16, 16, 64),
     (4, 1500, 1000, 16, 4, 128),  # causal: the first 500 queries see no key
+    (1, 300, 9000, 4, 2, 64),  # a long key loop: d = 64's row of 192 query rows
 ]
 
 
