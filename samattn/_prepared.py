@@ -11,9 +11,10 @@ learn the workspace size.
 
 What makes this safe:
 
-- A key holds every input the validation and the packing read, with exact types (a
-  ``True`` where a float was expected never matches a cached ``1.0``); a call that cannot
-  be keyed cheaply (tensor-valued scalars, optional tensors) takes the full path.
+- A key holds every input the validation and the packing read: the scalars as the public
+  function converted them (a ``True`` where a float is expected is refused before any key
+  is made, so it never matches a cached ``1.0``). Calls with optional tensors (gemm's c,
+  score terms, masks, varlen offsets, KV caches) take the full path.
 - Only signatures whose tensors were used in place are cached, so the cached strides are
   the tensors' own; what the kernels choose from pointers (16-byte vectors) the library
   decides on every call, as it does on the full path.
