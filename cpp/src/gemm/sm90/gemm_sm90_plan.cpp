@@ -2,8 +2,11 @@
 // tile heuristic.
 #include "gemm/sm90/gemm_sm90_plan.h"
 
+#include <unistd.h>  // environ
+
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 namespace samattn::gemm::sm90 {
@@ -144,8 +147,29 @@ bool stage_operand(const View& v, int64_t batch, const char* name, Plan::Staging
   return true;
 }
 
-int env_int(const char* name, int fallback) {
-  const char* text = std::getenv(name);
+// The tuning overrides SAMATTN_SM90_GEMM_TILE and SAMATTN_SM90_GEMM_SWIZZLE.
+// Read on every plan, so that a process may change them between calls (the
+// tests and benchmarks/tune_sm90_gemm.py do), in one pass over the
+// environment: getenv scans it once per name, and a call plans three times.
+struct Overrides {
+  const char* tile = nullptr;
+  const char* swizzle = nullptr;
+};
+Overrides read_overrides() {
+  constexpr char kPrefix[] = "SAMATTN_SM90_GEMM_";
+  constexpr size_t kPrefixLength = sizeof kPrefix - 1;
+  Overrides out;
+  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
+    const char* text = *entry;
+    if (text[0] != 'S' || std::strncmp(text, kPrefix, kPrefixLength) != 0) continue;
+    const char* name = text + kPrefixLength;
+    if (std::strncmp(name, "TILE=", 5) == 0) out.tile = name + 5;
+    if (std::strncmp(name, "SWIZZLE=", 8) == 0) out.swizzle = name + 8;
+  }
+  return out;
+}
+
+int swizzle_override(const char* text, int fallback) {
   if (text == nullptr || *text == '\0') return fallback;
   char* end = nullptr;
   const long value = std::strtol(text, &end, 10);
@@ -264,9 +288,9 @@ Plan plan(const GemmProblem& problem) {
   if (out.transposed) transpose_problem();
 
   out.tile = choose_tile(p.dtype, batch, a.rows, b.cols, a.cols, p.sm_count);
+  const Overrides overrides = read_overrides();
   Tile forced;
-  const char* forced_name = std::getenv("SAMATTN_SM90_GEMM_TILE");
-  if (forced_name != nullptr && parse_tile(forced_name, &forced)) out.tile = forced;
+  if (overrides.tile != nullptr && parse_tile(overrides.tile, &forced)) out.tile = forced;
   if (tf32 && out.tile == Tile::k128x64_swap_ab) out.tile = Tile::k128x64_streamk;  // 16-bit only
   // The swap_ab kernel writes a column-major D: transpose once more.
   const bool d_col_major = d_column_major(out.tile);
@@ -328,7 +352,7 @@ Plan plan(const GemmProblem& problem) {
   }
 
   out.swizzle = choose_swizzle(p.dtype, out.tile, out.batch, out.m, out.n, p.sm_count);
-  out.swizzle = env_int("SAMATTN_SM90_GEMM_SWIZZLE", out.swizzle);
+  out.swizzle = swizzle_override(overrides.swizzle, out.swizzle);
   out.eligible = true;
   return out;
 }
