@@ -112,6 +112,7 @@ GemmProblem make_gemm_problem(const samattn_gemm_args& g, int sm_count) {
   problem.stream = static_cast<cudaStream_t>(g.stream);
   problem.workspace = g.workspace;
   problem.workspace_bytes = g.workspace_bytes;
+  gemm::sm90::read_tuning_overrides(&problem);
   return problem;
 }
 

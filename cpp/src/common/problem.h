@@ -33,6 +33,11 @@ struct GemmProblem {
   // nullptr / 0 when the family's registered workspace size is 0.
   void* workspace;
   int64_t workspace_bytes;
+  // Tuning overrides of the sm90 family's plan, SAMATTN_SM90_GEMM_TILE and
+  // SAMATTN_SM90_GEMM_SWIZZLE, read once per call (the plan runs several
+  // times per call); nullptr when unset.
+  const char* sm90_tile;
+  const char* sm90_swizzle;
 };
 
 // Softmax over the middle mode of a contiguous (outer, dim, inner) tensor.

@@ -147,28 +147,6 @@ bool stage_operand(const View& v, int64_t batch, const char* name, Plan::Staging
   return true;
 }
 
-// The tuning overrides SAMATTN_SM90_GEMM_TILE and SAMATTN_SM90_GEMM_SWIZZLE.
-// Read on every plan, so that a process may change them between calls (the
-// tests and benchmarks/tune_sm90_gemm.py do), in one pass over the
-// environment: getenv scans it once per name, and a call plans three times.
-struct Overrides {
-  const char* tile = nullptr;
-  const char* swizzle = nullptr;
-};
-Overrides read_overrides() {
-  constexpr char kPrefix[] = "SAMATTN_SM90_GEMM_";
-  constexpr size_t kPrefixLength = sizeof kPrefix - 1;
-  Overrides out;
-  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
-    const char* text = *entry;
-    if (text[0] != 'S' || std::strncmp(text, kPrefix, kPrefixLength) != 0) continue;
-    const char* name = text + kPrefixLength;
-    if (std::strncmp(name, "TILE=", 5) == 0) out.tile = name + 5;
-    if (std::strncmp(name, "SWIZZLE=", 8) == 0) out.swizzle = name + 8;
-  }
-  return out;
-}
-
 int swizzle_override(const char* text, int fallback) {
   if (text == nullptr || *text == '\0') return fallback;
   char* end = nullptr;
@@ -177,6 +155,19 @@ int swizzle_override(const char* text, int fallback) {
 }
 
 }  // namespace
+
+void read_tuning_overrides(GemmProblem* problem) {
+  constexpr char kPrefix[] = "SAMATTN_SM90_GEMM_";
+  constexpr size_t kPrefixLength = sizeof kPrefix - 1;
+  problem->sm90_tile = problem->sm90_swizzle = nullptr;
+  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
+    const char* text = *entry;
+    if (text[0] != 'S' || std::strncmp(text, kPrefix, kPrefixLength) != 0) continue;
+    const char* name = text + kPrefixLength;
+    if (std::strncmp(name, "TILE=", 5) == 0) problem->sm90_tile = name + 5;
+    if (std::strncmp(name, "SWIZZLE=", 8) == 0) problem->sm90_swizzle = name + 8;
+  }
+}
 
 const char* tile_name(Tile tile) {
   switch (tile) {
@@ -288,9 +279,8 @@ Plan plan(const GemmProblem& problem) {
   if (out.transposed) transpose_problem();
 
   out.tile = choose_tile(p.dtype, batch, a.rows, b.cols, a.cols, p.sm_count);
-  const Overrides overrides = read_overrides();
   Tile forced;
-  if (overrides.tile != nullptr && parse_tile(overrides.tile, &forced)) out.tile = forced;
+  if (p.sm90_tile != nullptr && parse_tile(p.sm90_tile, &forced)) out.tile = forced;
   if (tf32 && out.tile == Tile::k128x64_swap_ab) out.tile = Tile::k128x64_streamk;  // 16-bit only
   // The swap_ab kernel writes a column-major D: transpose once more.
   const bool d_col_major = d_column_major(out.tile);
@@ -352,7 +342,7 @@ Plan plan(const GemmProblem& problem) {
   }
 
   out.swizzle = choose_swizzle(p.dtype, out.tile, out.batch, out.m, out.n, p.sm_count);
-  out.swizzle = swizzle_override(overrides.swizzle, out.swizzle);
+  out.swizzle = swizzle_override(p.sm90_swizzle, out.swizzle);
   out.eligible = true;
   return out;
 }

@@ -35,6 +35,10 @@ constexpr int kTileCount = 4;
 // were 4-25% slower than 128x256 cooperative on every large shape on the
 // H100; benchmarks/results/h100_sm90_gemm_tuning.json.)
 
+// Fills problem->sm90_tile and sm90_swizzle from the environment, in one
+// pass over it (getenv would scan it once per name).
+void read_tuning_overrides(GemmProblem* problem);
+
 // Name of a tile ("128x256_c2x1"); nullptr for an unknown value.
 const char* tile_name(Tile tile);
 // The tile named `name`, or false.
