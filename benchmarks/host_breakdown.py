@@ -43,7 +43,7 @@ WRAPPED = [
     (_cuda, "flash_attn_forward"),
     (_cuda, "flash_attn_backward"),
     (_cuda, "_attention_args"),
-    (_cuda, "_run_with_workspace"),
+    (_prepared, "run_with_workspace"),
     (_cuda, "_stream"),
     (_prepared.Calls, "run"),
     (_prepared.Calls, "args"),

@@ -109,47 +109,10 @@ def gemm(
         return out
     args, operands = _gemm_args(a, b, c, alpha, beta, sizes, out.data_ptr())
     args.stream = _stream(out)
-    _run_with_workspace("samattn_gemm", "samattn_gemm_workspace_size", args, a)
+    _prepared.run_with_workspace("samattn_gemm", "samattn_gemm_workspace_size", args, a)
     if key is not None and operands[0] is a and operands[1] is b:  # read in place
         _GEMM.put(key, args, out.shape)
     return out
-
-
-def _run_with_workspace(
-    function_name: str,
-    size_function_name: str,
-    args: ctypes.Structure,
-    like: torch.Tensor,
-    expected: bool = False,
-) -> None:
-    """Call an op of the library that may answer NEEDS_WORKSPACE (nothing launched). Most
-    calls need none, so by default its size is asked only then and the call made again
-    with one; `expected` (calls that usually need one: split-KV decode, KV caches) asks
-    first, which saves the refused call."""
-    library = _lib.lib()
-    function = getattr(library, function_name)
-    args_ref = ctypes.byref(args)
-    family = ctypes.c_int32()  # FAMILY_AUTO until the library sets it
-    workspace = None  # kept alive until the launch is queued
-
-    def allocate() -> None:
-        nonlocal workspace
-        needed = ctypes.c_int64(0)
-        _lib.check(getattr(library, size_function_name)(args_ref, ctypes.byref(needed)))
-        if needed.value > 0:
-            # From torch's caching allocator: cheap, stream-ordered, 512-byte aligned and
-            # capturable in CUDA graphs; freed (stream-ordered) once the kernels are done.
-            workspace = like.new_empty(needed.value, dtype=torch.uint8)
-            args.workspace, args.workspace_bytes = workspace.data_ptr(), needed.value
-
-    if expected:
-        allocate()
-    status = function(args_ref, ctypes.byref(family))
-    if status == _lib.NEEDS_WORKSPACE and not expected:
-        allocate()
-        status = function(args_ref, ctypes.byref(family))
-    _lib.check(status)
-    _lib.set_last_family(family.value)
 
 
 def gemm_plan(
@@ -606,7 +569,7 @@ def flash_attn_forward(
     # Decode-shaped problems (the query heads of a KV head fit one 64-row tile) split the
     # keys over CTAs, which needs a workspace.
     decode = not sizes.varlen and sizes.seqlen_q * (sizes.nheads // max(sizes.nheads_k, 1)) <= 64
-    _run_with_workspace(
+    _prepared.run_with_workspace(
         "samattn_attention_forward", "samattn_attention_forward_workspace_size", args, q,
         expected=decode,
     )  # fmt: skip
@@ -751,7 +714,7 @@ def flash_attn_kvcache(
         op, shape, q, k_cache, v_cache, out, lse, None, None, 0, 0, softmax_scale, causal,
         window_left, window_right, softcap, kvcache=kvcache, terms=terms,
     )  # fmt: skip
-    _run_with_workspace(
+    _prepared.run_with_workspace(
         "samattn_attention_forward", "samattn_attention_forward_workspace_size", args, q,
         expected=True,
     )  # fmt: skip

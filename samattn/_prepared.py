@@ -55,6 +55,57 @@ def empty(like: torch.Tensor, shape: tuple[int, ...] | int, dtype: torch.dtype) 
     return prototype.new_empty(shape)
 
 
+def run_with_workspace(
+    function_name: str,
+    size_function_name: str | None,
+    args: ctypes.Structure,
+    like: torch.Tensor,
+    expected: bool = False,
+    known_bytes: int = 0,
+) -> int:
+    """Call an op of the library that may answer NEEDS_WORKSPACE (nothing launched), and
+    return the workspace bytes the call ran with. Most calls need none, so by default the
+    size is asked only then and the call made again with one; `expected` (calls that
+    usually need one: split-KV decode, KV caches) asks first, which saves the refused call;
+    `known_bytes` gives the first call that much (a prepared call's last size). The size is
+    asked at most once."""
+    library = _lib.lib()
+    function = getattr(library, function_name)
+    args_ref = ctypes.byref(args)
+    family = ctypes.c_int32()  # FAMILY_AUTO until the library sets it
+    # The workspace tensor is kept alive until the launch is queued.
+    asked = expected and size_function_name is not None
+    if asked:
+        workspace = _ask(library, size_function_name, args, like)
+    else:
+        workspace = _give(args, like, known_bytes) if known_bytes else None
+    status = function(args_ref, ctypes.byref(family))
+    if status == _lib.NEEDS_WORKSPACE and not asked and size_function_name is not None:
+        workspace = _ask(library, size_function_name, args, like)
+        status = function(args_ref, ctypes.byref(family))
+    _lib.check(status)
+    _lib.set_last_family(family.value)
+    return args.workspace_bytes if workspace is not None else 0
+
+
+def _give(args: ctypes.Structure, like: torch.Tensor, nbytes: int) -> torch.Tensor:
+    """A workspace of nbytes, set in args. From torch's caching allocator: cheap,
+    stream-ordered, 512-byte aligned and capturable in CUDA graphs; freed (stream-ordered)
+    once the kernels are done."""
+    workspace = empty(like, nbytes, torch.uint8)
+    args.workspace, args.workspace_bytes = workspace.data_ptr(), nbytes
+    return workspace
+
+
+def _ask(
+    library: ctypes.CDLL, size_function_name: str, args: ctypes.Structure, like: torch.Tensor
+) -> torch.Tensor | None:
+    """The workspace the library asks for these args (None: it needs none)."""
+    needed = ctypes.c_int64(0)
+    _lib.check(getattr(library, size_function_name)(ctypes.byref(args), ctypes.byref(needed)))
+    return _give(args, like, needed.value) if needed.value > 0 else None
+
+
 class Entry(NamedTuple):
     """A signature's argument struct (its pointers and stream to be overwritten, its
     workspace fields zero), its output shapes and the workspace bytes the library took
@@ -103,26 +154,13 @@ class Calls(Generic[ArgsT]):
 
     def run(self, key: tuple, entry: Entry, args: ArgsT, like: torch.Tensor) -> None:
         """Call the library with `args` (pointers and stream set by the caller), with a
-        workspace of the entry's size from torch's caching allocator. Raises like the full
-        path."""
-        workspace = None  # alive until the launch is queued
-        if entry.workspace:
-            workspace = empty(like, entry.workspace, torch.uint8)
-            args.workspace, args.workspace_bytes = workspace.data_ptr(), entry.workspace
-        library = _lib.lib()
-        family = ctypes.c_int32()
-        status = getattr(library, self.function)(ctypes.byref(args), ctypes.byref(family))
-        if status == _lib.NEEDS_WORKSPACE and self.size_function is not None:
-            needed = ctypes.c_int64(0)
-            size_query = getattr(library, self.size_function)
-            _lib.check(size_query(ctypes.byref(args), ctypes.byref(needed)))
-            workspace = empty(like, needed.value, torch.uint8)
-            args.workspace, args.workspace_bytes = workspace.data_ptr(), needed.value
-            status = getattr(library, self.function)(ctypes.byref(args), ctypes.byref(family))
-            if status == _lib.OK:
-                self.entries[key] = entry._replace(workspace=needed.value)
-        _lib.check(status)
-        _lib.set_last_family(family.value)
+        workspace of the entry's size; keep the size the call ran with. Raises like the
+        full path."""
+        used = run_with_workspace(
+            self.function, self.size_function, args, like, known_bytes=entry.workspace
+        )
+        if used != entry.workspace:
+            self.entries[key] = entry._replace(workspace=used)
 
     def clear(self) -> None:
         self.entries.clear()

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import samattn
-from samattn import _checks, _cuda, _lib
+from samattn import _checks, _cuda, _lib, _prepared
 
 F16, BF16, I32 = torch.float16, torch.bfloat16, torch.int32
 OP = "samattn.flash_attn_with_kvcache"
@@ -502,11 +502,12 @@ def test_kvcache_fields_are_packed(monkeypatch):
     CPU tensors stand in for CUDA ones (the device check and the launch are replaced)."""
     captured = {}
 
-    def launch(function, size_function, args, like, expected=False):
+    def launch(function, size_function, args, like, expected=False, known_bytes=0):
         captured["args"] = args
+        return 0
 
     monkeypatch.setattr(_cuda, "_stream", lambda t: 0x5000)
-    monkeypatch.setattr(_cuda, "_run_with_workspace", launch)
+    monkeypatch.setattr(_prepared, "run_with_workspace", launch)
     monkeypatch.setattr(_cuda, "_checking_values", lambda: True)
     monkeypatch.setattr(_checks, "_check_devices", lambda op, tensors: None)
     q = torch.zeros(2, 3, 8, 64, dtype=BF16)
@@ -544,14 +545,15 @@ def test_kvcache_score_terms_are_packed(monkeypatch):
     them with a unit stride) and sinks: the score-term fields of a decode call."""
     captured = {}
 
-    def launch(function, size_function, args, like, expected=False):
+    def launch(function, size_function, args, like, expected=False, known_bytes=0):
         captured["args"] = args
         # Read now: a copy lives until the launch is queued.
         slopes = ctypes.cast(args.alibi_slopes, ctypes.POINTER(ctypes.c_float))
         captured["slopes"] = [slopes[i] for i in range(8)]
+        return 0
 
     monkeypatch.setattr(_cuda, "_stream", lambda t: 0)
-    monkeypatch.setattr(_cuda, "_run_with_workspace", launch)
+    monkeypatch.setattr(_prepared, "run_with_workspace", launch)
     monkeypatch.setattr(_cuda, "_checking_values", lambda: False)
     monkeypatch.setattr(_checks, "_check_devices", lambda op, tensors: None)
     q = torch.zeros(2, 1, 4, 64, dtype=BF16)
@@ -570,7 +572,7 @@ def test_kvcache_score_terms_are_packed(monkeypatch):
 
 
 def test_kvcache_values_are_checked_before_the_launch(monkeypatch):
-    monkeypatch.setattr(_cuda, "_run_with_workspace", lambda *a, **k: pytest.fail("launched"))
+    monkeypatch.setattr(_prepared, "run_with_workspace", lambda *a, **k: pytest.fail("launched"))
     monkeypatch.setattr(_cuda, "_stream", lambda t: 0)
     monkeypatch.setattr(_checks, "_check_devices", lambda op, tensors: None)
     q = torch.zeros(2, 1, 8, 64, dtype=F16)
