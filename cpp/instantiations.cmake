@@ -163,4 +163,4 @@ samattn_family_sources(attention sm75 cpp/src/attention/sm75/flash_fwd_sm75.cu
 # plan always declines and names sm80 as its forced fallback, so that the
 # backward of an sm90 forward runs sm80's kernels even with sm90 forced. The
 # forward problems sm90 declines run sm80's too (90a always builds sm80).
-samattn_family_sources(attention sm90 cpp/src/attention/sm90/flash_fwd_sm90.cu)
+samattn_family_sources(attention sm90 cpp/src/attention/sm90/flash_sm90.cu)

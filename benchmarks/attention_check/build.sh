@@ -8,8 +8,9 @@
 # checkers time; compiled in parallel. GENCODE overrides the targets;
 # PTXAS_VERBOSE=1 prints the register / spill report.
 #   FAMILY=sm90 bash benchmarks/attention_check/build.sh
-# builds attn_sm90_check instead: the forward checker on the sm90 family
-# (sm_90a; -DSAMATTN_CHECK_SM90), from kSm90FwdTiles and sm90_alt_configs.
+# builds attn_sm90_check and attn_sm90_bwd_check instead: the checkers on the
+# sm90 family (sm_90a; -DSAMATTN_CHECK_SM90), from kSm90FwdTiles,
+# kSm90BwdTiles and sm90_alt_configs.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
@@ -51,9 +52,15 @@ bwd_alt_configs=(
 sm90_alt_configs=(
   "64,128,192,2"
 )
+# sm90 backward (kAltConfigs of attn_bwd_check.cu under SAMATTN_CHECK_SM90):
+# head_dim,block_m,block_n,stages.
+sm90_bwd_alt_configs=(
+  "64,128,128,2"
+)
 alt_args=()
 if [[ "$FAMILY" == sm90 ]]; then
   for cfg in "${sm90_alt_configs[@]}"; do alt_args+=(--fwd "$cfg"); done
+  for cfg in "${sm90_bwd_alt_configs[@]}"; do alt_args+=(--bwd "$cfg"); done
 else
   for cfg in "${alt_configs[@]}"; do alt_args+=(--fwd "$cfg"); done
   for cfg in "${bwd_alt_configs[@]}"; do alt_args+=(--bwd "$cfg"); done
@@ -65,15 +72,15 @@ bwd_sources=()
 while read -r kind src; do
   if [[ "$kind" == fwd ]]; then fwd_sources+=("$src"); else bwd_sources+=("$src"); fi
 done < <("${PYTHON:-python3}" "$repo/cpp/cmake/attention_tiles.py" sources "$FAMILY" "$build/generated" "${alt_args[@]}")
-if ((${#fwd_sources[@]} == 0)) || { [[ "$FAMILY" != sm90 ]] && ((${#bwd_sources[@]} == 0)); }; then
+if ((${#fwd_sources[@]} == 0)) || ((${#bwd_sources[@]} == 0)); then
   echo "attention_tiles.py listed no sources" >&2
   exit 1
 fi
 # The family's forward and backward entry points (the dispatch of each).
 if [[ "$FAMILY" == sm90 ]]; then
   flags+=(-DSAMATTN_CHECK_SM90)
-  sources=("${fwd_sources[@]}" "$repo/cpp/src/attention/sm90/flash_fwd_sm90.cu"
-    "$repo/cpp/src/common/registry.cpp" "$here/attn_check.cu")
+  sources=("${fwd_sources[@]}" "${bwd_sources[@]}" "$repo/cpp/src/attention/sm90/flash_sm90.cu"
+    "$repo/cpp/src/common/registry.cpp" "$here/attn_check.cu" "$here/attn_bwd_check.cu")
 else
   sources=("${fwd_sources[@]}" "${bwd_sources[@]}"
     "$repo/cpp/src/attention/sm80/flash_fwd_sm80.cu" "$repo/cpp/src/attention/sm80/flash_bwd_sm80.cu"
@@ -124,9 +131,11 @@ for src in "${fwd_sources[@]}"; do fwd_objects+=("$(obj_of "$src")"); done
 bwd_objects=()
 for src in "${bwd_sources[@]}"; do bwd_objects+=("$(obj_of "$src")"); done
 if [[ "$FAMILY" == sm90 ]]; then
-  "$NVCC" $GENCODE "${fwd_objects[@]}" "$build/flash_fwd_sm90.o" "$build/registry.o" \
-    "$build/attn_check.o" -o "$here/attn_sm90_check"
-  echo "built $here/attn_sm90_check"
+  "$NVCC" $GENCODE "${fwd_objects[@]}" "${bwd_objects[@]}" "$build/flash_sm90.o" \
+    "$build/registry.o" "$build/attn_check.o" -o "$here/attn_sm90_check"
+  "$NVCC" $GENCODE "${fwd_objects[@]}" "${bwd_objects[@]}" "$build/flash_sm90.o" \
+    "$build/registry.o" "$build/attn_bwd_check.o" -o "$here/attn_sm90_bwd_check"
+  echo "built $here/attn_sm90_check and $here/attn_sm90_bwd_check"
   exit 0
 fi
 "$NVCC" $GENCODE "${fwd_objects[@]}" "$build/flash_fwd_sm80.o" "$build/registry.o" "$build/attn_check.o" \

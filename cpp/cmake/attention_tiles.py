@@ -11,9 +11,10 @@ array is an error, so a table the compiler reads differently from this parser fa
 configure instead of building a different set of kernels.
 
 Row types: FlashFwdTile and FlashBwdTile (the FlashAttention-2 kernels of sm75 and sm80,
-FlashFwdConfig / FlashBwdConfig, run_flash_fwd / run_flash_bwd) and FlashFwdSm90Tile (the
-sm90 forward, FlashFwdSm90Config, run_flash_fwd_sm90; only in the sm90 table). A family
-has a forward table and may have no backward table (sm90: its backward runs sm80's).
+FlashFwdConfig / FlashBwdConfig, run_flash_fwd / run_flash_bwd), FlashFwdSm90Tile and
+FlashBwdSm90Tile (the sm90 forward and backward, FlashFwdSm90Config / FlashBwdSm90Config,
+run_flash_fwd_sm90 / run_flash_bwd_sm90; only in the sm90 table). A family has a forward
+table and may have no backward table.
 
     python attention_tiles.py cmake OUT.cmake     one samattn_instantiate_attention() call per
                                                   instantiation (written only if it changed)
@@ -34,7 +35,8 @@ from pathlib import Path
 ATTENTION = Path(__file__).resolve().parents[1] / "src" / "attention"
 
 _OPEN = re.compile(
-    r"^inline constexpr (FlashFwdTile|FlashBwdTile|FlashFwdSm90Tile) k(Sm\d+)(Fwd|Bwd)Tiles\[\] "
+    r"^inline constexpr (FlashFwdTile|FlashBwdTile|FlashFwdSm90Tile|FlashBwdSm90Tile) "
+    r"k(Sm\d+)(Fwd|Bwd)Tiles\[\] "
     r"= \{$"
 )
 _DTYPES = re.compile(r"^inline constexpr DType k(Sm\d+)AttentionDTypes\[\] = \{([^}]*)\};$")
@@ -46,11 +48,13 @@ _FWD_FIELDS = re.compile(
 )
 _BWD_FIELDS = re.compile(rf"^{_INT},{_INT},{_INT},{_INT},{_INT}$")
 _SM90_FWD_FIELDS = re.compile(rf"^{_INT},{_INT},{_INT},{_INT},\s*TileUse::(any|long_keys)\s*$")
+_SM90_BWD_FIELDS = re.compile(rf"^{_INT},{_INT},{_INT},{_INT}$")
 # Row type -> (direction, fields, the only family whose table may hold it, or None).
 _ROWS = {
     "FlashFwdTile": ("fwd", _FWD_FIELDS, None),
     "FlashBwdTile": ("bwd", _BWD_FIELDS, None),
     "FlashFwdSm90Tile": ("fwd", _SM90_FWD_FIELDS, "sm90"),
+    "FlashBwdSm90Tile": ("bwd", _SM90_BWD_FIELDS, "sm90"),
 }
 _CPP_DTYPE = {"f16": "samattn::DType::f16", "bf16": "samattn::DType::bf16"}
 
@@ -60,7 +64,8 @@ class Tile:
     """One row: `row` its C++ type; fields as its config takes them after the dtype
     (FlashFwdTile, FlashFwdConfig: head_dim, block_m, block_n, warps, q_in_regs, kv_stages;
     FlashBwdTile, FlashBwdConfig: head_dim, block_m, block_n, warps, q_stages;
-    FlashFwdSm90Tile, FlashFwdSm90Config: head_dim, block_m, block_n, stages); use: the
+    FlashFwdSm90Tile, FlashFwdSm90Config and FlashBwdSm90Tile, FlashBwdSm90Config: head_dim,
+    block_m, block_n, stages); use: the
     row's TileUse (FlashFwdTile, FlashFwdSm90Tile)."""
 
     row: str
@@ -133,6 +138,8 @@ def parse(header: Path) -> FamilyTable:
                 tiles.append(Tile(current, fields.groups()[:6], fields[7]))
             elif current == "FlashFwdSm90Tile":
                 tiles.append(Tile(current, fields.groups()[:4], fields[5]))
+            elif current == "FlashBwdSm90Tile":
+                tiles.append(Tile(current, fields.groups()))
             else:
                 tiles.append(Tile(current, fields.groups()))
         else:
@@ -158,8 +165,8 @@ def tables() -> list[FamilyTable]:
 
 def instantiation(family: str, dtype: str, tile: Tile) -> Instantiation:
     """The translation unit of one (family, dtype, row)."""
-    if tile.row == "FlashFwdSm90Tile":
-        return _sm90_forward(family, dtype, tile)
+    if tile.row in ("FlashFwdSm90Tile", "FlashBwdSm90Tile"):
+        return _sm90(family, dtype, tile)
     d, bm, bn, warps, last, *rest = tile.fields
     if tile.direction == "fwd":
         config, problem, tag = "FlashFwdConfig", "AttentionForwardProblem", "q"
@@ -193,24 +200,29 @@ def instantiation(family: str, dtype: str, tile: Tile) -> Instantiation:
     )
 
 
-def _sm90_forward(family: str, dtype: str, tile: Tile) -> Instantiation:
-    """The sm90 forward (wgmma + TMA): run_flash_fwd_sm90<FlashFwdSm90Config<...>>, defined in
-    attention/sm90/flash_fwd_sm90_launch.cuh. Named like the sm80 forward, `kv` the K and V
-    shared-memory stages."""
+def _sm90(family: str, dtype: str, tile: Tile) -> Instantiation:
+    """The sm90 forward or backward (wgmma + TMA): run_flash_<direction>_sm90<
+    Flash<Fwd|Bwd>Sm90Config<...>>, defined in attention/sm90/flash_<direction>_sm90_launch.cuh.
+    Named like the sm80 kernels; the stage suffix is `kv` (the forward's K and V buffers) or
+    `q` (the backward's Q and dO buffers)."""
     d, bm, bn, stages = tile.fields
+    direction = tile.direction
+    config = "FlashFwdSm90Config" if direction == "fwd" else "FlashBwdSm90Config"
+    problem = "AttentionForwardProblem" if direction == "fwd" else "AttentionBackwardProblem"
     args = f"{_CPP_DTYPE[dtype]}, {d}, {bm}, {bn}, {stages}"
     declaration = (
-        "template cudaError_t samattn::attention::run_flash_fwd_sm90<"
-        f"samattn::attention::FlashFwdSm90Config<{args}>>"
-        "(const samattn::AttentionForwardProblem&);"
+        f"template cudaError_t samattn::attention::run_flash_{direction}_sm90<"
+        f"samattn::attention::{config}<{args}>>"
+        f"(const samattn::{problem}&);"
     )
+    stage = "kv" if direction == "fwd" else "q"
     return Instantiation(
         family,
-        "fwd",
+        direction,
         dtype,
         tile,
-        f"attention_fwd_{family}_{dtype}_d{d}_{bm}x{bn}_kv{stages}",
-        "attention/sm90/flash_fwd_sm90_launch.cuh",
+        f"attention_{direction}_{family}_{dtype}_d{d}_{bm}x{bn}_{stage}{stages}",
+        f"attention/sm90/flash_{direction}_sm90_launch.cuh",
         declaration,
     )
 
@@ -249,7 +261,8 @@ def _extra_tile(table: FamilyTable, direction: str, text: str) -> Tile:
     if row == "FlashFwdTile" and len(fields) == 5:
         fields += ("1",)
     # A FlashFwdTile here has no TileUse (the extra rows are plain forward kernels).
-    if len(fields) != {"FlashFwdTile": 6, "FlashBwdTile": 5, "FlashFwdSm90Tile": 4}[row]:
+    expected = {"FlashFwdTile": 6, "FlashBwdTile": 5, "FlashFwdSm90Tile": 4, "FlashBwdSm90Tile": 4}
+    if len(fields) != expected[row]:
         raise SystemExit(f"--{direction} {text}: expected the fields of a {row} row")
     return Tile(row, fields)
 

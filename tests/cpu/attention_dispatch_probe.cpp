@@ -1,20 +1,21 @@
 // Host-only probe of the attention dispatch (test_attention_build.py): the
 // family dispatch headers compiled with g++, run_flash_fwd / run_flash_bwd /
-// run_flash_fwd_sm90 defined here to print the configuration they are asked
+// run_flash_fwd_sm90 / run_flash_bwd_sm90 defined here to print the configuration they are asked
 // to run instead of launching it. One line per (direction, family, dtype,
 // head dim, shared memory, key loop; decode: one query over a KV cache, the
 // kvcache kernel):
 //   <fwd|bwd> <family> <dtype> <head dim> <smem bytes> <short|long|decode> <fields or none>
 //
-// The sm90 forward picks its row in its family translation unit
-// (attention/sm90/flash_fwd_sm90.cu, host code that names its kernels through
-// FlashFwdSm90Config tags only): the probe includes that file, and links
+// The sm90 family picks its rows in its family translation unit
+// (attention/sm90/flash_sm90.cu, host code that names its kernels through
+// FlashFwdSm90Config / FlashBwdSm90Config tags only): the probe includes that file, and links
 // common/registry.cpp for its registrations.
 #include <cstdio>
 #include <initializer_list>
 
 #include "attention/flash_bwd_dispatch.h"
 #include "attention/flash_fwd_dispatch.h"
+#include "attention/sm90/flash_bwd_sm90_config.h"
 #include "attention/sm90/flash_fwd_sm90_config.h"
 
 namespace samattn::attention {
@@ -53,10 +54,16 @@ cudaError_t run_flash_fwd_sm90(const AttentionForwardProblem&) {
               Config::kStages);
   return cudaSuccess;
 }
+template <class Config>
+cudaError_t run_flash_bwd_sm90(const AttentionBackwardProblem&) {
+  std::printf("sm90 %d,%d,%d,%d\n", Config::kHeadDim, Config::kBlockM, Config::kBlockN,
+              Config::kStages);
+  return cudaSuccess;
+}
 
 }  // namespace samattn::attention
 
-#include "attention/sm90/flash_fwd_sm90.cu"
+#include "attention/sm90/flash_sm90.cu"
 
 namespace {
 
@@ -110,9 +117,11 @@ int main() {
                                           run_flash_fwd_sm75_dtype<DType::f16>);
   probe<samattn::AttentionBackwardProblem>("bwd", "sm75", DType::f16,
                                            run_flash_bwd_sm75_dtype<DType::f16>);
-  // sm90: the forward only (its backward is sm80's); the launch path, as
-  // for the others (the plan's declines are tested through the registry).
+  // sm90: the launch path, as for the others (the plans' declines are
+  // tested through the registry).
   probe<samattn::AttentionForwardProblem>("fwd", "sm90", DType::f16, run_dtype<DType::f16>);
   probe<samattn::AttentionForwardProblem>("fwd", "sm90", DType::bf16, run_dtype<DType::bf16>);
+  probe<samattn::AttentionBackwardProblem>("bwd", "sm90", DType::f16, launch_backward);
+  probe<samattn::AttentionBackwardProblem>("bwd", "sm90", DType::bf16, launch_backward);
   return 0;
 }

@@ -72,9 +72,8 @@ def _row(tile) -> str:
     return ",".join(tile.fields)
 
 
-# The directions each family's table covers: sm90 has a forward only (its backward is
-# sm80's: the sm90 backward registration declines every problem).
-DIRECTIONS = {"sm75": {"fwd", "bwd"}, "sm80": {"fwd", "bwd"}, "sm90": {"fwd"}}
+# The directions each family's table covers.
+DIRECTIONS = {"sm75": {"fwd", "bwd"}, "sm80": {"fwd", "bwd"}, "sm90": {"fwd", "bwd"}}
 # Row type -> (config tag, launch function, header) of its instantiations.
 CONFIGS = {
     "FlashFwdTile": ("FlashFwdConfig", "run_flash_fwd", "attention/flash_fwd_launch.cuh"),
@@ -83,6 +82,11 @@ CONFIGS = {
         "FlashFwdSm90Config",
         "run_flash_fwd_sm90",
         "attention/sm90/flash_fwd_sm90_launch.cuh",
+    ),
+    "FlashBwdSm90Tile": (
+        "FlashBwdSm90Config",
+        "run_flash_bwd_sm90",
+        "attention/sm90/flash_bwd_sm90_launch.cuh",
     ),
 }
 
@@ -93,8 +97,8 @@ def test_every_family_has_a_table():
         assert {t.direction for t in table.tiles} == DIRECTIONS[family], table.header
 
 
-def test_sm90_rows_are_the_sm90_forward():
-    assert {t.row for t in TABLES["sm90"].tiles} == {"FlashFwdSm90Tile"}
+def test_sm90_rows_are_the_sm90_kernels():
+    assert {t.row for t in TABLES["sm90"].tiles} == {"FlashFwdSm90Tile", "FlashBwdSm90Tile"}
     assert TABLES["sm90"].dtypes == ["f16", "bf16"]
     for family in ("sm75", "sm80"):
         assert {t.row for t in TABLES[family].tiles} == {"FlashFwdTile", "FlashBwdTile"}
@@ -114,7 +118,7 @@ def test_one_translation_unit_per_dtype_and_row(family):
             f"template cudaError_t samattn::attention::{function}<samattn::attention::{config}<"
         )
         assert unit.name.startswith(f"attention_{unit.direction}_{family}_{unit.dtype}_d")
-        if unit.tile.row == "FlashFwdSm90Tile":
+        if unit.tile.row in ("FlashFwdSm90Tile", "FlashBwdSm90Tile"):
             # Every field, no Family (the tag is sm90's alone).
             fields = ", ".join(unit.tile.fields)
             assert f"{config}<samattn::DType::{unit.dtype}, {fields}>>(" in unit.declaration
@@ -164,7 +168,7 @@ def test_the_dtypes_a_family_lacks_are_refused_at_compile_time():
     text = (attention / "flash_fwd_dispatch.h").read_text()
     assert "dtype_listed<T>(kSm80AttentionDTypes)" in text
     assert "dtype_listed<T>(kSm75AttentionDTypes)" in text
-    sm90 = (attention / "sm90" / "flash_fwd_sm90.cu").read_text()
+    sm90 = (attention / "sm90" / "flash_sm90.cu").read_text()
     assert "dtype_listed<T>(kSm90AttentionDTypes)" in sm90
 
 
@@ -224,6 +228,7 @@ def test_a_malformed_sm90_row_fails_the_configure(tmp_path, row):
     [
         ("sm80", "inline constexpr FlashFwdSm90Tile kSm80FwdTiles[] = {"),  # not sm90's table
         ("sm90", "inline constexpr FlashFwdSm90Tile kSm90BwdTiles[] = {"),  # a forward row type
+        ("sm80", "inline constexpr FlashBwdSm90Tile kSm80BwdTiles[] = {"),  # not sm90's table
         (
             "sm90",
             "inline constexpr FlashFwdSm90Tile kSm90FwdTiles[] = "
@@ -244,7 +249,7 @@ def test_a_misplaced_sm90_table_fails_the_configure(tmp_path, family, opening):
 
 
 def test_a_forward_only_table_builds_its_forward(tmp_path):
-    """A family may have no backward table (sm90: its backward is sm80's)."""
+    """A family may have no backward table."""
     header = tmp_path / "flash_sm90_tiles.h"
     header.write_text(
         "inline constexpr DType kSm90AttentionDTypes[] = {DType::f16, DType::bf16};\n"
@@ -275,7 +280,10 @@ def test_extra_sm90_rows_for_the_checkers(tmp_path, capsys):
     extra = tmp_path / "attention_fwd_sm90_bf16_d128_128x176_kv2.cu"
     assert extra.read_text().startswith('#include "attention/sm90/flash_fwd_sm90_launch.cuh"\n')
     assert str(extra) in capsys.readouterr().out
-    with pytest.raises(SystemExit, match="sm90 has no bwd table"):
+    with pytest.raises(SystemExit, match="FlashBwdSm90Tile row"):
         tiles.main(["sources", "sm90", str(tmp_path), "--bwd", "128,64,128,8,2"])
+    tiles.main(["sources", "sm90", str(tmp_path), "--bwd", "128,64,128,3"])
+    extra = tmp_path / "attention_bwd_sm90_bf16_d128_64x128_q3.cu"
+    assert extra.read_text().startswith('#include "attention/sm90/flash_bwd_sm90_launch.cuh"\n')
     with pytest.raises(SystemExit, match="FlashFwdSm90Tile row"):
         tiles.main(["sources", "sm90", str(tmp_path), "--fwd", "128,128,176,4,true"])

@@ -194,6 +194,11 @@ def hopper_plan(backward=False, **changes):
                  q_seq_stride=h * d, k_seq_stride=hk * d, v_seq_stride=hk * d, o_seq_stride=h * d,
                  q_batch_stride=sq * h * d, k_batch_stride=sk * hk * d,
                  v_batch_stride=sk * hk * d, o_batch_stride=sq * h * d)  # fmt: skip
+    if backward:
+        # The gradients laid out as their inputs (dout as out).
+        for grad, like in (("dout", "o"), ("dq", "q"), ("dk", "k"), ("dv", "v")):
+            for stride in ("batch", "seq", "head"):
+                sizes[f"{grad}_{stride}_stride"] = sizes[f"{like}_{stride}_stride"]
     return plan(backward, cc=HOPPER, **{**sizes, **changes})[0]
 
 
@@ -207,10 +212,32 @@ def test_hopper_runs_the_sm90_forward(dtype, family):
 @needs_sm90_attention
 @pytest.mark.parametrize("dtype", [_lib.F16, _lib.BF16], ids=["f16", "bf16"])
 @pytest.mark.parametrize("family", [_lib.FAMILY_AUTO, SM90], ids=["auto", "forced"])
-def test_the_sm90_backward_is_sm80s(dtype, family):
-    # sm90 has no attention backward: its registration declines every problem and names
-    # sm80 as its forced fallback, so that the backward of a forced sm90 forward runs.
-    assert hopper_plan(backward=True, dtype=dtype, family=family) == "sm80"
+def test_hopper_runs_the_sm90_backward(dtype, family):
+    assert hopper_plan(backward=True, dtype=dtype, family=family) == "sm90"
+
+
+def dims(d):
+    """A head dim with every tensor's head stride to match."""
+    names = ("q", "k", "v", "o", "dout", "dq", "dk", "dv")
+    return dict(headdim=d, **{f"{name}_head_stride": d for name in names})
+
+
+@needs_sm90_attention
+@pytest.mark.parametrize(
+    "changes",
+    [dict(deterministic=1), dict(softcap=20.0), dims(96), dims(100), dims(256)],
+    ids=["deterministic", "softcap", "d96", "d100", "d256"],
+)
+def test_the_backwards_sm90_declines_run_on_sm80(changes):
+    # sm90's backward registration names sm80 as its forced fallback, so that these run
+    # with sm90 forced too.
+    try:
+        assert hopper_plan(backward=True, **changes) == "sm80"
+    except _lib.UnsupportedError as error:
+        if "which this build left out" not in str(error):
+            raise
+        pytest.skip(f"head dim {changes['headdim']} not built")
+    assert hopper_plan(backward=True, family=SM90, **changes) == "sm80"
 
 
 @needs_sm90_attention

@@ -10,10 +10,10 @@ torch autograd on float64 copies, the baseline torch autograd in the input dtype
 
 The sm80 family runs fp16 and bf16, the sm75 family fp16 only (Turing's tensor cores have
 no bf16: a forced sm75 refuses bf16 with a message that says it needs sm80); both are
-forced on any newer GPU. The sm90 family (Hopper only) runs the forward in fp16 and bf16 on
-wgmma + TMA and hands what its plan declines, and every backward, to sm80, also when
-forced: with sm90 forced a forward may run on either (gpu_checks.forced_runs; the sm90
-tests below check that sm90 itself runs the calls it is for), a backward runs on sm80.
+forced on any newer GPU. The sm90 family (Hopper only) runs the forward and the backward
+in fp16 and bf16 on wgmma + TMA and hands what its plans decline to sm80, also when
+forced: with sm90 forced a call may run on either (gpu_checks.forced_runs; the sm90 tests
+below check that sm90 itself runs the calls it is for).
 """
 
 from __future__ import annotations
@@ -65,12 +65,6 @@ def need_dtype(family: str, dtype: torch.dtype) -> None:
 def last_dtype(family: str) -> torch.dtype:
     """bf16 where the family runs it (the dtype of the large-value tests), else fp16."""
     return FAMILY_DTYPES[family][-1]
-
-
-def backward_family(family: str) -> str:
-    """The family that runs the backward with `family` forced: sm90 has no attention
-    backward (its registration declines every problem and hands it to sm80)."""
-    return "sm80" if family == "sm90" else family
 
 
 # ------------------------------------------------------------ reference ----
@@ -608,27 +602,87 @@ def test_sm90_runs_varlen(no_family_env, dtype, d, feature):
         )  # fmt: skip
 
 
-@pytest.mark.parametrize("forced", [None, "sm90"], ids=["auto", "sm90"])
-def test_the_backward_of_an_sm90_forward_runs_on_sm80(no_family_env, forced):
-    """sm80's backward from sm90's out and lse (the backward op called on this thread, so
-    that its family is seen: autograd would run it on its device thread)."""
+# The backward calls the sm90 backward is for: (b, sq, sk, h, hk, d, window).
+SM90_BACKWARDS = [
+    (2, 256, 256, 4, 4, 64, (-1, -1)),
+    (1, 333, 1000, 8, 2, 128, (-1, -1)),  # GQA, partial tiles
+    (2, 1000, 333, 4, 1, 128, (-1, -1)),  # MQA, more queries than keys
+    (2, 300, 300, 4, 4, 40, (-1, -1)),  # a head dim padded to 64 by TMA's zero fill
+    (1, 777, 777, 4, 2, 64, (100, 20)),  # a sliding window
+    (4, 1500, 1000, 8, 4, 128, (-1, -1)),  # causal: the first 500 queries see no key
+]
+
+
+def backward_op(dout, q, k, v, out, lse, causal, window, *, softcap=0.0, deterministic=False):
+    """The backward op called on this thread, so that its family is seen (autograd would
+    run it on its device thread)."""
+    d = q.shape[-1]
+    args = (dout, q, k, v, out, lse, None, None, q.shape[1], k.shape[1], d**-0.5, causal,
+            window[0], window[1], softcap, deterministic)  # fmt: skip
+    return torch.ops.samattn.flash_attn_backward(*args)[:3]
+
+
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+@pytest.mark.parametrize("shape", SM90_BACKWARDS, ids=str)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_sm90_runs_the_backward(no_family_env, dtype, shape, causal):
+    """sm90's backward itself runs the calls it is for, forced and automatically, from
+    sm90's out and lse, and its gradients meet the accuracy rule."""
     need_sm90()
-    b, s, h, hk, d = 2, 256, 4, 2, 128
-    q, k, v = make_qkv(b, s, s, h, hk, d, torch.bfloat16)
+    b, sq, sk, h, hk, d, window = shape
+    q, k, v = make_qkv(b, sq, sk, h, hk, d, dtype)
+    dout = randn(b, sq, h, d, dtype=dtype)
+    out, lse = samattn.flash_attn_func(
+        q, k, v, causal=causal, window_size=window, return_attn_probs=True
+    )[:2]
+    poison_allocator((b, sq, h, d), dtype)
+    grads, family = ran_forced("sm90", lambda: backward_op(dout, q, k, v, out, lse, causal, window))
+    assert family == "sm90", f"forced sm90 handed the backward of {shape} to {family}"
+    mask = allowed_keys(sq, sk, causal, window)
+    what = f"sm90 backward {dtype} {shape} causal{causal}"
+    check_grads(grads, q, k, v, dout, scale=d**-0.5, softcap=0.0, mask=mask, what=what)
+    auto, family = ran_forced(None, lambda: backward_op(dout, q, k, v, out, lse, causal, window))
+    assert family == "sm90", f"automatic selection ran the backward of {shape} on {family}"
+    for got, expected in zip(auto, grads):
+        torch.testing.assert_close(got, expected, rtol=0, atol=0)  # same kernel, same sums
 
-    def forward():
-        return samattn.flash_attn_func(q, k, v, causal=True, return_attn_probs=True)[:2]
 
-    (out, lse), family = ran_forced(forced, forward)
-    assert family == "sm90"
+@pytest.mark.parametrize("case", ["deterministic", "softcap", "d256", "d96", "varlen"], ids=str)
+def test_sm90_hands_the_backwards_it_declines_to_sm80(no_family_env, case):
+    """What the sm90 backward's plan declines runs on sm80, forced or not, and right."""
+    need_sm90()
+    d = {"d256": 256, "d96": 96}.get(case, 128)
+    b, s, h = 2, 300, 4
+    q, k, v = make_qkv(b, s, s, h, h, d, torch.bfloat16)
     dout = randn(b, s, h, d, dtype=torch.bfloat16)
-    backward = torch.ops.samattn.flash_attn_backward
-    args = (dout, q, k, v, out, lse, None, None, s, s, d**-0.5, True, -1, -1, 0.0, False)
-    (dq, dk, dv, _), family = ran_forced(forced, lambda: backward(*args))
-    assert family == "sm80"
+    softcap = 20.0 if case == "softcap" else 0.0
+    if case == "varlen":
+        cu = torch.tensor([0, 100, 2 * s], dtype=torch.int32, device=DEVICE)
+        flat = [t.reshape(b * s, h, d) for t in (q, k, v, dout)]
+        out, lse = samattn.flash_attn_varlen_func(
+            *flat[:3], cu, cu, 2 * s - 100, 2 * s - 100, causal=True, return_attn_probs=True
+        )[:2]
+        args = (flat[3], *flat[:3], out, lse, cu, cu, 2 * s - 100, 2 * s - 100, d**-0.5, True,
+                -1, -1, 0.0, False)  # fmt: skip
+        for forced in ("sm90", None):
+            _, family = ran_forced(forced, lambda: torch.ops.samattn.flash_attn_backward(*args))
+            assert family == "sm80", f"{case}, forced {forced}: ran on {family}"
+        return
+    out, lse = samattn.flash_attn_func(
+        q, k, v, causal=True, softcap=softcap, return_attn_probs=True
+    )[:2]
+    deterministic = case == "deterministic"
+
+    def backward():
+        return backward_op(dout, q, k, v, out, lse, True, (-1, -1), softcap=softcap,
+                           deterministic=deterministic)  # fmt: skip
+
+    for forced in ("sm90", None):
+        grads, family = ran_forced(forced, backward)
+        assert family == "sm80", f"{case}, forced {forced}: ran on {family}"
     mask = allowed_keys(s, s, True, (-1, -1))
-    check_grads((dq, dk, dv), q, k, v, dout, scale=d**-0.5, softcap=0.0, mask=mask,
-                what="sm80 backward of sm90's forward")  # fmt: skip
+    check_grads(grads, q, k, v, dout, scale=d**-0.5, softcap=softcap, mask=mask,
+                what=f"sm80 backward ({case}) handed over by sm90")  # fmt: skip
 
 
 def test_bf16_on_sm75_is_refused():
@@ -1124,7 +1178,7 @@ def test_c_abi_backward_writes_every_gradient_and_nothing_else(attn_family, dtyp
         stream=torch.cuda.current_stream().cuda_stream,
     )  # fmt: skip
     tensors = dict(q=q, k=k, v=v, o=out, dout=dout, dq=dq.view, dk=dk.view, dv=dv.view)
-    assert _lib.FAMILY_NAMES[run_c_backward(args, tensors, lse)] == backward_family(attn_family)
+    assert _lib.FAMILY_NAMES[run_c_backward(args, tensors, lse)] in forced_runs(attn_family)
     for name, g in (("dq", dq), ("dk", dk), ("dv", dv)):
         g.assert_no_stray_writes(name)
     mask = allowed_keys(sq, sk, causal, (-1, -1))

@@ -330,5 +330,6 @@ cudaError_t attention_backward_sm80(const AttentionBackwardProblem& problem);
 cudaError_t attention_forward_sm75(const AttentionForwardProblem& problem);
 cudaError_t attention_backward_sm75(const AttentionBackwardProblem& problem);
 cudaError_t attention_forward_sm90(const AttentionForwardProblem& problem);
+cudaError_t attention_backward_sm90(const AttentionBackwardProblem& problem);
 
 }  // namespace samattn

@@ -198,6 +198,34 @@ __global__ void __launch_bounds__(256) flash_bwd_dot_do_o_kernel(DotDoOParams co
   if (valid && lane == 0) p.dsum[head * p.rows_q + seq.row0 + row] = dot;
 }
 
+// Launches step 1 over every query tile of Traits::kBlockM rows (the grid
+// covers the longest sequence, rounded up to whole tiles).
+template <class Traits>
+cudaError_t launch_dot_do_o(const AttentionBackwardProblem& P, const FlashBwdWorkspace& layout,
+                            float* dsum, float* dq_accum, bool vectors, int64_t rows_q) {
+  DotDoOParams d{};
+  d.dout = P.dout.ptr;
+  d.o = P.o.ptr;
+  d.dsum = dsum;
+  d.dq_accum = dq_accum;
+  d.dq_head_stride = int64_t(layout.dq_head_stride);
+  d.do_batch = P.dout.batch_stride, d.do_seq = P.dout.seq_stride, d.do_head = P.dout.head_stride;
+  d.o_batch = P.o.batch_stride, d.o_seq = P.o.seq_stride, d.o_head = P.o.head_stride;
+  d.cu_seqlens_q = P.cu_seqlens_q;
+  d.seqlen_q = P.seqlen_q;
+  d.headdim = P.headdim;
+  d.vectors = vectors;
+  d.lanes_per_row = dot_do_o_lanes_per_row(P.headdim, vectors);
+  d.rows_q = rows_q;
+  const int rows_per_cta = 256 / d.lanes_per_row;
+  const int64_t padded =
+      (int64_t(P.seqlen_q) + Traits::kBlockM - 1) / Traits::kBlockM * Traits::kBlockM;
+  const dim3 grid(unsigned((padded + rows_per_cta - 1) / rows_per_cta), unsigned(P.nheads),
+                  unsigned(P.batch));
+  flash_bwd_dot_do_o_kernel<Traits><<<grid, 256, 0, P.stream>>>(d);
+  return cudaGetLastError();
+}
+
 // ------------------------------------------------------- step 1b: sinks
 // d loss / d sink_h = -sum over the rows of head h of P_sink D, P_sink =
 // exp(sink_h - LSE): the sink is a key whose value is zero, so its dP is 0

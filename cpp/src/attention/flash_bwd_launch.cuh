@@ -92,27 +92,7 @@ cudaError_t run_flash_bwd(const AttentionBackwardProblem& problem) {
 
   // 1. D = rowsum(dO * O), and zeros for the dQ accumulator.
   if (P.seqlen_q > 0) {
-    DotDoOParams d{};
-    d.dout = P.dout.ptr;
-    d.o = P.o.ptr;
-    d.dsum = dsum;
-    d.dq_accum = dq_accum;
-    d.dq_head_stride = int64_t(layout.dq_head_stride);
-    d.do_batch = P.dout.batch_stride, d.do_seq = P.dout.seq_stride, d.do_head = P.dout.head_stride;
-    d.o_batch = P.o.batch_stride, d.o_seq = P.o.seq_stride, d.o_head = P.o.head_stride;
-    d.cu_seqlens_q = P.cu_seqlens_q;
-    d.seqlen_q = P.seqlen_q;
-    d.headdim = P.headdim;
-    d.vectors = vectors;
-    d.lanes_per_row = dot_do_o_lanes_per_row(P.headdim, vectors);
-    d.rows_q = rows_q;
-    const int rows_per_cta = 256 / d.lanes_per_row;
-    const int64_t padded =
-        (int64_t(P.seqlen_q) + Traits::kBlockM - 1) / Traits::kBlockM * Traits::kBlockM;
-    dim3 grid(unsigned((padded + rows_per_cta - 1) / rows_per_cta), unsigned(P.nheads),
-              unsigned(P.batch));
-    flash_bwd_dot_do_o_kernel<Traits><<<grid, 256, 0, P.stream>>>(d);
-    status = cudaGetLastError();
+    status = launch_dot_do_o<Traits>(P, layout, dsum, dq_accum, vectors, rows_q);
     if (status != cudaSuccess) return status;
   }
 

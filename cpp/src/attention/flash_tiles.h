@@ -33,7 +33,7 @@ enum class TileUse {
   // split keys, query heads of a KV head packed into one tile; used for those
   // features and for decode-shaped calls (uses_kvcache_kernel)
   kvcache,
-  // sm90 rows only: for long key loops (long_key_loop in sm90/flash_fwd_sm90.cu)
+  // sm90 rows only: for long key loops (long_key_loop in sm90/flash_sm90.cu)
   long_keys,
 };
 
@@ -61,6 +61,16 @@ struct FlashFwdSm90Tile {
   int block_m, block_n;
   int stages;
   TileUse use;  // any, or long_keys
+};
+
+// One backward kernel of the sm90 family (FlashBwdSm90Config's parameters,
+// sm90/flash_bwd_sm90_config.h): a CTA of block_n keys (64 per consumer
+// warpgroup) walks query tiles of block_m rows, Q and dO in `stages`
+// shared-memory buffers each.
+struct FlashBwdSm90Tile {
+  int head_dim;
+  int block_m, block_n;
+  int stages;
 };
 
 // Whether a backward row also runs calls with score terms (ALiBi, a mask):
@@ -104,6 +114,10 @@ constexpr bool same_tile(const FlashFwdTile& a, const FlashFwdTile& b) {
          (a.use == TileUse::kvcache) == (b.use == TileUse::kvcache);
 }
 constexpr bool same_tile(const FlashFwdSm90Tile& a, const FlashFwdSm90Tile& b) {
+  return a.head_dim == b.head_dim && a.block_m == b.block_m && a.block_n == b.block_n &&
+         a.stages == b.stages;
+}
+constexpr bool same_tile(const FlashBwdSm90Tile& a, const FlashBwdSm90Tile& b) {
   return a.head_dim == b.head_dim && a.block_m == b.block_m && a.block_n == b.block_n &&
          a.stages == b.stages;
 }

@@ -42,6 +42,7 @@
 #include "attention/score_terms.cuh"
 #include "attention/sm90/flash_fwd_sm90_config.h"
 #include "attention/sm90/gmma_fragment.cuh"
+#include "attention/sm90/warpgroup.cuh"
 #include "attention/softmax_online.cuh"
 #include "common/tensor_core_types.cuh"
 
@@ -217,28 +218,6 @@ __device__ inline FwdTile fwd_tile(const Params& p, int t, int block_m, int bloc
   return tile;
 }
 
-// One wgmma batch of the warpgroup: c (+)= a b over every k block, committed;
-// kWait >= 0 waits until at most kWait batches are pending (-1: no wait).
-template <bool kZeroInit, int kWait, class TiledMma, class TA, class TB, class TC>
-__device__ inline void warpgroup_gemm(TiledMma& mma, TA const& a, TB const& b, TC& c) {
-  using namespace cute;
-  constexpr bool kRegisterA =
-      !is_base_of<GMMA::DescriptorIterator, typename TiledMma::FrgTypeA>::value;
-  if constexpr (kRegisterA) warpgroup_fence_operand(const_cast<TA&>(a));
-  warpgroup_fence_operand(c);
-  warpgroup_arrive();
-  mma.accumulate_ = kZeroInit ? GMMA::ScaleOut::Zero : GMMA::ScaleOut::One;
-  CUTE_UNROLL
-  for (int k = 0; k < size<2>(a); ++k) {
-    cute::gemm(mma, a(_, _, k), b(_, _, k), c);
-    mma.accumulate_ = GMMA::ScaleOut::One;
-  }
-  warpgroup_commit_batch();
-  if constexpr (kWait >= 0) warpgroup_wait<kWait>();
-  warpgroup_fence_operand(c);
-  if constexpr (kRegisterA) warpgroup_fence_operand(const_cast<TA&>(a));
-}
-
 // Ping-pong of two consumer warpgroups: each issues its GEMMs only on its
 // turn and passes the turn after issuing them, so that the tensor cores run
 // one warpgroup's GEMMs while the other computes its softmax. A turn is a
@@ -260,11 +239,6 @@ struct GemmTurns {
     if constexpr (kEnabled) cutlass::arch::NamedBarrier::arrive(256, kFirstBarrier + 1 - group);
   }
 };
-
-// Waits until the mbarrier has completed the phase of parity `phase`.
-__device__ inline void wait_barrier(uint64_t& barrier, int phase) {
-  cutlass::arch::ClusterBarrier::wait(&barrier, phase);
-}
 
 // kTerms: the kernel with ALiBi and sinks (score_terms.cuh), so that calls
 // without them run code that has none.

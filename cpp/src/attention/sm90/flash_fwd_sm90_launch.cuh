@@ -45,7 +45,7 @@ cudaError_t run_flash_fwd_sm90(const AttentionForwardProblem& problem) {
   using namespace cute;
   using Traits = sm90::FwdTraits<Config>;
   using Element = typename Traits::Element;
-  // The plan (flash_fwd_sm90.cu) admits only what this kernel runs.
+  // The plan (flash_sm90.cu) admits only what this kernel runs.
   const bool varlen = problem.cu_seqlens_q != nullptr;
   if (problem.headdim <= 0 || problem.headdim > Traits::kHeadDim || problem.seqlen_k <= 0 ||
       varlen != (problem.cu_seqlens_k != nullptr) ||

@@ -1,17 +1,20 @@
-// Attention, sm90 family (Hopper, sm_90a): the forward on wgmma and TMA
-// (flash_fwd_sm90_kernel.cuh), fp16 and bf16. Its plan takes fixed-length
-// and variable-length prefill calls whose tensors TMA can describe and whose
-// head dim fills at least three quarters of a table row, with ALiBi and sinks
-// or without; everything else (KV caches and decode-shaped calls, attention
-// masks, odd head dims or strides) declines to the sm80 family, as does the
-// backward. The kernels are instantiated in their own translation units (one
-// per row of kSm90FwdTiles and dtype).
+// Attention, sm90 family (Hopper, sm_90a): the forward and the backward on
+// wgmma and TMA (flash_fwd_sm90_kernel.cuh, flash_bwd_sm90_kernel.cuh), fp16
+// and bf16. The forward's plan takes fixed-length and variable-length prefill
+// calls whose tensors TMA can describe and whose head dim fills at least
+// three quarters of a table row, with ALiBi and sinks or without; the
+// backward's takes fixed-length and variable-length calls at head dims 33-64
+// and 97-128 without score terms, softcap or the deterministic mode. Everything else (KV caches
+// and decode-shaped calls, attention masks, odd head dims or strides)
+// declines to the sm80 family. The kernels are instantiated in their own
+// translation units (one per table row and dtype).
 #include <algorithm>
 #include <cstdint>
 #include <string>
 #include <utility>
 
 #include "attention/kvcache_plan.h"
+#include "attention/sm90/flash_bwd_sm90_config.h"
 #include "attention/sm90/flash_fwd_sm90_config.h"
 #include "attention/sm90/flash_sm90_tiles.h"
 #include "common/registry.h"
@@ -154,17 +157,105 @@ cudaError_t launch(const AttentionForwardProblem& problem) {
   }
 }
 
-// The backward is sm80's: automatic selection falls through to it (nothing
-// registered here), and a forced sm90 hands it over, as the forward does
-// with the problems its plan declines.
-bool plan_backward(const AttentionBackwardProblem&, std::string* why) {
-  return decline(why, "the sm90 family has no attention backward yet; sm80 runs it");
+// ----------------------------------------------------------------- backward
+
+template <DType T, size_t I>
+bool run_backward_row(const AttentionBackwardProblem& problem, cudaError_t* result) {
+  constexpr FlashBwdSm90Tile row = kSm90BwdTiles[I];
+  if constexpr (!head_dim_built(row.head_dim)) {
+    return false;
+  } else {
+    using Config = FlashBwdSm90Config<T, row.head_dim, row.block_m, row.block_n, row.stages>;
+    if (row.head_dim != padded_headdim(problem.headdim) ||
+        problem.max_smem_per_block < Config::kSmemBytes) {
+      return false;
+    }
+    *result = run_flash_bwd_sm90<Config>(problem);
+    return true;
+  }
+}
+
+template <DType T, size_t... I>
+cudaError_t run_backward_rows(const AttentionBackwardProblem& problem, std::index_sequence<I...>) {
+  cudaError_t result = cudaErrorNotSupported;
+  (run_backward_row<T, I>(problem, &result) || ...);
+  return result;
+}
+
+// The smallest shared memory of the backward rows for a padded head dim (0:
+// none built).
+constexpr int backward_row_smem(int head_dim) {
+  int bytes = 0;
+  for (const FlashBwdSm90Tile& row : kSm90BwdTiles) {
+    const int smem = flash_bwd_sm90_smem(row.head_dim, row.block_m, row.block_n, row.stages);
+    if (row.head_dim == head_dim && head_dim_built(row.head_dim) && (bytes == 0 || smem < bytes)) {
+      bytes = smem;
+    }
+  }
+  return bytes;
+}
+
+bool plan_backward(const AttentionBackwardProblem& problem, std::string* why) {
+  const bool varlen = problem.cu_seqlens_q != nullptr;
+  if (varlen != (problem.cu_seqlens_k != nullptr) ||
+      (varlen && (problem.total_q <= 0 || problem.total_k <= 0 || problem.total_q > INT32_MAX ||
+                  problem.total_k > INT32_MAX))) {
+    return decline(why, "variable-length calls with no rows, or more than 2^31 - 1");
+  }
+  if (backward_terms(problem.terms) || problem.softcap > 0.0f) {
+    return decline(why, "ALiBi, sinks, masks and softcap are not in the sm90 backward yet");
+  }
+  if (problem.deterministic) {
+    return decline(why, "the deterministic backward runs sm80's ordered dQ accumulation");
+  }
+  if (problem.seqlen_q <= 0 || problem.seqlen_k <= 0) return decline(why, "no queries or no keys");
+  // Varlen: one packed tensor of total rows.
+  const int batch = varlen ? 1 : problem.batch;
+  const int rows_q = varlen ? int(problem.total_q) : problem.seqlen_q;
+  const int rows_k = varlen ? int(problem.total_k) : problem.seqlen_k;
+  if (!backward_vectors(problem) || !tma_strides(problem.q, rows_q, problem.nheads, batch) ||
+      !tma_strides(problem.dout, rows_q, problem.nheads, batch) ||
+      !tma_strides(problem.k, rows_k, problem.nheads_k, batch) ||
+      !tma_strides(problem.v, rows_k, problem.nheads_k, batch)) {
+    return decline(why,
+                   "TMA needs 16-byte aligned tensors with positive strides that are multiples "
+                   "of 8 elements, and a head dim that is a multiple of 8");
+  }
+  const int head_dim = padded_headdim(problem.headdim);
+  const int smem = backward_row_smem(head_dim);
+  if (smem == 0) {
+    return decline(why,
+                   "the sm90 backward runs head dims 33-64 and 97-128 (those built); sm80 runs "
+                   "the others");
+  }
+  if (smem > problem.max_smem_per_block) {
+    return decline(why, "no sm90 backward kernel fits this GPU's shared memory");
+  }
+  if (int64_t(problem.seqlen_q) * problem.nheads * problem.batch > INT32_MAX ||
+      int64_t(problem.seqlen_k) * problem.nheads * problem.batch > INT32_MAX) {
+    return decline(why, "more than 2^31 rows x heads");
+  }
+  return true;
+}
+
+cudaError_t launch_backward(const AttentionBackwardProblem& problem) {
+  switch (problem.dtype) {
+    case DType::f16:
+      return run_backward_rows<DType::f16>(problem,
+                                           std::make_index_sequence<std::size(kSm90BwdTiles)>{});
+    case DType::bf16:
+      return run_backward_rows<DType::bf16>(problem,
+                                            std::make_index_sequence<std::size(kSm90BwdTiles)>{});
+    default:
+      return cudaErrorNotSupported;
+  }
 }
 
 [[maybe_unused]] const bool kRegistered = register_kernels<Op::attention_forward>(
     {Family::sm90, &plan, nullptr, &launch, static_cast<int32_t>(Family::sm80)});
 [[maybe_unused]] const bool kRegisteredBackward = register_kernels<Op::attention_backward>(
-    {Family::sm90, &plan_backward, nullptr, nullptr, static_cast<int32_t>(Family::sm80)});
+    {Family::sm90, &plan_backward, &flash_bwd_workspace_bytes, &launch_backward,
+     static_cast<int32_t>(Family::sm80)});
 
 }  // namespace
 }  // namespace attention
@@ -173,6 +264,10 @@ bool plan_backward(const AttentionBackwardProblem&, std::string* why) {
 // directly: cudaErrorNotSupported where its plan declines.
 cudaError_t attention_forward_sm90(const AttentionForwardProblem& problem) {
   return attention::plan(problem, nullptr) ? attention::launch(problem) : cudaErrorNotSupported;
+}
+cudaError_t attention_backward_sm90(const AttentionBackwardProblem& problem) {
+  return attention::plan_backward(problem, nullptr) ? attention::launch_backward(problem)
+                                                    : cudaErrorNotSupported;
 }
 
 }  // namespace samattn

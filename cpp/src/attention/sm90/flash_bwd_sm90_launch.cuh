@@ -1,0 +1,170 @@
+// Host launch of the sm90 backward for one configuration tag: step 1 (D and
+// the zeroed dQ accumulator, sm80's kernel on this tile's rows), the main
+// kernel with its TMA descriptors, and the conversion of the fp32
+// accumulators. Included by the translation units that instantiate
+// run_flash_bwd_sm90<Config>.
+#pragma once
+
+// First: it redirects CUTLASS's driver calls (see there).
+#include "common/cutlass_driver.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "attention/sm90/flash_bwd_sm90_config.h"
+#include "attention/sm90/flash_bwd_sm90_kernel.cuh"
+#include "attention/sm90/flash_fwd_sm90_launch.cuh"
+#include "common/launch_setup.h"
+
+namespace samattn::attention {
+
+namespace sm90 {
+
+// What step 1 and the accumulator conversions read of a configuration.
+template <class Traits>
+struct BwdStepTraits {
+  using Element = typename Traits::Element;
+  static constexpr int kBlockM = Traits::kBlockM, kHeadDim = Traits::kHeadDim;
+  static constexpr Family kFamily = Family::sm90;
+};
+
+}  // namespace sm90
+
+template <class Config>
+cudaError_t run_flash_bwd_sm90(const AttentionBackwardProblem& problem) {
+  using namespace cute;
+  using Traits = sm90::BwdTraits<Config>;
+  using StepTraits = sm90::BwdStepTraits<Traits>;
+  using Element = typename Traits::Element;
+  const AttentionBackwardProblem& P = problem;
+  // The plan (flash_sm90.cu) admits only what this kernel runs: 16-byte
+  // rows, the dQ accumulator's rows as wide as kHeadDim.
+  const bool varlen = P.cu_seqlens_q != nullptr;
+  if (P.headdim <= 0 || padded_headdim(P.headdim) != Traits::kHeadDim || P.deterministic ||
+      P.seqlen_q <= 0 || P.seqlen_k <= 0 || P.lse == nullptr ||
+      varlen != (P.cu_seqlens_k != nullptr) ||
+      (varlen &&
+       (P.total_q <= 0 || P.total_k <= 0 || P.total_q > INT32_MAX || P.total_k > INT32_MAX))) {
+    return cudaErrorInvalidValue;
+  }
+  if (P.batch == 0 || P.nheads == 0) return cudaSuccess;
+  const size_t workspace_needed = flash_bwd_workspace_bytes(P);
+  if (P.workspace_bytes < workspace_needed || P.workspace == nullptr ||
+      reinterpret_cast<uintptr_t>(P.workspace) % 256 != 0) {
+    return cudaErrorInvalidValue;
+  }
+  const FlashBwdWorkspace layout = flash_bwd_workspace_layout(P);
+  char* workspace = static_cast<char*>(P.workspace);
+  float* dq_accum = reinterpret_cast<float*>(workspace + layout.dq_accum);
+  float* dk_accum = reinterpret_cast<float*>(workspace + layout.dk_accum);
+  float* dv_accum = reinterpret_cast<float*>(workspace + layout.dv_accum);
+  float* dsum = reinterpret_cast<float*>(workspace + layout.dsum);
+  const int64_t rows_q = varlen ? P.total_q : int64_t(P.batch) * P.seqlen_q;
+  const int64_t rows_k = varlen ? P.total_k : int64_t(P.batch) * P.seqlen_k;
+  cudaError_t status;
+  // With varlen GQA the dK / dV accumulators are converted whole, also rows
+  // outside every sequence, which no CTA writes.
+  if (varlen && P.kv_group > 1) {
+    status = cudaMemsetAsync(dk_accum, 0, layout.dsum - layout.dk_accum, P.stream);
+    if (status != cudaSuccess) return status;
+  }
+
+  // 1. D = rowsum(dO * O), and zeros for the dQ accumulator.
+  status = launch_dot_do_o<StepTraits>(P, layout, dsum, dq_accum, /*vectors=*/true, rows_q);
+  if (status != cudaSuccess) return status;
+
+  // 2. The main kernel: one CTA per (key tile, head, batch). Varlen: one
+  // packed tensor of total rows (batch 1 for TMA).
+  const int d_head = P.headdim, b = varlen ? 1 : P.batch;
+  const int seq_q = varlen ? int(P.total_q) : P.seqlen_q;
+  const int seq_k = varlen ? int(P.total_k) : P.seqlen_k;
+  auto mQ = sm90::tma_view(static_cast<Element const*>(P.q.ptr), P.q, seq_q, d_head, P.nheads, b);
+  auto mdO =
+      sm90::tma_view(static_cast<Element const*>(P.dout.ptr), P.dout, seq_q, d_head, P.nheads, b);
+  auto mK = sm90::tma_view(static_cast<Element const*>(P.k.ptr), P.k, seq_k, d_head, P.nheads_k, b);
+  auto mV = sm90::tma_view(static_cast<Element const*>(P.v.ptr), P.v, seq_k, d_head, P.nheads_k, b);
+  auto smem_q = take<0, 2>(typename Traits::SmemLayoutQ{});
+  sm90::BwdParams<Traits> p{
+      make_tma_copy(SM90_TMA_LOAD{}, mQ, smem_q, typename Traits::TileQ{}, _1{}),
+      make_tma_copy(SM90_TMA_LOAD{}, mdO, smem_q, typename Traits::TileQ{}, _1{}),
+      make_tma_copy(SM90_TMA_LOAD{}, mK, typename Traits::SmemLayoutKV{}, typename Traits::TileKV{},
+                    _1{}),
+      make_tma_copy(SM90_TMA_LOAD{}, mV, typename Traits::SmemLayoutKV{}, typename Traits::TileKV{},
+                    _1{}),
+      mQ.shape(),
+      mK.shape(),
+      P.cu_seqlens_q,
+      P.cu_seqlens_k,
+      P.lse,
+      P.lse_batch_stride,
+      P.lse_head_stride,
+      P.lse_seq_stride,
+      dsum,
+      rows_q,
+      dq_accum,
+      int64_t(layout.dq_head_stride),
+      static_cast<Element*>(P.dk.ptr),
+      static_cast<Element*>(P.dv.ptr),
+      P.dk.batch_stride,
+      P.dk.seq_stride,
+      P.dk.head_stride,
+      P.dv.batch_stride,
+      P.dv.seq_stride,
+      P.dv.head_stride,
+      dk_accum,
+      dv_accum,
+      rows_k,
+      AttentionMask{P.seqlen_q, P.seqlen_k, P.window.left, P.window.right},
+      P.kv_group,
+      P.headdim,
+      P.scale_log2,
+      P.softmax_scale,
+  };
+  const int64_t n_blocks = (int64_t(P.seqlen_k) + Traits::kBlockN - 1) / Traits::kBlockN;
+  const dim3 grid(unsigned(n_blocks), unsigned(P.nheads), unsigned(P.batch));
+  status = launch_with_smem<sm90::flash_bwd_sm90_kernel<Traits>>(p, grid, Traits::kThreads,
+                                                                 Traits::kSmemBytes, P.stream);
+  if (status != cudaSuccess) return status;
+
+  // 3. dq = scale dQacc; with GQA dk = scale sum over the group of dKacc,
+  // dv likewise unscaled (without, the main kernel wrote them).
+  const int64_t m_blocks = (int64_t(P.seqlen_q) + Traits::kBlockM - 1) / Traits::kBlockM;
+  ConvertDqParams c{};
+  c.accum = dq_accum;
+  c.head_stride = int64_t(layout.dq_head_stride);
+  c.dq = P.dq.ptr;
+  c.dq_batch = P.dq.batch_stride, c.dq_seq = P.dq.seq_stride, c.dq_head = P.dq.head_stride;
+  c.cu_seqlens_q = P.cu_seqlens_q;
+  c.seqlen_q = P.seqlen_q;
+  c.headdim = P.headdim;
+  c.vectors = true;
+  c.scale = P.softmax_scale;
+  sm90::flash_bwd_sm90_convert_dq_kernel<Traits>
+      <<<dim3(unsigned(m_blocks), unsigned(P.nheads), unsigned(P.batch)), Traits::kConsumerThreads,
+         0, P.stream>>>(c);
+  status = cudaGetLastError();
+  if (status != cudaSuccess || P.kv_group == 1) return status;
+  ConvertParams g{};
+  g.headdim = P.headdim;
+  g.scale = P.softmax_scale;
+  g.rows = rows_k;
+  g.heads = P.nheads_k;
+  g.group = P.kv_group;
+  g.seqlen = varlen ? 0 : P.seqlen_k;
+  g.accum = dk_accum;
+  g.out = P.dk.ptr;
+  g.out_batch = P.dk.batch_stride, g.out_seq = P.dk.seq_stride, g.out_head = P.dk.head_stride;
+  const int blocks = int(std::min<int64_t>((rows_k * P.nheads_k * (P.headdim / 8) + 255) / 256,
+                                           int64_t(std::max(P.sm_count, 1)) * 8));
+  flash_bwd_convert_kernel<Element, 8, Family::sm90><<<blocks, 256, 0, P.stream>>>(g);
+  g.accum = dv_accum;
+  g.out = P.dv.ptr;
+  g.out_batch = P.dv.batch_stride, g.out_seq = P.dv.seq_stride, g.out_head = P.dv.head_stride;
+  g.scale = 1.0f;
+  flash_bwd_convert_kernel<Element, 8, Family::sm90><<<blocks, 256, 0, P.stream>>>(g);
+  return cudaGetLastError();
+}
+
+}  // namespace samattn::attention
