@@ -1009,15 +1009,27 @@ class Bench:
         def gradients(out, q, k, v, dout):
             return torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
 
+        def backward_family(family: str | None) -> str:
+            """The family of the backward op called once on this thread (autograd runs it
+            on its own thread, out of sight of the last-family record; it may choose
+            another family than the forward did)."""
+            q, k, v = sets[0]
+            with samattn.use_family(family):
+                out, lse, _ = samattn.flash_attn_func(
+                    q, k, v, causal=causal, return_attn_probs=True
+                )
+                _lib.set_last_family(_lib.FAMILY_AUTO)
+                torch.ops.samattn.flash_attn_backward(
+                    dout, q, k, v, out, lse, None, None, case.seqlen, case.seqlen,
+                    case.d**-0.5, causal, -1, -1, 0.0, False,
+                )  # fmt: skip
+            return _lib.last_family() or "?"
+
         def backward(family: str | None) -> None:
-            _lib.set_last_family(_lib.FAMILY_AUTO)
             samattn_graphs = backward_sets("samattn", family)
-            forward_ran = _lib.last_family() or "?"
             ms, ran = self._samattn_ms(family, gradients, samattn_graphs)
             if ran == "?":
-                # Autograd runs the backward on its own thread, out of sight of the
-                # last-family record; it dispatches like the forward.
-                ran = forward_ran
+                ran = backward_family(family)
 
             def reference(name: str):
                 return gradients, backward_sets(name, None)

@@ -932,3 +932,17 @@ def test_sm90_slope_layouts(alibi_kind):
         pytest.skip("sm90 is not built or cannot run on this GPU")
     check_fixed("sm90", 3, 277, 130, 4, 2, 128, BF16, alibi_kind=alibi_kind, with_sinks=True,
                 causal=True)  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("sq, sk", [(203, 113), (300, 1000)], ids=str)
+@pytest.mark.parametrize("feature", [f for f in TERM_FEATURES if "softcap" not in TERM_FEATURES[f]])
+def test_sm90_backward_with_sinks(dtype, d, sq, sk, feature):
+    """The sm90 backward with sinks, forced (check_fixed asserts that sm90 ran it): its main
+    kernel is the plain one (the LSE holds the sinks) and step 1b gives their gradient."""
+    if "sm90" not in runnable_families():
+        pytest.skip("sm90 is not built or cannot run on this GPU")
+    options = dict(TERM_FEATURES[feature])
+    hk = options.pop("hk", 8)
+    check_fixed("sm90", 2, sq, sk, 8, hk, d, dtype, with_sinks=True, grads=True, **options)

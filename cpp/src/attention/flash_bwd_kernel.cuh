@@ -270,6 +270,26 @@ __global__ void __launch_bounds__(kDsinksThreads) flash_bwd_dsinks_kernel(Dsinks
   }
 }
 
+// Launches step 1b where the call has sinks and wants their gradient (F names
+// the family whose cubins hold the kernel).
+template <Family F>
+cudaError_t launch_dsinks(const AttentionBackwardProblem& P, const float* dsum, int64_t rows_q) {
+  if (P.dsinks == nullptr || P.terms.sinks == nullptr) return cudaSuccess;
+  DsinksParams d{};
+  d.sinks = P.terms.sinks;
+  d.dsinks = P.dsinks;
+  d.lse = P.lse;
+  d.lse_batch = P.lse_batch_stride, d.lse_head = P.lse_head_stride;
+  d.lse_seq = P.lse_seq_stride;
+  d.dsum = dsum;
+  d.rows_q = rows_q;
+  d.cu_seqlens_q = P.cu_seqlens_q;
+  d.batch = P.batch;
+  d.seqlen_q = P.seqlen_q;
+  flash_bwd_dsinks_kernel<F><<<unsigned(P.nheads), kDsinksThreads, 0, P.stream>>>(d);
+  return cudaGetLastError();
+}
+
 // ---------------------------------------------------------------- step 3
 struct ConvertParams {
   const float* accum;  // (heads * group, rows, headdim)

@@ -97,23 +97,8 @@ cudaError_t run_flash_bwd(const AttentionBackwardProblem& problem) {
   }
 
   // 1b. The sinks' gradient, from D and the LSE.
-  if (P.dsinks != nullptr && P.terms.sinks != nullptr) {
-    DsinksParams d{};
-    d.sinks = P.terms.sinks;
-    d.dsinks = P.dsinks;
-    d.lse = P.lse;
-    d.lse_batch = P.lse_batch_stride, d.lse_head = P.lse_head_stride;
-    d.lse_seq = P.lse_seq_stride;
-    d.dsum = dsum;
-    d.rows_q = rows_q;
-    d.cu_seqlens_q = P.cu_seqlens_q;
-    d.batch = P.batch;
-    d.seqlen_q = P.seqlen_q;
-    flash_bwd_dsinks_kernel<Traits::kFamily>
-        <<<unsigned(P.nheads), kDsinksThreads, 0, P.stream>>>(d);
-    status = cudaGetLastError();
-    if (status != cudaSuccess) return status;
-  }
+  status = launch_dsinks<Traits::kFamily>(P, dsum, rows_q);
+  if (status != cudaSuccess) return status;
 
   // 2. The main kernel.
   const int n_blocks = (P.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;

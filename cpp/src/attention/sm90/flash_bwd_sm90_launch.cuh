@@ -1,7 +1,7 @@
 // Host launch of the sm90 backward for one configuration tag: step 1 (D and
-// the zeroed dQ accumulator, sm80's kernel on this tile's rows), the main
-// kernel with its TMA descriptors, and the conversion of the fp32
-// accumulators. Included by the translation units that instantiate
+// the zeroed dQ accumulator) and 1b (the sinks' gradient), the kernels sm80
+// uses, on this tile's rows; the main kernel with its TMA descriptors; and the
+// conversion of the fp32 accumulators. Included by the translation units that instantiate
 // run_flash_bwd_sm90<Config>.
 #pragma once
 
@@ -73,6 +73,11 @@ cudaError_t run_flash_bwd_sm90(const AttentionBackwardProblem& problem) {
 
   // 1. D = rowsum(dO * O), and zeros for the dQ accumulator.
   status = launch_dot_do_o<StepTraits>(P, layout, dsum, dq_accum, /*vectors=*/true, rows_q);
+  if (status != cudaSuccess) return status;
+
+  // 1b. The sinks' gradient, from D and the LSE (the main kernel needs no
+  // sinks: the LSE has them).
+  status = launch_dsinks<Family::sm90>(P, dsum, rows_q);
   if (status != cudaSuccess) return status;
 
   // 2. The main kernel: one CTA per (key tile, head, batch). Varlen: one

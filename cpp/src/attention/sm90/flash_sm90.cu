@@ -4,7 +4,8 @@
 // calls whose tensors TMA can describe and whose head dim fills at least
 // three quarters of a table row, with ALiBi and sinks or without; the
 // backward's takes fixed-length and variable-length calls at head dims 33-64
-// and 97-128 without score terms, softcap or the deterministic mode. Everything else (KV caches
+// and 97-128, with sinks or without, and without ALiBi, masks, softcap or the
+// deterministic mode. Everything else (KV caches
 // and decode-shaped calls, attention masks, odd head dims or strides)
 // declines to the sm80 family. The kernels are instantiated in their own
 // translation units (one per table row and dtype).
@@ -203,7 +204,7 @@ bool plan_backward(const AttentionBackwardProblem& problem, std::string* why) {
     return decline(why, "variable-length calls with no rows, or more than 2^31 - 1");
   }
   if (backward_terms(problem.terms) || problem.softcap > 0.0f) {
-    return decline(why, "ALiBi, sinks, masks and softcap are not in the sm90 backward yet");
+    return decline(why, "ALiBi, attention masks and softcap are not in the sm90 backward yet");
   }
   if (problem.deterministic) {
     return decline(why, "the deterministic backward runs sm80's ordered dQ accumulation");
