@@ -905,8 +905,7 @@ int main(int argc, char** argv) {
             if (profile && (argc > 6 ? !alt || std::string(alt->name) != argv[6] : alt != nullptr))
               continue;
             for (bool det : {false, true}) {
-              if (det && (alt || profile || kCheckSm90))
-                continue;  // deterministic: the dispatch only
+              if (det && (alt || profile)) continue;  // deterministic: the dispatch only
               Timing t = time_one(d, s, causal, det, alt, dev, tb);
               std::printf("%5d %7d %6d %6d %7s %6s %10.3f %8.1f  %s\n", t.d, t.seqlen, t.batch,
                           t.heads, t.causal ? "yes" : "no", t.deterministic ? "yes" : "no", t.ms,

@@ -687,7 +687,45 @@ def test_sm90_runs_the_varlen_backward(no_family_env, dtype, feature):
         )  # fmt: skip
 
 
-@pytest.mark.parametrize("case", ["deterministic", "softcap", "d256", "d96", "alibi"], ids=str)
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_sm90_backward_softcap_and_determinism(no_family_env, dtype, d, causal):
+    """sm90's backward with softcap (the tanh's gradient recovered from P), and its
+    deterministic mode (each query tile's key tiles add dQ in order): bit-identical twice,
+    GQA and partial tiles."""
+    need_sm90()
+    b, sq, sk, h, hk = 2, 333, 517, 8, 2
+    q, k, v = make_qkv(b, sq, sk, h, hk, d, dtype, scale=3.0)
+    dout = randn(b, sq, h, d, dtype=dtype)
+    mask = allowed_keys(sq, sk, causal, (-1, -1))
+    what = f"sm90 {dtype} d{d} causal{causal}"
+    out, lse = samattn.flash_attn_func(
+        q, k, v, causal=causal, softcap=20.0, return_attn_probs=True
+    )[:2]
+    grads, family = ran_forced(
+        None, lambda: backward_op(dout, q, k, v, out, lse, causal, (-1, -1), softcap=20.0)
+    )
+    assert family == "sm90", f"{what}: softcap's backward ran on {family}"
+    check_grads(grads, q, k, v, dout, scale=d**-0.5, softcap=20.0, mask=mask,
+                what=f"{what} softcap")  # fmt: skip
+    q, k = q / 3, k / 3
+    out, lse = samattn.flash_attn_func(q, k, v, causal=causal, return_attn_probs=True)[:2]
+
+    def deterministic():
+        return backward_op(dout, q, k, v, out, lse, causal, (-1, -1), deterministic=True)
+
+    first, family = ran_forced(None, deterministic)
+    assert family == "sm90", f"{what}: the deterministic backward ran on {family}"
+    check_grads(first, q, k, v, dout, scale=d**-0.5, softcap=0.0, mask=mask,
+                what=f"{what} deterministic")  # fmt: skip
+    for _ in range(3):
+        again, _ = ran_forced(None, deterministic)
+        for name, a, b_ in zip(("dq", "dk", "dv"), first, again):
+            assert torch.equal(a, b_), f"{what}: {name} differs between deterministic runs"
+
+
+@pytest.mark.parametrize("case", ["d256", "d96", "alibi"], ids=str)
 def test_sm90_hands_the_backwards_it_declines_to_sm80(no_family_env, case):
     """What the sm90 backward's plan declines runs on sm80, forced or not, and right."""
     need_sm90()
@@ -695,33 +733,19 @@ def test_sm90_hands_the_backwards_it_declines_to_sm80(no_family_env, case):
     b, s, h = 2, 300, 4
     q, k, v = make_qkv(b, s, s, h, h, d, torch.bfloat16)
     dout = randn(b, s, h, d, dtype=torch.bfloat16)
-    softcap = 20.0 if case == "softcap" else 0.0
-    if case == "alibi":
-        slopes = torch.rand(h, device=DEVICE, dtype=torch.float32)
-        out, lse = samattn.flash_attn_func(
-            q, k, v, causal=True, alibi_slopes=slopes, return_attn_probs=True
-        )[:2]
-        args = (dout, q, k, v, out, lse, None, None, s, s, d**-0.5, True, -1, -1, 0.0, False,
-                slopes)  # fmt: skip
-        for forced in ("sm90", None):
-            _, family = ran_forced(forced, lambda: torch.ops.samattn.flash_attn_backward(*args))
-            assert family == "sm80", f"{case}, forced {forced}: ran on {family}"
-        return
+    slopes = torch.rand(h, device=DEVICE, dtype=torch.float32) if case == "alibi" else None
     out, lse = samattn.flash_attn_func(
-        q, k, v, causal=True, softcap=softcap, return_attn_probs=True
+        q, k, v, causal=True, alibi_slopes=slopes, return_attn_probs=True
     )[:2]
-    deterministic = case == "deterministic"
-
-    def backward():
-        return backward_op(dout, q, k, v, out, lse, True, (-1, -1), softcap=softcap,
-                           deterministic=deterministic)  # fmt: skip
-
+    args = (dout, q, k, v, out, lse, None, None, s, s, d**-0.5, True, -1, -1, 0.0, False,
+            slopes)  # fmt: skip
     for forced in ("sm90", None):
-        grads, family = ran_forced(forced, backward)
+        grads, family = ran_forced(forced, lambda: torch.ops.samattn.flash_attn_backward(*args)[:3])
         assert family == "sm80", f"{case}, forced {forced}: ran on {family}"
-    mask = allowed_keys(s, s, True, (-1, -1))
-    check_grads(grads, q, k, v, dout, scale=d**-0.5, softcap=softcap, mask=mask,
-                what=f"sm80 backward ({case}) handed over by sm90")  # fmt: skip
+    if slopes is None:
+        mask = allowed_keys(s, s, True, (-1, -1))
+        check_grads(grads, q, k, v, dout, scale=d**-0.5, softcap=0.0, mask=mask,
+                    what=f"sm80 backward ({case}) handed over by sm90")  # fmt: skip
 
 
 def test_bf16_on_sm75_is_refused():

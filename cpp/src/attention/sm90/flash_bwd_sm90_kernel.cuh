@@ -171,6 +171,11 @@ struct BwdParams {
   AttentionMask mask;  // fixed length; varlen: its window, with each sequence's lengths
   int kv_group, headdim;
   float scale_log2, softmax_scale;
+  float softcap, softcap_pre;  // 0: no softcap (attention_problem.h)
+  // Deterministic: per (batch, head, query tile) the number of key tiles that
+  // have added their dQ, so that they add in key-tile order; nullptr: any order.
+  int* semaphores;
+  int sem_per_head;
 };
 
 // The query tiles [m_first, m_last] that attend some key of the tile at n0
@@ -379,12 +384,32 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // the consumers meet at its barrier (no wgmma is in flight across the
     // loop's back edge: ptxas serializes every wgmma of a kernel where one
     // is, and acc_dq is not kept live next to the next tile's S^T and dP^T).
+    // Deterministic: the key tiles of a query tile add in their order, each
+    // after the one before has finished (the bulk reduction completed, then
+    // the semaphore released), so the sums round the same way on every run.
+    int* semaphores = p.semaphores == nullptr
+                          ? nullptr
+                          : p.semaphores + (int64_t(batch) * gridDim.y + head) * p.sem_per_head;
     auto reduce_dq = [&](int m0) {
       cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, 2);
-      if (tidx == 0) {
-        bulk_reduce_add(dq_tile_base + int64_t(m0) * kHeadDim, smem.dq.data(),
-                        Traits::kDQFloats * sizeof(float));
-        tma_store_arrive();
+      if (tidx != 0) return;
+      int* semaphore = nullptr;
+      if (semaphores != nullptr) {
+        int n_begin, n_end;
+        mask.key_tiles(m0, kBlockM, kBlockN, n_begin, n_end);
+        semaphore = semaphores + m0 / kBlockM;
+        while (load_acquire(semaphore) != n_block - n_begin) {
+        }
+        asm volatile("fence.proxy.async.global;" ::: "memory");  // the reduction after the wait
+      }
+      bulk_reduce_add(dq_tile_base + int64_t(m0) * kHeadDim, smem.dq.data(),
+                      Traits::kDQFloats * sizeof(float));
+      tma_store_arrive();
+      if (semaphore != nullptr) {
+        asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");  // completed, not only read
+        asm volatile("fence.proxy.async.global;" ::: "memory");
+        __threadfence();
+        atomicAdd(semaphore, 1);
       }
     };
     wait_barrier(smem.kv_full, 0);
@@ -399,6 +424,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       wait_barrier(smem.rows_full[stage], phase);
       warpgroup_wait<1>();  // S^T
       warpgroup_fence_operand(acc_s);
+      if (p.softcap > 0.0f) {
+        CUTE_UNROLL
+        for (int i = 0; i < size(acc_s); ++i)
+          acc_s(i) = p.softcap * tanhf(acc_s(i) * p.softcap_pre);
+      }
       // Keys outside a query row's range: -inf, so P = 0.
       if (mask.tile_needs_mask(m0, kBlockM, n0, kBlockN)) {
         CUTE_UNROLL
@@ -432,6 +462,23 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         CUTE_UNROLL
         for (int r = 0; r < size<0>(dscores); ++r) {
           dscores(r, c) = scores(r, c) * (dscores(r, c) - row_dsum);
+        }
+      }
+      if (p.softcap > 0.0f) {
+        // The gradient through softcap's tanh: 1 - tanh^2, with tanh recovered
+        // from P (scale_log2 is log2 e: log2 P + LSE log2 e = log2 e softcap
+        // tanh); P = 0 (masked or underflowed) already gives dS = 0.
+        const float tanh_per_log2 = 1.0f / (p.scale_log2 * p.softcap);
+        CUTE_UNROLL
+        for (int c = 0; c < size<1>(dscores); ++c) {
+          const float row_lse = lse[get<1>(coords(0, c))];
+          CUTE_UNROLL
+          for (int r = 0; r < size<0>(dscores); ++r) {
+            if (scores(r, c) > 0.0f) {
+              const float t = (fast_log2(scores(r, c)) + row_lse) * tanh_per_log2;
+              dscores(r, c) *= 1.0f - t * t;
+            }
+          }
         }
       }
       convert_gmma_fragment(acc_dp, tdKrdS);

@@ -42,9 +42,8 @@ cudaError_t run_flash_bwd_sm90(const AttentionBackwardProblem& problem) {
   // The plan (flash_sm90.cu) admits only what this kernel runs: 16-byte
   // rows, the dQ accumulator's rows as wide as kHeadDim.
   const bool varlen = P.cu_seqlens_q != nullptr;
-  if (P.headdim <= 0 || padded_headdim(P.headdim) != Traits::kHeadDim || P.deterministic ||
-      P.seqlen_q <= 0 || P.seqlen_k <= 0 || P.lse == nullptr ||
-      varlen != (P.cu_seqlens_k != nullptr) ||
+  if (P.headdim <= 0 || padded_headdim(P.headdim) != Traits::kHeadDim || P.seqlen_q <= 0 ||
+      P.seqlen_k <= 0 || P.lse == nullptr || varlen != (P.cu_seqlens_k != nullptr) ||
       (varlen &&
        (P.total_q <= 0 || P.total_k <= 0 || P.total_q > INT32_MAX || P.total_k > INT32_MAX))) {
     return cudaErrorInvalidValue;
@@ -63,7 +62,15 @@ cudaError_t run_flash_bwd_sm90(const AttentionBackwardProblem& problem) {
   float* dsum = reinterpret_cast<float*>(workspace + layout.dsum);
   const int64_t rows_q = varlen ? P.total_q : int64_t(P.batch) * P.seqlen_q;
   const int64_t rows_k = varlen ? P.total_k : int64_t(P.batch) * P.seqlen_k;
+  // The semaphores' layout (attention_problem.h) counts query tiles of 16 rows;
+  // a tile of kBlockM rows takes one.
+  int* semaphores =
+      P.deterministic ? reinterpret_cast<int*>(workspace + layout.semaphores) : nullptr;
   cudaError_t status;
+  if (semaphores != nullptr && layout.total > layout.semaphores) {
+    status = cudaMemsetAsync(semaphores, 0, layout.total - layout.semaphores, P.stream);
+    if (status != cudaSuccess) return status;
+  }
   // With varlen GQA the dK / dV accumulators are converted whole, also rows
   // outside every sequence, which no CTA writes.
   if (varlen && P.kv_group > 1) {
@@ -126,6 +133,10 @@ cudaError_t run_flash_bwd_sm90(const AttentionBackwardProblem& problem) {
       P.headdim,
       P.scale_log2,
       P.softmax_scale,
+      P.softcap,
+      P.softcap_pre,
+      semaphores,
+      (P.seqlen_q + 15) / 16,
   };
   const int64_t n_blocks = (int64_t(P.seqlen_k) + Traits::kBlockN - 1) / Traits::kBlockN;
   const dim3 grid(unsigned(n_blocks), unsigned(P.nheads), unsigned(P.batch));

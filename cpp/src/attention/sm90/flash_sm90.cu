@@ -4,8 +4,8 @@
 // calls whose tensors TMA can describe and whose head dim fills at least
 // three quarters of a table row, with ALiBi and sinks or without; the
 // backward's takes fixed-length and variable-length calls at head dims 33-64
-// and 97-128, with sinks or without, and without ALiBi, masks, softcap or the
-// deterministic mode. Everything else (KV caches
+// and 97-128, with softcap, sinks and the deterministic mode or without, and
+// without ALiBi or masks. Everything else (KV caches
 // and decode-shaped calls, attention masks, odd head dims or strides)
 // declines to the sm80 family. The kernels are instantiated in their own
 // translation units (one per table row and dtype).
@@ -203,11 +203,8 @@ bool plan_backward(const AttentionBackwardProblem& problem, std::string* why) {
                   problem.total_k > INT32_MAX))) {
     return decline(why, "variable-length calls with no rows, or more than 2^31 - 1");
   }
-  if (backward_terms(problem.terms) || problem.softcap > 0.0f) {
-    return decline(why, "ALiBi, attention masks and softcap are not in the sm90 backward yet");
-  }
-  if (problem.deterministic) {
-    return decline(why, "the deterministic backward runs sm80's ordered dQ accumulation");
+  if (backward_terms(problem.terms)) {
+    return decline(why, "ALiBi and attention masks are not in the sm90 backward yet");
   }
   if (problem.seqlen_q <= 0 || problem.seqlen_k <= 0) return decline(why, "no queries or no keys");
   // Varlen: one packed tensor of total rows.
