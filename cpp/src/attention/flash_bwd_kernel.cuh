@@ -21,6 +21,7 @@
 
 #include <cute/tensor.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -335,6 +336,43 @@ __global__ void __launch_bounds__(256) flash_bwd_convert_kernel(ConvertParams co
       for (int i = 0; i < kVector; ++i) out[i] = values[i];
     }
   }
+}
+
+// Step 3 with GQA: dk = scale x the sum over each group of the query heads'
+// dK accumulators, dv the same unscaled (F names the family whose cubins
+// hold the kernel; `vectors`: 16-byte rows).
+template <class Element, Family F>
+cudaError_t launch_group_sums(const AttentionBackwardProblem& P, const float* dk_accum,
+                              const float* dv_accum, int64_t rows_k, bool vectors) {
+  ConvertParams c{};
+  c.headdim = P.headdim;
+  c.rows = rows_k;
+  c.heads = P.nheads_k;
+  c.group = P.kv_group;
+  c.seqlen = P.cu_seqlens_k != nullptr ? 0 : P.seqlen_k;
+  const int64_t work = c.rows * c.heads * (vectors ? c.headdim / 8 : c.headdim);
+  if (work == 0) return cudaSuccess;
+  const int blocks =
+      int(std::min<int64_t>((work + 255) / 256, int64_t(std::max(P.sm_count, 1)) * 8));
+  auto launch = [&] {
+    if (vectors) {
+      flash_bwd_convert_kernel<Element, 8, F><<<blocks, 256, 0, P.stream>>>(c);
+    } else {
+      flash_bwd_convert_kernel<Element, 1, F><<<blocks, 256, 0, P.stream>>>(c);
+    }
+    return cudaGetLastError();
+  };
+  c.accum = dk_accum;
+  c.scale = P.softmax_scale;
+  c.out = P.dk.ptr;
+  c.out_batch = P.dk.batch_stride, c.out_seq = P.dk.seq_stride, c.out_head = P.dk.head_stride;
+  const cudaError_t status = launch();
+  if (status != cudaSuccess) return status;
+  c.accum = dv_accum;
+  c.scale = 1.0f;
+  c.out = P.dv.ptr;
+  c.out_batch = P.dv.batch_stride, c.out_seq = P.dv.seq_stride, c.out_head = P.dv.head_stride;
+  return launch();
 }
 
 // out[0], out[1] = a, b as 16-bit elements: one 32-bit store when `pair`

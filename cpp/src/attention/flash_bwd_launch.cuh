@@ -18,20 +18,6 @@ namespace samattn::attention {
 
 namespace detail {
 
-template <class Element, Family F>
-cudaError_t launch_convert(ConvertParams const& p, bool vectors, int sm_count,
-                           cudaStream_t stream) {
-  const int64_t work = p.rows * p.heads * (vectors ? p.headdim / 8 : p.headdim);
-  if (work == 0) return cudaSuccess;
-  const int blocks = int(std::min<int64_t>((work + 255) / 256, int64_t(std::max(sm_count, 1)) * 8));
-  if (vectors) {
-    flash_bwd_convert_kernel<Element, 8, F><<<blocks, 256, 0, stream>>>(p);
-  } else {
-    flash_bwd_convert_kernel<Element, 1, F><<<blocks, 256, 0, stream>>>(p);
-  }
-  return cudaGetLastError();
-}
-
 // One launch of the main kernel compiled for (kVectors, kTerms).
 template <class Traits, bool kVectors, TermsKernel kTerms>
 cudaError_t launch_bwd(FlashBwdParams const& p, dim3 grid, cudaStream_t stream) {
@@ -184,23 +170,7 @@ cudaError_t run_flash_bwd(const AttentionBackwardProblem& problem) {
     if (status != cudaSuccess) return status;
   }
   if (group == 1) return cudaSuccess;
-  ConvertParams c{};
-  c.headdim = P.headdim;
-  c.scale = P.softmax_scale;
-  c.rows = rows_k;
-  c.heads = P.nheads_k;
-  c.group = group;
-  c.seqlen = varlen_k ? 0 : P.seqlen_k;
-  c.accum = dk_accum;
-  c.out = P.dk.ptr;
-  c.out_batch = P.dk.batch_stride, c.out_seq = P.dk.seq_stride, c.out_head = P.dk.head_stride;
-  status = detail::launch_convert<Element, Traits::kFamily>(c, vectors, P.sm_count, P.stream);
-  if (status != cudaSuccess) return status;
-  c.accum = dv_accum;
-  c.out = P.dv.ptr;
-  c.out_batch = P.dv.batch_stride, c.out_seq = P.dv.seq_stride, c.out_head = P.dv.head_stride;
-  c.scale = 1.0f;
-  return detail::launch_convert<Element, Traits::kFamily>(c, vectors, P.sm_count, P.stream);
+  return launch_group_sums<Element, Traits::kFamily>(P, dk_accum, dv_accum, rows_k, vectors);
 }
 
 }  // namespace samattn::attention

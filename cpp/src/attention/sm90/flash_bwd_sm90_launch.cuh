@@ -162,25 +162,7 @@ cudaError_t run_flash_bwd_sm90(const AttentionBackwardProblem& problem) {
          0, P.stream>>>(c);
   status = cudaGetLastError();
   if (status != cudaSuccess || P.kv_group == 1) return status;
-  ConvertParams g{};
-  g.headdim = P.headdim;
-  g.scale = P.softmax_scale;
-  g.rows = rows_k;
-  g.heads = P.nheads_k;
-  g.group = P.kv_group;
-  g.seqlen = varlen ? 0 : P.seqlen_k;
-  g.accum = dk_accum;
-  g.out = P.dk.ptr;
-  g.out_batch = P.dk.batch_stride, g.out_seq = P.dk.seq_stride, g.out_head = P.dk.head_stride;
-  const int blocks = int(std::min<int64_t>((rows_k * P.nheads_k * (P.headdim / 8) + 255) / 256,
-                                           int64_t(std::max(P.sm_count, 1)) * 8));
-  flash_bwd_convert_kernel<Element, 8, Family::sm90><<<blocks, 256, 0, P.stream>>>(g);
-  g.accum = dv_accum;
-  g.out = P.dv.ptr;
-  g.out_batch = P.dv.batch_stride, g.out_seq = P.dv.seq_stride, g.out_head = P.dv.head_stride;
-  g.scale = 1.0f;
-  flash_bwd_convert_kernel<Element, 8, Family::sm90><<<blocks, 256, 0, P.stream>>>(g);
-  return cudaGetLastError();
+  return launch_group_sums<Element, Family::sm90>(P, dk_accum, dv_accum, rows_k, /*vectors=*/true);
 }
 
 }  // namespace samattn::attention
