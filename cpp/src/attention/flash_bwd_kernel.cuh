@@ -402,6 +402,24 @@ struct ConvertDqParams {
   float scale;
 };
 
+// The conversion's parameters for a call (the accumulator's layout: the
+// workspace's; its order within a tile: the family's).
+inline ConvertDqParams convert_dq_params(const AttentionBackwardProblem& P,
+                                         const FlashBwdWorkspace& layout, const float* dq_accum,
+                                         bool vectors) {
+  ConvertDqParams c{};
+  c.accum = dq_accum;
+  c.head_stride = int64_t(layout.dq_head_stride);
+  c.dq = P.dq.ptr;
+  c.dq_batch = P.dq.batch_stride, c.dq_seq = P.dq.seq_stride, c.dq_head = P.dq.head_stride;
+  c.cu_seqlens_q = P.cu_seqlens_q;
+  c.seqlen_q = P.seqlen_q;
+  c.headdim = P.headdim;
+  c.vectors = vectors;
+  c.scale = P.softmax_scale;
+  return c;
+}
+
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kThreads)
     flash_bwd_convert_dq_kernel(ConvertDqParams const p) {

@@ -154,16 +154,7 @@ cudaError_t run_flash_bwd(const AttentionBackwardProblem& problem) {
   // dv likewise unscaled (without, the main kernel wrote them).
   const int m_blocks = (P.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
   if (m_blocks > 0) {
-    ConvertDqParams c{};
-    c.accum = dq_accum;
-    c.head_stride = int64_t(layout.dq_head_stride);
-    c.dq = P.dq.ptr;
-    c.dq_batch = P.dq.batch_stride, c.dq_seq = P.dq.seq_stride, c.dq_head = P.dq.head_stride;
-    c.cu_seqlens_q = P.cu_seqlens_q;
-    c.seqlen_q = P.seqlen_q;
-    c.headdim = P.headdim;
-    c.vectors = vectors;
-    c.scale = P.softmax_scale;
+    const ConvertDqParams c = convert_dq_params(P, layout, dq_accum, vectors);
     dim3 grid(unsigned(m_blocks), unsigned(P.nheads), unsigned(P.batch));
     flash_bwd_convert_dq_kernel<Traits><<<grid, Traits::kThreads, 0, P.stream>>>(c);
     status = cudaGetLastError();

@@ -147,16 +147,7 @@ cudaError_t run_flash_bwd_sm90(const AttentionBackwardProblem& problem) {
   // 3. dq = scale dQacc; with GQA dk = scale sum over the group of dKacc,
   // dv likewise unscaled (without, the main kernel wrote them).
   const int64_t m_blocks = (int64_t(P.seqlen_q) + Traits::kBlockM - 1) / Traits::kBlockM;
-  ConvertDqParams c{};
-  c.accum = dq_accum;
-  c.head_stride = int64_t(layout.dq_head_stride);
-  c.dq = P.dq.ptr;
-  c.dq_batch = P.dq.batch_stride, c.dq_seq = P.dq.seq_stride, c.dq_head = P.dq.head_stride;
-  c.cu_seqlens_q = P.cu_seqlens_q;
-  c.seqlen_q = P.seqlen_q;
-  c.headdim = P.headdim;
-  c.vectors = true;
-  c.scale = P.softmax_scale;
+  const ConvertDqParams c = convert_dq_params(P, layout, dq_accum, /*vectors=*/true);
   sm90::flash_bwd_sm90_convert_dq_kernel<Traits>
       <<<dim3(unsigned(m_blocks), unsigned(P.nheads), unsigned(P.batch)), Traits::kConsumerThreads,
          0, P.stream>>>(c);
