@@ -17,7 +17,8 @@
 // the whole query tile to the fp32 accumulator with a bulk reduction
 // (cp.reduce.async.bulk), which the L2 applies without a round trip per
 // element. flash_bwd_sm90_convert_dq_kernel reads the accumulator back in
-// the same fragment order.
+// the same fragment order. Softcap multiplies dS by tanh's derivative; the
+// deterministic mode orders each query tile's reductions by key tile.
 #pragma once
 
 // cute/tensor.hpp first: the Hopper atoms below need what it declares.
@@ -178,9 +179,9 @@ struct BwdParams {
   int sem_per_head;
 };
 
-// The query tiles [m_first, m_last] that attend some key of the tile at n0
+// The query tiles [first, last] that attend some key of key tile n_block
 // (one range: both ends of a row's key range grow with the row); empty when
-// m_last < m_first. A scan, so that it agrees exactly with key_tiles.
+// last < first. A scan, so that it agrees exactly with key_tiles.
 struct QueryTiles {
   int first, last;
 };
