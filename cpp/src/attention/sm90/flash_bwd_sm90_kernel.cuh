@@ -38,6 +38,7 @@
 #include "attention/flash_bwd_kernel.cuh"
 #include "attention/mask.cuh"
 #include "attention/sm90/flash_bwd_sm90_config.h"
+#include "attention/sm90/gmem_tensor.cuh"
 #include "attention/sm90/gmma_fragment.cuh"
 #include "attention/sm90/warpgroup.cuh"
 #include "attention/softmax_online.cuh"
@@ -113,9 +114,8 @@ struct BwdTraits {
       cute::make_ordered_layout(cute::Shape<cute::Int<kBlockN>, cute::Int<kBlockM>>{},
                                 cute::Step<cute::_2, cute::_1>{})));
 
-  using GmemShape = cute::Shape<int32_t, int32_t, int32_t, int32_t>;
-  using GmemStride = cute::Stride<int64_t, cute::_1, int64_t, int64_t>;
-  using GmemLayout = cute::Layout<GmemShape, GmemStride>;
+  using GmemShape = sm90::GmemShape;
+  using GmemLayout = sm90::GmemLayout;
   using TileQ = cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>>;
   using TileKV = cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDim>>;
   using TmaQ = decltype(cute::make_tma_copy(

@@ -15,7 +15,7 @@
 
 #include "attention/sm90/flash_bwd_sm90_config.h"
 #include "attention/sm90/flash_bwd_sm90_kernel.cuh"
-#include "attention/sm90/flash_fwd_sm90_launch.cuh"
+#include "attention/sm90/gmem_tensor.cuh"
 #include "common/launch_setup.h"
 
 namespace samattn::attention {

@@ -41,6 +41,7 @@
 #include "attention/mask.cuh"
 #include "attention/score_terms.cuh"
 #include "attention/sm90/flash_fwd_sm90_config.h"
+#include "attention/sm90/gmem_tensor.cuh"
 #include "attention/sm90/gmma_fragment.cuh"
 #include "attention/sm90/warpgroup.cuh"
 #include "attention/softmax_online.cuh"
@@ -93,10 +94,8 @@ struct FwdTraits {
           cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockN>, cute::Int<kStages>>{},
           cute::Step<cute::_2, cute::_1, cute::_3>{})));
 
-  // Global tensors as (seq, head dim, head, batch), the head dim contiguous.
-  using GmemShape = cute::Shape<int32_t, int32_t, int32_t, int32_t>;
-  using GmemStride = cute::Stride<int64_t, cute::_1, int64_t, int64_t>;
-  using GmemLayout = cute::Layout<GmemShape, GmemStride>;
+  using GmemShape = sm90::GmemShape;
+  using GmemLayout = sm90::GmemLayout;
   using TileQ = cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>>;
   using TileKV = cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDim>>;
   using TmaQ = decltype(cute::make_tma_copy(

@@ -13,6 +13,7 @@
 
 #include "attention/sm90/flash_fwd_sm90_config.h"
 #include "attention/sm90/flash_fwd_sm90_kernel.cuh"
+#include "attention/sm90/gmem_tensor.cuh"
 #include "common/launch_setup.h"
 
 namespace samattn::attention {
@@ -23,20 +24,6 @@ namespace sm90 {
 // with at least this many pairs per SM: the last round's imbalance is then
 // a fraction of the whole; below, one CTA per tile.
 constexpr int64_t kPairedMinRounds = 2;
-
-// A (seq, head dim, head, batch) view of `view` for TMA. A dimension of
-// extent 1 is never stepped over, so its stride (which torch may leave at
-// any value) becomes one that TMA accepts.
-template <class Element, class View>
-auto tma_view(Element* ptr, const View& view, int seqlen, int headdim, int heads, int batch) {
-  using namespace cute;
-  auto stride_of = [](int64_t stride, int extent) { return extent > 1 ? stride : int64_t(8); };
-  return make_tensor(make_gmem_ptr(ptr),
-                     make_layout(make_shape(seqlen, headdim, heads, batch),
-                                 make_stride(stride_of(view.seq_stride, seqlen), _1{},
-                                             stride_of(view.head_stride, heads),
-                                             stride_of(view.batch_stride, batch))));
-}
 
 }  // namespace sm90
 
