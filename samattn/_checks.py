@@ -330,15 +330,33 @@ def dropout_value(op: str, dropout_p: float) -> None:
         raise ValueError(f"{op}: dropout_p must be in [0, 1], got {dropout_p}")
 
 
-def check_dropout(op: str, dropout_p: float) -> None:
-    """dropout_p checked: a float in [0, 1]; NotImplementedError for dropout_p > 0, which
-    samattn does not have yet."""
+def check_dropout(op: str, dropout_p: float) -> float:
+    """dropout_p checked for the attention kernels, as a float in [0, 1)."""
     dropout_value(op, dropout_p)
-    if dropout_p > 0.0:
-        raise NotImplementedError(
-            f"{op}: dropout_p={dropout_p} is not implemented yet in samattn (attention dropout "
-            "is not in its kernels); use dropout_p=0.0, e.g. set the model's attention dropout "
-            "to 0"
+    if dropout_p >= 1.0:
+        raise ValueError(
+            f"{op}: dropout_p must be < 1 (1 would drop every probability and scale the rest "
+            f"by 1 / (1 - dropout_p)), got {dropout_p}"
+        )
+    return float(dropout_p)
+
+
+def attention_dropout(op: str, dropout_p: float, dropout_seed: object, q: torch.Tensor) -> None:
+    """The dropout arguments of the attention ops: dropout_p in [0, 1); with dropout_p > 0
+    dropout_seed an int64 tensor of one element on q's device (samattn._dropout.new_seed)."""
+    check_dropout(op, dropout_p)
+    if dropout_p == 0.0:
+        return
+    require_tensor(dropout_seed, f"{op}: dropout_seed")
+    if (
+        dropout_seed.dtype != torch.int64
+        or dropout_seed.numel() != 1
+        or dropout_seed.device != q.device
+    ):
+        raise ValueError(
+            f"{op}: dropout_seed must be an int64 tensor of one element on {q.device} "
+            f"(samattn._dropout.new_seed draws one), got {dropout_seed.dtype} of shape "
+            f"{tuple(dropout_seed.shape)} on {dropout_seed.device}"
         )
 
 
@@ -1104,7 +1122,11 @@ def sdpa_fallback_reason(
     if any(t.is_nested for t in tensors.values()):
         return "the inputs are nested tensors"
     if dropout_p > 0.0:
-        return f"dropout_p is {dropout_p} (samattn's kernels have no attention dropout yet)"
+        return (
+            f"dropout_p is {dropout_p} (samattn's dropout runs in flash_attn_func and the "
+            "transformers integration; its scaled_dot_product_attention leaves dropout to "
+            "torch, whose generator and pattern SDPA users may rely on)"
+        )
     if any(t.dim() != 4 for t in tensors.values()):
         return "the inputs are not 4-D (batch, heads, seq, dim)"
     for name, t in tensors.items():

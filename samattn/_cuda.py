@@ -331,6 +331,15 @@ _NO_KVCACHE = (0,) * 23
 _NO_TERMS = (0, 0, 0, 0)
 # The attention-mask fields (attn_mask ... dmask), all off: 8 values.
 _NO_MASK = (0,) * 8
+_NO_DROPOUT = (0.0, 0, 0)
+
+
+def _dropout_fields(dropout_p: float, dropout_seed: torch.Tensor | None) -> tuple[float, int, int]:
+    """The C dropout fields (dropout_p, reserved, seed pointer); the caller keeps the seed
+    tensor alive."""
+    if dropout_p == 0.0 or dropout_seed is None:
+        return _NO_DROPOUT
+    return (dropout_p, 0, dropout_seed.data_ptr())
 
 
 def _score_terms(
@@ -427,6 +436,7 @@ def _attention_args(
     kvcache: tuple[int, ...] | None = None,
     terms: tuple[int, int, int, int] = _NO_TERMS,
     mask: tuple[int, ...] = _NO_MASK,
+    dropout: tuple[float, int, int] = _NO_DROPOUT,
 ) -> tuple[_lib.AttentionArgs, tuple[torch.Tensor, ...]]:
     """The C arguments of the forward, or of the backward when `gradients` holds
     (dout, dq, dk, dv); and the tensors they point to (q, k, v as the kernels read them,
@@ -434,7 +444,8 @@ def _attention_args(
     KV-cache fields) k and v are caches, used in place as they are (checked by
     _cache_pointers); varlen offsets are then the caller's to check. `terms`: the four
     score-term fields (_score_terms; the caller keeps their tensors alive); `mask` the eight
-    attention-mask fields (_mask_fields, likewise)."""
+    attention-mask fields (_mask_fields, likewise); `dropout` the three dropout fields
+    (_dropout_fields)."""
     q = _attention_operand(q)
     if kvcache is None:
         k, v = _attention_operand(k), _attention_operand(v)
@@ -478,6 +489,7 @@ def _attention_args(
         *(kvcache or _NO_KVCACHE),
         *terms,
         *mask,
+        *dropout,
     )  # fmt: skip
     return args, keep
 
@@ -500,16 +512,19 @@ def flash_attn_forward(
     alibi_slopes: torch.Tensor | None = None,
     sinks: torch.Tensor | None = None,
     attn_mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    dropout_seed: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(out, softmax_lse) of FlashAttention on the GPU; see samattn.flash_attn_func.
     `op` names the public function in error messages. With block_table (paged prefill,
     varlen only) k and v are paged caches (num_blocks, page_size, nheads_k, headdim).
     alibi_slopes and sinks: the score terms (float32), None = off. attn_mask: None, or a
     bool / float mask broadcastable to (batch, nheads, seqlen_q, seqlen_k), fixed length
-    only. With any of the three, a head dim that is not a multiple of 8 runs padded with
-    zeros to one (the kernels run the terms on 16-byte rows)."""
+    only. With any of the three, or dropout, a head dim that is not a multiple of 8 runs
+    padded with zeros to one (the kernels run the terms on 16-byte rows). dropout_p > 0:
+    dropout_seed is the call's seed (samattn._dropout.new_seed)."""
     key = None
-    plain = cu_seqlens_q is None and block_table is None and attn_mask is None
+    plain = cu_seqlens_q is None and block_table is None and attn_mask is None and dropout_p == 0.0
     if plain and alibi_slopes is None and sinks is None and cu_seqlens_k is None:
         key = _attention_key(q, k, v, softmax_scale, causal, window_left, window_right, softcap)
         entry = _ATTENTION.get(key)
@@ -524,8 +539,11 @@ def flash_attn_forward(
     sizes = _checks.attention_sizes(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, op, block_table
     )
-    terms, mask = _NO_TERMS, _NO_MASK
-    if alibi_slopes is not None or sinks is not None or attn_mask is not None:
+    terms, mask, dropout = _NO_TERMS, _NO_MASK, _NO_DROPOUT
+    if dropout_p != 0.0:
+        _checks.attention_dropout(_op_name(op, sizes), dropout_p, dropout_seed, q)
+        dropout = _dropout_fields(dropout_p, dropout_seed)
+    if alibi_slopes is not None or sinks is not None or attn_mask is not None or dropout_p:
         name = _op_name(op, sizes)
         if alibi_slopes is not None or sinks is not None:
             _checks.attention_terms(name, alibi_slopes, sinks, sizes.batch, sizes.nheads, q)
@@ -536,6 +554,7 @@ def flash_attn_forward(
                 _pad_head_dim(q), _pad_head_dim(k), _pad_head_dim(v), cu_seqlens_q,
                 cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left,
                 window_right, softcap, op, block_table, alibi_slopes, sinks, attn_mask,
+                dropout_p, dropout_seed,
             )  # fmt: skip
             return out[..., : sizes.headdim].contiguous(), lse
         # _keep_terms, _keep_mask: alive until the launch is queued.
@@ -564,7 +583,7 @@ def flash_attn_forward(
     args, keep = _attention_args(
         op, sizes, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
         softmax_scale, causal, window_left, window_right, softcap, kvcache=kvcache, terms=terms,
-        mask=mask,
+        mask=mask, dropout=dropout,
     )  # fmt: skip
     # Decode-shaped problems (the query heads of a KV head fit one 64-row tile) split the
     # keys over CTAs, which needs a workspace.
@@ -743,16 +762,19 @@ def flash_attn_backward(
     op: str | None = None,
     attn_mask: torch.Tensor | None = None,
     dmask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    dropout_seed: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """(dq, dk, dv, dsinks) of FlashAttention on the GPU: dq, dk, dv contiguous in q's
     dtype; dsinks (nheads,) float32, the gradient of the forward's sinks, when sinks is given
     (the forward's: its lse includes them), else None. alibi_slopes and attn_mask: the
     forward's. dmask: None, or with a float attn_mask a zeroed float32 (batch, nheads,
     seqlen_q, seqlen_k) tensor that receives the gradient of every (batch, head, query,
-    key) pair (flash_attn_masked_backward sums it to the mask's shape). Head dims that are
-    not multiples of 8 run padded, as in the forward."""
+    key) pair (flash_attn_masked_backward sums it to the mask's shape). dropout_p and
+    dropout_seed: the forward's. Head dims that are not multiples of 8 run padded, as in the
+    forward."""
     key = None
-    plain = cu_seqlens_q is None and cu_seqlens_k is None and attn_mask is None
+    plain = cu_seqlens_q is None and cu_seqlens_k is None and attn_mask is None and dropout_p == 0.0
     if plain and alibi_slopes is None and sinks is None and dmask is None:
         key = _attention_backward_key(
             dout, q, k, v, out, softmax_lse, softmax_scale, causal, window_left, window_right,
@@ -772,8 +794,11 @@ def flash_attn_backward(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, op
     )
     _checks.flash_attn_backward(dout, out, softmax_lse, q, sizes)
-    terms, mask, dsinks = _NO_TERMS, _NO_MASK, None
-    if alibi_slopes is not None or sinks is not None or attn_mask is not None:
+    terms, mask, dsinks, dropout = _NO_TERMS, _NO_MASK, None, _NO_DROPOUT
+    if dropout_p != 0.0:
+        _checks.attention_dropout("samattn.flash_attn_backward", dropout_p, dropout_seed, q)
+        dropout = _dropout_fields(dropout_p, dropout_seed)
+    if alibi_slopes is not None or sinks is not None or attn_mask is not None or dropout_p:
         name = "samattn.flash_attn_backward"
         if alibi_slopes is not None or sinks is not None:
             _checks.attention_terms(name, alibi_slopes, sinks, sizes.batch, sizes.nheads, q)
@@ -784,7 +809,7 @@ def flash_attn_backward(
             dq, dk, dv, dsinks = flash_attn_backward(
                 *padded, softmax_lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                 softmax_scale, causal, window_left, window_right, softcap, deterministic,
-                alibi_slopes, sinks, op, attn_mask, dmask,
+                alibi_slopes, sinks, op, attn_mask, dmask, dropout_p, dropout_seed,
             )  # fmt: skip
             d = sizes.headdim
             return (
@@ -814,7 +839,7 @@ def flash_attn_backward(
     args, keep = _attention_args(
         op, sizes, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
         max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap,
-        (dout, dq, dk, dv), deterministic, terms=terms, mask=mask,
+        (dout, dq, dk, dv), deterministic, terms=terms, mask=mask, dropout=dropout,
     )  # fmt: skip
     library = _lib.lib()
     args_ref = ctypes.byref(args)

@@ -118,8 +118,8 @@ class SoftmaxArgs(_Args):
 class AttentionArgs(_Args):
     """samattn_attention_args; the dout/dq/dk/dv fields and `deterministic` are the
     backward's, the fields after `workspace_bytes` the KV cache's (forward only), then the
-    score terms (ALiBi and attention sinks; dsinks is the backward's) and the attention
-    mask (dmask is the backward's)."""
+    score terms (ALiBi and attention sinks; dsinks is the backward's), the attention
+    mask (dmask is the backward's) and dropout."""
 
     _fields_ = [
         ("struct_size", ctypes.c_int64),
@@ -220,6 +220,11 @@ class AttentionArgs(_Args):
         ("mask_q_stride", ctypes.c_int64),
         ("mask_k_stride", ctypes.c_int64),
         ("dmask", ctypes.c_void_p),
+        # Dropout (appended to ABI 6): dropout_p in [0, 1), 0 = off; dropout_seed the
+        # device pointer of the call's 64-bit seed.
+        ("dropout_p", ctypes.c_float),
+        ("dropout_reserved", ctypes.c_int32),
+        ("dropout_seed", ctypes.c_void_p),
     ]
 
 

@@ -78,7 +78,7 @@ from typing import Optional, Union
 
 import torch
 
-from . import _checks, _cuda, _eager, _family
+from . import _checks, _cuda, _dropout, _eager, _family
 from ._warnings import warn_once as _warn_once
 
 __all__ = [
@@ -116,6 +116,8 @@ def _flash_attn_forward(
     block_table: Optional[Tensor] = None,
     alibi_slopes: Optional[Tensor] = None,
     sinks: Optional[Tensor] = None,
+    dropout_p: float = 0.0,
+    dropout_seed: Optional[Tensor] = None,
 ) -> tuple[Tensor, Tensor]:
     # `deterministic` is the backward's; it is an argument here so that autograd sees it.
     return _cuda.flash_attn_forward(
@@ -134,6 +136,8 @@ def _flash_attn_forward(
         block_table=block_table,
         alibi_slopes=alibi_slopes,
         sinks=sinks,
+        dropout_p=dropout_p,
+        dropout_seed=dropout_seed,
     )
 
 
@@ -155,13 +159,16 @@ def _flash_attn_forward_fake(
     block_table: Optional[Tensor] = None,
     alibi_slopes: Optional[Tensor] = None,
     sinks: Optional[Tensor] = None,
+    dropout_p: float = 0.0,
+    dropout_seed: Optional[Tensor] = None,
 ) -> tuple[Tensor, Tensor]:
     sizes = _checks.attention_sizes(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, None, block_table
     )
+    op = "samattn.flash_attn_varlen_func" if sizes.varlen else "samattn.flash_attn_func"
     if alibi_slopes is not None or sinks is not None:
-        op = "samattn.flash_attn_varlen_func" if sizes.varlen else "samattn.flash_attn_func"
         _checks.attention_terms(op, alibi_slopes, sinks, sizes.batch, sizes.nheads, q)
+    _checks.attention_dropout(op, dropout_p, dropout_seed, q)
     out = q.new_empty(sizes.out_shape)
     lse = q.new_empty(sizes.lse_shape, dtype=torch.float32)
     return out, lse
@@ -187,6 +194,8 @@ def _flash_attn_backward(
     deterministic: bool,
     alibi_slopes: Optional[Tensor] = None,
     sinks: Optional[Tensor] = None,
+    dropout_p: float = 0.0,
+    dropout_seed: Optional[Tensor] = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     dq, dk, dv, dsinks = _cuda.flash_attn_backward(
         dout,
@@ -207,6 +216,8 @@ def _flash_attn_backward(
         deterministic,
         alibi_slopes,
         sinks,
+        dropout_p=dropout_p,
+        dropout_seed=dropout_seed,
     )
     if dsinks is None:  # no sinks: an empty gradient, so that the op has one schema
         dsinks = q.new_empty((0,), dtype=torch.float32)
@@ -233,9 +244,12 @@ def _flash_attn_backward_fake(
     deterministic: bool,
     alibi_slopes: Optional[Tensor] = None,
     sinks: Optional[Tensor] = None,
+    dropout_p: float = 0.0,
+    dropout_seed: Optional[Tensor] = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     sizes = _checks.attention_sizes(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     _checks.flash_attn_backward(dout, out, softmax_lse, q, sizes)
+    _checks.attention_dropout("samattn.flash_attn_backward", dropout_p, dropout_seed, q)
     if alibi_slopes is not None or sinks is not None:
         _checks.attention_terms(
             "samattn.flash_attn_backward", alibi_slopes, sinks, sizes.batch, sizes.nheads, q
@@ -245,9 +259,10 @@ def _flash_attn_backward_fake(
 
 
 # flash_attn_forward's inputs: q, k, v, cu_seqlens_q, cu_seqlens_k, then the 8 scalars
-# (max_seqlen_q ... deterministic), block_table, alibi_slopes, sinks.
+# (max_seqlen_q ... deterministic), block_table, alibi_slopes, sinks, dropout_p,
+# dropout_seed.
 _SCALARS = slice(5, 13)
-_BLOCK_TABLE, _ALIBI, _SINKS = 13, 14, 15
+_BLOCK_TABLE, _ALIBI, _SINKS, _DROPOUT_P, _DROPOUT_SEED = 13, 14, 15, 16, 17
 
 
 def _input(inputs: tuple, index: int) -> Optional[Tensor]:
@@ -259,7 +274,9 @@ def _forward_setup_context(ctx, inputs, output) -> None:
     q, k, v, cu_seqlens_q, cu_seqlens_k = inputs[:5]
     out, lse = output
     alibi_slopes, sinks = _input(inputs, _ALIBI), _input(inputs, _SINKS)
-    ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, sinks)
+    seed = _input(inputs, _DROPOUT_SEED)
+    ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, sinks, seed)
+    ctx.dropout_p = _input(inputs, _DROPOUT_P) or 0.0
     ctx.scalars = inputs[_SCALARS]
     ctx.paged = _input(inputs, _BLOCK_TABLE) is not None
     ctx.family = _family.requested_family()
@@ -271,19 +288,26 @@ def _forward_grad(ctx, grad_out: Tensor, grad_lse: Optional[Tensor]):
     # gradient (as in flash-attn); sinks one when it requires grad.
     if ctx.paged:
         raise NotImplementedError(_PAGED_BACKWARD)
-    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, sinks = ctx.saved_tensors
+    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, sinks, seed = ctx.saved_tensors
     needs = ctx.needs_input_grad
     if sinks is not None and not (len(needs) > _SINKS and needs[_SINKS]):
         sinks = None  # no gradient asked for: dq, dk and dv do not need the sinks
     inputs = (grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, *ctx.scalars)
+    # The dropout arguments only with dropout: plain calls keep the op's short form.
+    dropout = (ctx.dropout_p, seed) if ctx.dropout_p else ()
     with _family._forced_code(ctx.family):
         if _eager.route(grad_out, q, k, v, out, alibi_slopes, sinks) == _eager.DIRECT:
-            dq, dk, dv, dsinks = _cuda.flash_attn_backward(*inputs, alibi_slopes, sinks)
+            dq, dk, dv, dsinks = _cuda.flash_attn_backward(
+                *inputs, alibi_slopes, sinks, None, None, None, *dropout
+            )
         else:
-            dq, dk, dv, dsinks = torch.ops.samattn.flash_attn_backward(*inputs, alibi_slopes, sinks)
+            dq, dk, dv, dsinks = torch.ops.samattn.flash_attn_backward(
+                *inputs, alibi_slopes, sinks, *dropout
+            )
     if sinks is None:
         dsinks = None
-    return (dq, dk, dv) + (None,) * (_SINKS - 3) + (dsinks,)
+    grads = (dq, dk, dv) + (None,) * (_SINKS - 3) + (dsinks,)
+    return grads + (None,) * (len(needs) - len(grads))
 
 
 _PAGED_BACKWARD = (
@@ -298,13 +322,14 @@ _flash_attn_forward.register_autograd(_forward_grad, setup_context=_forward_setu
 class _FlashAttnFunction(torch.autograd.Function):
     """The eager route with a gradient: flash_attn_forward's own forward, setup and
     backward, without the dispatcher (see ops._GemmFunction). Takes the op's inputs
-    (13 to 16: the optional trailing ones may be left out)."""
+    (13 to 18: the optional trailing ones may be left out)."""
 
     @staticmethod
     def forward(ctx, *inputs):
         output = _cuda.flash_attn_forward(
             *inputs[:12], None, _input(inputs, _BLOCK_TABLE), _input(inputs, _ALIBI),
-            _input(inputs, _SINKS),
+            _input(inputs, _SINKS), None, _input(inputs, _DROPOUT_P) or 0.0,
+            _input(inputs, _DROPOUT_SEED),
         )  # fmt: skip
         _forward_setup_context(ctx, inputs, output)
         return output
@@ -507,8 +532,13 @@ def _attention(
     attn_mask: Optional[Tensor] = None,
 ) -> AttentionResult:
     if dropout_p != 0.0 or type(dropout_p) is not float:
-        _checks.check_dropout(op, dropout_p)
+        dropout_p = _checks.check_dropout(op, dropout_p)
     if attn_mask is not None:  # fixed length: flash_attn_func's callers only
+        if dropout_p > 0.0:
+            raise NotImplementedError(
+                f"{op}: dropout_p > 0 with attn_mask is not in samattn's kernels yet; drop the "
+                "mask (causal, window_size and varlen padding are fine) or use dropout_p=0.0"
+            )
         return _masked_attention(
             op, q, k, v, attn_mask, softmax_scale, causal, window_size, softcap, alibi_slopes,
             deterministic, return_attn_probs, sinks,
@@ -536,10 +566,12 @@ def _attention(
         op, softmax_scale, window_size, softcap, q.shape[-1]
     )
     causal, softcap = bool(causal), float(softcap)
+    # Dropout draws a fresh seed on q's device per call (samattn/_dropout.py).
+    seed = _dropout.new_seed(q.device) if dropout_p > 0.0 else None
     if route == _eager.DIRECT:
         out, lse = _cuda.flash_attn_forward(
             q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal,
-            left, right, softcap, op, block_table, alibi_slopes, sinks,
+            left, right, softcap, op, block_table, alibi_slopes, sinks, None, dropout_p, seed,
         )  # fmt: skip
     else:
         apply = (
@@ -549,13 +581,41 @@ def _attention(
         )
         # The optional inputs only when one is given: plain calls keep the op's short form.
         optional = ()
-        if block_table is not None or alibi_slopes is not None or sinks is not None:
-            optional = (block_table, alibi_slopes, sinks)
+        terms = (block_table, alibi_slopes, sinks)
+        if any(t is not None for t in terms) or seed is not None:
+            optional = terms
+        if seed is not None:
+            optional += (dropout_p, seed)
         out, lse = apply(
             q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal,
             left, right, softcap, bool(deterministic), *optional,
         )  # fmt: skip
-    return (out, lse, None) if return_attn_probs else out
+    if not return_attn_probs:
+        return out
+    s_dmask = None
+    if seed is not None and cu_seqlens_q is None:
+        s_dmask = _dropped_probs(q, k, lse, seed, dropout_p, scale, causal, left, right, softcap,
+                                 alibi_slopes)  # fmt: skip
+    return out, lse, s_dmask
+
+
+def _dropped_probs(
+    q: Tensor, k: Tensor, lse: Tensor, seed: Tensor, dropout_p: float, scale: float,
+    causal: bool, left: int, right: int, softcap: float, alibi_slopes: Optional[Tensor],
+) -> Tensor:  # fmt: skip
+    """flash-attn's S_dmask of a fixed-length call with dropout: the attention
+    probabilities (batch, nheads, seqlen_q, seqlen_k) in q's dtype, negated where dropout
+    dropped them (computed with torch ops from the call's seed and lse: for small
+    problems, as a check)."""
+    with torch.no_grad():
+        probs = _dropout.attention_probs(
+            q, k, lse, scale, causal, left, right, softcap, alibi_slopes
+        )
+        batch, nheads, seqlen_q, seqlen_k = probs.shape
+        kept = _dropout.keep_mask(
+            _dropout.seed_value(seed), dropout_p, batch, nheads, seqlen_q, seqlen_k, q.device
+        )
+        return torch.where(kept, probs, -probs).to(q.dtype)
 
 
 def _masked_attention(
@@ -632,8 +692,12 @@ def flash_attn_func(
             multiples of 8, else element by element (slower). Views are read in place,
             except a non-contiguous head dim, or a headdim that is a multiple of 8 with
             strides that are not (copied, so that the vectors apply).
-        dropout_p: must be 0.0 (attention dropout is not implemented yet:
-            NotImplementedError).
+        dropout_p: attention dropout, in [0, 1): each probability is dropped with this
+            probability and the kept ones scaled by 1 / (1 - dropout_p), in the forward and
+            (the same ones) in the backward. The pattern comes from a seed drawn by torch's
+            CUDA generator per call: torch.manual_seed reproduces it, two calls differ, a
+            CUDA graph replay draws a new one (docs/attention_dropout.md). Not with
+            attn_mask (NotImplementedError).
         softmax_scale: defaults to headdim ** -0.5.
         causal: query i sees key j iff j <= i + seqlen_k - seqlen_q (aligned to the
             bottom-right corner of the score matrix, as flash-attn >= 2.1).
@@ -650,8 +714,10 @@ def flash_attn_func(
             differentiable: it gets no gradient (as in flash-attn).
         deterministic: the backward gives bit-identical gradients run to run (dq and dsinks
             are summed in a fixed order: a little slower).
-        return_attn_probs: also return softmax_lse (and None where flash-attn returns the
-            dropout pattern S_dmask, which it only fills when dropout_p > 0). As in
+        return_attn_probs: also return softmax_lse and S_dmask: with dropout_p > 0 the
+            attention probabilities (batch, nheads, seqlen_q, seqlen_k) in q's dtype,
+            negated where dropout dropped them (computed apart with torch ops, for small
+            problems, as flash-attn's is for its tests); without dropout None. As in
             flash-attn, gradients do not flow back through softmax_lse.
         sinks: keyword only, not in flash-attn: None, or attention sinks (gpt-oss style),
             torch.float32 (nheads,) on q's device: one logit per query head that joins every
@@ -672,15 +738,15 @@ def flash_attn_func(
     Returns:
         out (batch, seqlen_q, nheads, headdim), in q's dtype, differentiable in q, k and v
         (gradients in their dtype, GQA heads summed per group), in sinks (float32) and in
-        a float attn_mask; with return_attn_probs ``(out, softmax_lse, None)``,
+        a float attn_mask; with return_attn_probs ``(out, softmax_lse, S_dmask)``,
         softmax_lse (batch, nheads, seqlen_q) float32: the natural log of the sum of exp
         of each query's scores (after scale, softcap, ALiBi and an additive mask; the sink
         included). A query that sees no key (the mask included) gets out = 0 and
         softmax_lse = +inf, or sinks[h] with sinks.
 
     Raises:
-        ValueError / TypeError for bad arguments, NotImplementedError for dropout,
-        samattn.UnsupportedError when this GPU, kernel family or build cannot run it.
+        ValueError / TypeError for bad arguments, NotImplementedError for dropout with
+        attn_mask, samattn.UnsupportedError when this GPU, kernel family or build cannot run it.
     """
     return _attention(
         "samattn.flash_attn_func",
@@ -1118,8 +1184,9 @@ def scaled_dot_product_attention(
             query's device, read by the kernels: torch.bool, True where the key takes part,
             or a float tensor (float32, float16, bfloat16) added to the scaled scores. A
             float mask that requires grad gets its gradient. See docs/attention_masks.md.
-        dropout_p: 0.0 runs samattn; dropout_p > 0 runs torch's implementation (samattn's
-            kernels have no dropout yet), with a warning the first time.
+        dropout_p: 0.0 runs samattn; dropout_p > 0 runs torch's implementation (with its
+            generator's dropout pattern; samattn's dropout is flash_attn_func's), with a
+            warning the first time.
         is_causal: torch's causal mask, aligned to the top-left corner when
             seqlen_q != seqlen_k. Together with attn_mask: RuntimeError, as torch documents.
         scale: defaults to headdim ** -0.5.

@@ -61,8 +61,8 @@ their (batch, seq, heads, head_dim) transposes in place, no copies):
   into their own attention code and never call the attention interface, so samattn cannot
   serve them through ``attn_implementation``; ``samattn.flash_attn_func(alibi_slopes=...)``
   serves code that calls flash-attn directly.
-- ``dropout > 0`` (training with ``config.attention_dropout > 0``): NotImplementedError,
-  as samattn has no attention dropout yet; set ``attention_dropout=0.0`` in the config.
+- ``dropout > 0`` (training with ``config.attention_dropout > 0``) with a 4-D mask or a
+  position bias: NotImplementedError (dropout runs in the kernels without a mask).
 
 Attention weights are never returned (``output_attentions=True`` gives None, as with
 flash attention).
@@ -310,12 +310,14 @@ def _cu_seqlens(keep: Tensor) -> Tensor:
     return F.pad(keep.sum(-1, dtype=torch.int32).cumsum(0, dtype=torch.int32), (1, 0))
 
 
-def _check_supported(module: torch.nn.Module, dropout: float) -> None:
+def _check_dropout_with_mask(module: torch.nn.Module, dropout: float) -> None:
     if dropout > 0.0:
         raise NotImplementedError(
-            f"samattn attention for transformers: attention dropout ({dropout}) is not "
-            "implemented in samattn; set the model config's attention_dropout to 0.0 "
-            f"(layer {type(module).__name__}) or use another attn_implementation"
+            f"samattn attention for transformers: attention dropout ({dropout}) with a 4-D "
+            "attention mask or a position bias is not in samattn's kernels yet (dropout runs "
+            "with causal, sliding-window, padded and packed batches); set the model config's "
+            f"attention_dropout to 0.0 (layer {type(module).__name__}) or use another "
+            "attn_implementation"
         )
 
 
@@ -354,7 +356,9 @@ def attention_forward(
             (seen tokens <= kv_len: a static cache's unused slots follow), or a 4-D mask
             (bool or additive), read by the kernels as the only mask (as transformers'
             SDPA attention reads it).
-        dropout: must be 0.0 (NotImplementedError otherwise).
+        dropout: attention dropout (transformers passes the config's attention_dropout
+            in training, 0 in eval); not with a 4-D mask or a position bias
+            (NotImplementedError).
         scaling: the softmax scale (default head_dim ** -0.5).
         sliding_window: each query sees the last sliding_window keys (itself included).
         softcap: > 0 caps scores at softcap * tanh(score / softcap).
@@ -366,10 +370,11 @@ def attention_forward(
     Returns:
         (attn_output (batch, q_len, heads, head_dim), None).
     """
-    _check_supported(module, dropout)
     causal = bool(getattr(module, "is_causal", True) if is_causal is None else is_causal)
     q, k, v = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)
     options: dict[str, Any] = {"softmax_scale": scaling, "causal": causal}
+    if dropout:
+        options["dropout_p"] = float(dropout)
     sinks = _sinks(kwargs)
     if sinks is not None:
         options["sinks"] = sinks
@@ -394,6 +399,7 @@ def attention_forward(
         if expressible:
             attention_mask = keep
     if position_bias is not None or (attention_mask is not None and attention_mask.dim() == 4):
+        _check_dropout_with_mask(module, dropout)
         _count(phase, "mask")
         if attention_mask is not None and attention_mask.dim() == 4:
             # The mask holds the causality and the sliding window (transformers' SDPA

@@ -200,7 +200,12 @@ BAD_FIXED = {
     "window_size floats": (dict(window_size=(1.5, 2)), ValueError, "window_size must be a pair"),
     "softcap negative": (dict(softcap=-1.0), ValueError, "softcap must be finite and >= 0"),
     "softcap inf": (dict(softcap=math.inf), ValueError, "softcap must be finite"),
-    "dropout": (dict(dropout_p=0.1), NotImplementedError, "dropout_p=0.1 is not implemented"),
+    "dropout of 1": (dict(dropout_p=1.0), ValueError, "dropout_p must be < 1"),
+    "dropout with a mask": (
+        dict(dropout_p=0.1, attn_mask=torch.ones(33, 33, dtype=torch.bool)),
+        NotImplementedError,
+        "dropout_p > 0 with attn_mask",
+    ),
     "dropout out of range": (dict(dropout_p=1.5), ValueError, "dropout_p must be in [0, 1]"),
     "alibi float16": (
         dict(alibi_slopes=meta(4)),
@@ -1218,7 +1223,7 @@ def test_sdpa_fallback_runs_torch_and_warns_once(monkeypatch):
 
 
 def test_sdpa_dropout_runs_torch(monkeypatch):
-    # samattn's kernels have no dropout: torch runs it (same seed, same dropout pattern).
+    # samattn's SDPA leaves dropout to torch (same seed, same dropout pattern).
     monkeypatch.setattr(_warnings, "_warned_messages", set())
     query, key, value = (torch.randn(1, 2, 5, 8) for _ in range(3))
     torch.manual_seed(1)

@@ -407,13 +407,25 @@ def test_training_step_gradients_match(calls):
         torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-6, msg=name)
 
 
-def test_dropout_is_refused(calls):
+def test_dropout_reaches_the_kernels(calls, monkeypatch):
+    # Training with attention_dropout passes it on as dropout_p; eval passes none.
     integration.register()
+    seen = []
+    real = samattn.flash_attn_func
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("dropout_p", 0.0))
+        return real(*args, **{k: v for k, v in kwargs.items() if k != "dropout_p"})
+
+    monkeypatch.setattr(samattn, "flash_attn_func", spy)
     model = transformers.AutoModelForCausalLM.from_config(
         tiny_config(attention_dropout=0.1), attn_implementation="samattn"
-    ).train()
-    with pytest.raises(NotImplementedError, match="attention_dropout"):
-        model(torch.randint(0, 256, (1, 8)))
+    )
+    model.train()(torch.randint(0, 256, (1, 8)))
+    assert seen and all(p == 0.1 for p in seen)
+    seen.clear()
+    model.eval()(torch.randint(0, 256, (1, 8)))
+    assert seen and all(p == 0.0 for p in seen)
 
 
 # ------------------------------------------------------------ attention sinks ----

@@ -477,7 +477,7 @@ def test_sdpa(attn_family, dtype, case):
 
 
 def test_sdpa_dropout_falls_back_to_torch(monkeypatch):
-    # Masks run in samattn's kernels (test_gpu_attention_mask.py); dropout does not yet.
+    # Masks run in samattn's kernels (test_gpu_attention_mask.py); SDPA leaves dropout to torch.
     from samattn import _warnings
 
     monkeypatch.setattr(_warnings, "_warned_messages", set())

@@ -207,6 +207,25 @@ int check_attention_sizes(Subject* subject, const samattn_attention_args& a, boo
                 s + (backward ? ": dsinks (the sinks' gradient) needs sinks"
                               : ": dsinks is backward-only; leave it NULL in a forward call"));
   }
+  if (!std::isfinite(a.dropout_p) || a.dropout_p < 0.0f || a.dropout_p >= 1.0f) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                s + ": dropout_p must be in [0, 1) (0 = off), got " + float_to_text(a.dropout_p));
+  }
+  if (a.dropout_reserved != 0) {
+    return fail(SAMATTN_INVALID_ARGUMENT, s + ": dropout_reserved must be 0");
+  }
+  if (a.dropout_p > 0.0f) {
+    if (a.dropout_seed == nullptr || !aligned(a.dropout_seed, 8)) {
+      return fail(SAMATTN_INVALID_ARGUMENT,
+                  s + ": dropout_p > 0 needs dropout_seed, an 8-byte aligned device pointer to "
+                      "the call's 64-bit seed");
+    }
+    if (any_cache_field(a)) {
+      return fail(SAMATTN_INVALID_ARGUMENT,
+                  s + ": dropout does not combine with the KV-cache fields (inference); leave "
+                      "dropout_p 0");
+    }
+  }
   if (backward && any_cache_field(a)) {
     return fail(SAMATTN_INVALID_ARGUMENT,
                 s + ": the KV-cache fields (seqused_k ... num_splits) are forward-only; leave "
@@ -527,7 +546,10 @@ void fill_forward(const samattn_attention_args& a, int sm_count, int max_smem_pe
             a.mask_batch_stride, a.mask_head_stride,
             a.mask_q_stride,     a.mask_k_stride};
   }
-  p->terms = {a.alibi_slopes, a.alibi_slopes != nullptr ? a.alibi_batch_stride : 0, a.sinks, mask};
+  const DropoutView dropout{a.dropout_p > 0.0f ? a.dropout_p : 0.0f,
+                            a.dropout_p > 0.0f ? a.dropout_seed : nullptr};
+  p->terms = {a.alibi_slopes, a.alibi_slopes != nullptr ? a.alibi_batch_stride : 0, a.sinks, mask,
+              dropout};
   set_scores(*p, a.softmax_scale, a.softcap, a.causal != 0, a.window_left, a.window_right);
   p->lse = a.lse;
   p->lse_batch_stride = varlen ? no_batch : a.lse_batch_stride;

@@ -86,6 +86,13 @@ struct AttnMaskView {
   int64_t batch_stride, head_stride, q_stride, k_stride;
 };
 
+// Dropout on the probabilities (samattn.h): p == 0 is off; seed points to
+// the call's 64-bit Philox key on the device (attention/dropout.cuh).
+struct DropoutView {
+  float p;
+  const uint64_t* seed;
+};
+
 // Terms of the scores beyond scale q k^T (samattn.h, ABI 6); nullptr: off.
 // The scaled (and capped) score of query i, key j becomes
 //   s + ALiBi's -slope * |i + sk - sq - j| + an additive mask,
@@ -98,24 +105,28 @@ struct ScoreTerms {
   // denominator, a key whose value is zero.
   const float* sinks;
   AttnMaskView mask;
+  // Not a term of the scores, but it runs where they do: the kernels with
+  // terms draw the dropout mask (TermsKernel::computed or masked).
+  DropoutView dropout;
 };
+inline bool dropout_on(const ScoreTerms& t) { return t.dropout.p > 0.0f; }
 inline bool additive_terms(const ScoreTerms& t) {
   return t.alibi_slopes != nullptr || t.mask.kind == MaskKind::add_f32;
 }
 // The kernel variant a call's score terms need (score_terms.cuh): none; the
-// computed terms (ALiBi, sinks); or also a mask, whose per-element loads
-// take registers that the other calls should not pay for.
+// computed terms (ALiBi, sinks, dropout); or also a mask, whose per-element
+// loads take registers that the other calls should not pay for.
 enum class TermsKernel : int { none = 0, computed = 1, masked = 2 };
 inline TermsKernel forward_terms_kernel(const ScoreTerms& t) {
   if (t.mask.kind != MaskKind::none) return TermsKernel::masked;
-  return t.alibi_slopes != nullptr || t.sinks != nullptr ? TermsKernel::computed
-                                                         : TermsKernel::none;
+  return t.alibi_slopes != nullptr || t.sinks != nullptr || dropout_on(t) ? TermsKernel::computed
+                                                                          : TermsKernel::none;
 }
 // The backward's main kernel: the sinks change only the LSE it reads (their
 // gradient is a kernel of its own).
 inline TermsKernel backward_terms_kernel(const ScoreTerms& t) {
   if (t.mask.kind != MaskKind::none) return TermsKernel::masked;
-  return t.alibi_slopes != nullptr ? TermsKernel::computed : TermsKernel::none;
+  return t.alibi_slopes != nullptr || dropout_on(t) ? TermsKernel::computed : TermsKernel::none;
 }
 
 // Whether the forward needs a kernel with terms.
@@ -252,7 +263,7 @@ inline bool plan_terms(bool terms, bool vectors, std::string* why) {
   if (!terms || vectors) return true;
   if (why != nullptr) {
     *why =
-        "ALiBi, sinks and attention masks run on 16-byte vectors: the head dim must be a "
+        "ALiBi, sinks, attention masks and dropout run on 16-byte vectors: the head dim must be a "
         "multiple of 8 and every tensor 16-byte aligned with strides that are multiples of 8 "
         "elements";
   }

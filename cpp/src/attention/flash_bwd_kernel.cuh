@@ -8,7 +8,8 @@
 //     that attend its keys:
 //        S = Q K^T (softcapped, ALiBi, masked), P = exp(scale S - LSE),
 //        dP = dO V^T, dS = P (dP - D) [x (1 - tanh^2) with softcap],
-//        dV += P^T dO, dK += dS^T Q, and dQ = dS K added to an fp32
+//        dV += P^T dO, dK += dS^T Q (with dropout, P^T and dP hold the kept
+//        elements only, scaled by 1 / (1 - p): dropout.cuh), and dQ = dS K added to an fp32
 //        accumulator with atomics (in key-tile order under a per-query-tile
 //        semaphore when deterministic).
 //     dK and dV go to the outputs (no GQA), or per query head in fp32 to
@@ -25,6 +26,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "attention/dropout.cuh"
 #include "attention/flash_bwd_traits.h"
 #include "attention/flash_fwd_kernel.cuh"
 #include "attention/fragment_layout.cuh"
@@ -540,6 +542,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_bwd_kernel(FlashBwd
     constexpr bool kTerms = kTermsKernel != TermsKernel::none;
     constexpr bool kMask = kTermsKernel == TermsKernel::masked;
     static_assert(!kTerms || kVectors, "score terms run on 16-byte vectors only");
+    // Dropout (kernels with terms): the forward's keep decisions, redrawn.
+    const bool dropout = kTerms && p.terms.dropout.seed != nullptr;
+    const DropoutRng dropout_rng(kTerms ? p.terms.dropout : DropoutParams{}, batch, p.nheads, head);
 
     auto tile_q = Shape<Int<kBlockM>, Int<kHeadDim>>{};
     Tensor mQ = make_tensor(make_gmem_ptr(static_cast<Element const*>(p.q) + q_base),
@@ -737,8 +742,25 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_bwd_kernel(FlashBwd
           scores(r, c) = fast_exp2(scores(r, c) * p.scale_log2 - row_lse);
         }
       }
+      // Dropout: dV takes the kept probabilities, scaled; the bits stay for dS.
+      constexpr int kScores = decltype(size(acc_s))::value;
+      uint32_t kept_bits[kTerms ? (kScores + 31) / 32 : 1];
       {
         Tensor probs = convert_fragment<Element>(acc_s);
+        if constexpr (kTerms) {
+          if (dropout) {
+            CUTE_UNROLL
+            for (int i = 0; i < (kScores + 31) / 32; ++i) kept_bits[i] = 0u;
+            constexpr int kRows = decltype(size<0>(scores))::value;
+            Tensor probs_rc = rowcol_view(probs);
+            const float scale = p.terms.dropout.scale;
+            for_each_dropout(scores, tScS, m0, n0, dropout_rng, [&](int r, int c, bool kept) {
+              const int i = r + kRows * c;
+              kept_bits[i / 32] |= uint32_t(kept) << (i % 32);
+              probs_rc(r, c) = kept ? static_cast<Element>(scores(r, c) * scale) : Element(0);
+            });
+          }
+        }
         copy(copy_c_sdp, thr_copy_c_sdp.retile_S(probs), tPsP);
       }
 
@@ -748,6 +770,22 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_bwd_kernel(FlashBwd
       gemm_from_smem<false>(mma_sdp, acc_dp, tSrA, tdPsdO, tSrA_view, copy_a_sdp, tSrB, tdPsV,
                             tSrB_view, copy_b_sdp);
       Tensor dp = rowcol_view(acc_dp);
+      if constexpr (kTerms) {
+        // With dropout, the gradient of a dropped probability is 0, of a kept
+        // one dP / (1 - p); D already holds the dropped output's rowsum.
+        if (dropout) {
+          constexpr int kRows = decltype(size<0>(dp))::value;
+          const float scale = p.terms.dropout.scale;
+          CUTE_UNROLL
+          for (int r = 0; r < size<0>(dp); ++r) {
+            CUTE_UNROLL
+            for (int c = 0; c < size<1>(dp); ++c) {
+              const int i = r + kRows * c;
+              dp(r, c) = (kept_bits[i / 32] >> (i % 32)) & 1u ? dp(r, c) * scale : 0.0f;
+            }
+          }
+        }
+      }
       CUTE_UNROLL
       for (int r = 0; r < size<0>(dp); ++r) {
         const float row_dsum = smem_dsum[get<0>(tScS(r, 0))];

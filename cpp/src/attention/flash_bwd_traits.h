@@ -23,14 +23,19 @@ constexpr int balanced_warps_m(int warps, int extent_m, int extent_n) {
   return best;
 }
 
+// The N permutation gives each warp two adjacent n8 atoms (warp n of a
+// 16 * kWarpsN tile takes columns 16n .. 16n + 15), so that a warp's S tile is
+// whole 16 x 16 units, as dropout's random words are laid out (dropout.cuh).
 template <class MmaAtom, int kWarps, int kExtentM, int kExtentN>
 struct WarpTiledMma {
   static constexpr int kWarpsM = balanced_warps_m(kWarps, kExtentM, kExtentN);
   static_assert(kWarpsM > 0, "the warps cannot tile this MMA extent in 16x16 blocks");
   static constexpr int kWarpsN = kWarps / kWarpsM;
+  using PermutationN = cute::Layout<cute::Shape<cute::_8, cute::Int<kWarpsN>, cute::_2>,
+                                    cute::Stride<cute::_1, cute::_16, cute::_8>>;
   using type = decltype(cute::make_tiled_mma(
       MmaAtom{}, cute::Layout<cute::Shape<cute::Int<kWarpsM>, cute::Int<kWarpsN>, cute::_1>>{},
-      cute::Tile<cute::Int<16 * kWarpsM>, cute::Int<16 * kWarpsN>, cute::_16>{}));
+      cute::Tile<cute::Int<16 * kWarpsM>, PermutationN, cute::_16>{}));
 };
 
 // (rows, cols) row-major tile of 16-bit elements in 8-row swizzled atoms of

@@ -4,7 +4,8 @@
 //   load Q once (to registers, or kept in shared memory for large head dims);
 //   for each key tile that some row attends, last to first:
 //     S = Q K^T (fp32), softcap, mask where the tile needs it,
-//     online softmax (running max/sum, O rescaled), P = S as 16-bit,
+//     online softmax (running max/sum, O rescaled), P = S as 16-bit
+//     (with dropout the dropped elements zeroed: dropout.cuh),
 //     O += P V;
 //   O /= row sums, LSE, O staged through shared memory to 16-byte stores.
 // K and V have kKVStages shared buffers each. With one, their loads overlap
@@ -23,6 +24,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "attention/dropout.cuh"
 #include "attention/fragment_layout.cuh"
 #include "attention/mask.cuh"
 #include "attention/score_terms.cuh"
@@ -513,6 +515,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(FlashFwd
   constexpr int kRows = decltype(size<0>(acc_o_rc))::value;
   OnlineSoftmax<kRows> softmax;
   const auto head_of = [&](int row) { return head0 + row % group; };
+  // Dropout: the prefill kernels with terms only (the kvcache kernel never
+  // gets it); its grid's y extent is the query heads.
+  const bool dropout = kTerms && !kKVCache && p.terms.dropout.seed != nullptr;
+  const DropoutRng dropout_rng(kTerms && !kKVCache ? p.terms.dropout : DropoutParams{}, batch,
+                               int(gridDim.y), head);
 
   // Pipeline. Key tiles run last to first; tile n uses stage s, the next one
   // (n - 1) stage s + 1 (mod kStages). Commit groups go out in the order Q,
@@ -604,6 +611,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(FlashFwd
       mask.apply(scores, tScS, m0, n0, query_of);
     }
     softmax.template update<kFirstTile>(scores, acc_o_rc, p.scale_log2);
+    if constexpr (kTerms && !kKVCache) {
+      // The row sums keep every probability; O gets the kept ones, scaled
+      // by 1 / (1 - p) in the epilogue.
+      if (dropout) {
+        for_each_dropout(scores, tScS, m0, n0, dropout_rng, [&](int r, int c, bool kept) {
+          if (!kept) scores(r, c) = 0.0f;
+        });
+      }
+    }
     Tensor probs = convert_fragment<Element>(acc_s);
     Tensor tOrP =
         make_tensor(probs.data(), c_to_a_layout<typename Traits::MmaAtom>(probs.layout()));
@@ -638,6 +654,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(FlashFwd
   float sink_log2[kRows];
   sink_logits_log2(kTerms && num_splits == 1 ? p.sinks : nullptr, tScS, m0, head_of, sink_log2);
   softmax.finalize(acc_o_rc, p.scale_log2, row_lse, sink_log2);
+  if (dropout) {
+    CUTE_UNROLL
+    for (int i = 0; i < size(acc_o); ++i) acc_o(i) *= p.terms.dropout.scale;
+  }
   if constexpr (kKVCache) {
     if (num_splits > 1) {
       // This split's share, normalized by its own sum, straight from the

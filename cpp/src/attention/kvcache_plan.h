@@ -26,11 +26,11 @@ inline bool decode_shaped(const AttentionForwardProblem& p) {
 // Whether `p` runs in the kvcache kernel. Cache features need it; a
 // decode-shaped call takes it when its rows allow 16-byte vectors (the only
 // access the kvcache kernel has), else it stays on the prefill kernel.
-// A mask (no cache features: the API refuses both) keeps a call on the
-// prefill kernel, the only one compiled with masks.
+// A mask or dropout (no cache features: the API refuses both) keeps a call
+// on the prefill kernel, the only one compiled with them.
 inline bool uses_kvcache_kernel(const AttentionForwardProblem& p) {
-  return p.cache.enabled ||
-         (decode_shaped(p) && forward_vectors(p) && p.terms.mask.kind == MaskKind::none);
+  return p.cache.enabled || (decode_shaped(p) && forward_vectors(p) &&
+                             p.terms.mask.kind == MaskKind::none && !dropout_on(p.terms));
 }
 
 // The query heads of one KV head share a tile (one read of K and V per group)

@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "attention/attention_problem.h"
+#include "attention/dropout.cuh"
 #include "attention/mask.cuh"
 
 namespace samattn::attention {
@@ -29,6 +30,7 @@ struct ScoreTermsParams {
   MaskKind mask_kind;
   int64_t mask_batch, mask_head, mask_q;  // strides in bytes; keys are contiguous
   float bias_pre;                         // the scores' scale before additive terms (1 when capped)
+  DropoutParams dropout;
 };
 
 inline ScoreTermsParams score_terms_params(const AttentionForwardProblem& p) {
@@ -41,7 +43,8 @@ inline ScoreTermsParams score_terms_params(const AttentionForwardProblem& p) {
           m.batch_stride * bytes,
           m.head_stride * bytes,
           m.q_stride * bytes,
-          p.bias_pre};
+          p.bias_pre,
+          dropout_params(p.terms.dropout)};
 }
 
 // The terms of one row of a score tile: its ALiBi slope and diagonal, and

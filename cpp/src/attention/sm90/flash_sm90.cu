@@ -116,6 +116,7 @@ bool plan(const AttentionForwardProblem& problem, std::string* why) {
   if (problem.terms.mask.kind != MaskKind::none) {
     return decline(why, "attention masks are not in the sm90 forward yet");
   }
+  if (dropout_on(problem.terms)) return decline(why, "dropout is not in the sm90 forward yet");
   if (problem.seqlen_k <= 0) return decline(why, "no keys (seqlen_k = 0)");
   const SeqHeadView out{problem.o.ptr, problem.o.batch_stride, problem.o.seq_stride,
                         problem.o.head_stride};
@@ -204,7 +205,7 @@ bool plan_backward(const AttentionBackwardProblem& problem, std::string* why) {
     return decline(why, "variable-length calls with no rows, or more than 2^31 - 1");
   }
   if (backward_terms(problem.terms)) {
-    return decline(why, "ALiBi and attention masks are not in the sm90 backward yet");
+    return decline(why, "ALiBi, attention masks and dropout are not in the sm90 backward yet");
   }
   if (problem.seqlen_q <= 0 || problem.seqlen_k <= 0) return decline(why, "no queries or no keys");
   // Varlen: one packed tensor of total rows.

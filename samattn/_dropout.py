@@ -1,0 +1,131 @@
+"""Attention dropout: the per-call seed, and the kernels' keep decisions in torch ops.
+
+The kernels (``cpp/src/attention/dropout.cuh``) keep probability (b, h, i, j) iff its
+16-bit random word is at least ``threshold(p)``; the words come from Philox4x32-7 keyed by
+the call's 64-bit seed, one counter ``(j // 16, i // 16, b * nheads + h, lane)`` per lane
+of each 16 x 16 unit. The seed lives on the device and is drawn by torch's CUDA generator
+for every call (``new_seed``): ``torch.manual_seed`` reproduces a run, two calls differ,
+and a CUDA graph draws a new seed on every replay. ``keep_mask`` recomputes the decisions
+with torch ops, for tests and for ``return_attn_probs``.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import torch
+
+_M0, _M1 = 0xD2511F53, 0xCD9E8D57
+_W0, _W1 = 0x9E3779B9, 0xBB67AE85
+_LOW32 = 0xFFFFFFFF
+ROUNDS = 7
+
+
+def new_seed(device: torch.device) -> torch.Tensor:
+    """A fresh 64-bit seed (an int64 tensor of one element) on `device`, from torch's
+    generator of that device: a kernel launch, no host synchronization, captured by CUDA
+    graphs (each replay draws anew)."""
+    return torch.empty(1, dtype=torch.int64, device=device).random_()
+
+
+def _as_float32(p: float) -> float:
+    return struct.unpack("f", struct.pack("f", p))[0]
+
+
+def threshold(p: float) -> int:
+    """The smallest kept 16-bit word for dropout_p = p (the library rounds p to float32)."""
+    return min(65535, round(_as_float32(p) * 65536.0))
+
+
+def scale(p: float) -> float:
+    """The factor of a kept probability, 1 / (1 - p) (as float32 in the kernels)."""
+    return _as_float32(1.0 / (1.0 - _as_float32(p)))
+
+
+def _mulhilo(multiplier: int, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    product = x * multiplier  # < 2^64: int64 wraps, the bit pattern is exact
+    return (product >> 32) & _LOW32, product & _LOW32
+
+
+def philox(counter: list[torch.Tensor], key: int) -> list[torch.Tensor]:
+    """Philox4x32-7 of int64 tensors holding 32-bit counter words, under a 64-bit key."""
+    c0, c1, c2, c3 = counter
+    k0, k1 = key & _LOW32, (key >> 32) & _LOW32
+    for _ in range(ROUNDS):
+        hi0, lo0 = _mulhilo(_M0, c0)
+        hi1, lo1 = _mulhilo(_M1, c2)
+        c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
+        k0, k1 = (k0 + _W0) & _LOW32, (k1 + _W1) & _LOW32
+    return [c0, c1, c2, c3]
+
+
+def words(seed: int, batch: int, nheads: int, seqlen_q: int, seqlen_k: int,
+          device: torch.device | str = "cpu") -> torch.Tensor:  # fmt: skip
+    """The 16-bit words of every (b, h, i, j), int64 (batch, nheads, seqlen_q, seqlen_k)."""
+    b = torch.arange(batch, device=device).view(-1, 1, 1, 1)
+    h = torch.arange(nheads, device=device).view(1, -1, 1, 1)
+    i = torch.arange(seqlen_q, device=device).view(1, 1, -1, 1)
+    j = torch.arange(seqlen_k, device=device).view(1, 1, 1, -1)
+    shape = (batch, nheads, seqlen_q, seqlen_k)
+    r, c = i % 16, j % 16
+    lane = (r % 8) * 4 + (c % 8) // 2
+    counter = [
+        (j // 16).expand(shape),
+        (i // 16).expand(shape),
+        (b * nheads + h).expand(shape),
+        lane.expand(shape),
+    ]
+    out = philox(counter, seed & 0xFFFFFFFFFFFFFFFF)
+    word = (c // 8) * 4 + (r // 8) * 2 + c % 2
+    half = torch.stack(out).gather(0, (word // 2).expand(shape).unsqueeze(0)).squeeze(0)
+    return (half >> (16 * (word % 2))) & 0xFFFF
+
+
+def keep_mask(seed: int, p: float, batch: int, nheads: int, seqlen_q: int, seqlen_k: int,
+              device: torch.device | str = "cpu") -> torch.Tensor:  # fmt: skip
+    """Which probabilities a call with this seed and dropout_p keeps: bool (batch, nheads,
+    seqlen_q, seqlen_k), i and j counted within each sequence (varlen: take sequence b's
+    corner)."""
+    return words(seed, batch, nheads, seqlen_q, seqlen_k, device) >= threshold(p)
+
+
+def seed_value(seed: torch.Tensor) -> int:
+    """The seed tensor's value as the kernels read it (an unsigned 64-bit key)."""
+    return int(seed.item()) & 0xFFFFFFFFFFFFFFFF
+
+
+def attention_probs(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    lse: torch.Tensor,
+    softmax_scale: float,
+    causal: bool,
+    window_left: int,
+    window_right: int,
+    softcap: float,
+    alibi_slopes: torch.Tensor | None,
+) -> torch.Tensor:
+    """The attention probabilities of a fixed-length call, float32 (batch, nheads,
+    seqlen_q, seqlen_k), from the forward's lse (sinks included): exp(score - lse), 0
+    where the window hides the key. For return_attn_probs on small problems."""
+    _batch, seqlen_q, nheads, _ = q.shape
+    seqlen_k, nheads_k = k.shape[1], k.shape[2]
+    kf = k.float().repeat_interleave(nheads // nheads_k, dim=2)
+    scores = torch.einsum("bihd,bjhd->bhij", q.float(), kf) * softmax_scale
+    if softcap > 0:
+        scores = softcap * torch.tanh(scores / softcap)
+    i = torch.arange(seqlen_q, device=q.device).view(-1, 1)
+    j = torch.arange(seqlen_k, device=q.device).view(1, -1)
+    diagonal = i + seqlen_k - seqlen_q
+    if alibi_slopes is not None:
+        slopes = alibi_slopes.float().reshape(-1, nheads, 1, 1)  # (nheads,) or (batch, nheads)
+        scores = scores - slopes * (diagonal - j).abs()
+    visible = torch.ones(seqlen_q, seqlen_k, dtype=torch.bool, device=q.device)
+    right = 0 if causal else window_right
+    if right >= 0:
+        visible &= j <= diagonal + right
+    if window_left >= 0:
+        visible &= j >= diagonal - window_left
+    probs = torch.exp(scores - lse.float().unsqueeze(-1))
+    # A row that sees no key has lse +inf: exp(-inf) = 0 already.
+    return torch.where(visible, probs, 0.0)

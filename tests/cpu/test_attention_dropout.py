@@ -1,0 +1,71 @@
+"""Attention dropout's host side: the torch-ops Philox that recomputes the kernels' keep
+decisions (samattn/_dropout.py), the threshold, and the argument checks."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from samattn import _checks, _dropout
+
+MASK32 = 0xFFFFFFFF
+
+
+def philox_ints(counter: list[int], key: int) -> list[int]:
+    """Philox4x32-7 on Python ints: the reference for the tensor version's wraparound."""
+    c0, c1, c2, c3 = counter
+    k0, k1 = key & MASK32, key >> 32
+    for _ in range(7):
+        p0, p1 = 0xD2511F53 * c0, 0xCD9E8D57 * c2
+        c0, c1, c2, c3 = (p1 >> 32) ^ c1 ^ k0, p1 & MASK32, (p0 >> 32) ^ c3 ^ k1, p0 & MASK32
+        k0, k1 = (k0 + 0x9E3779B9) & MASK32, (k1 + 0xBB67AE85) & MASK32
+    return [c0, c1, c2, c3]
+
+
+def test_tensor_philox_matches_integer_philox():
+    rng = random.Random(5)
+    counters = [[rng.getrandbits(32) for _ in range(4)] for _ in range(64)]
+    counters += [[MASK32] * 4, [0] * 4]
+    key = rng.getrandbits(64)
+    columns = [torch.tensor([c[i] for c in counters], dtype=torch.int64) for i in range(4)]
+    out = _dropout.philox(columns, key)
+    for n, counter in enumerate(counters):
+        assert [int(o[n]) for o in out] == philox_ints(counter, key)
+
+
+def test_words_follow_the_unit_map():
+    # Word (b, h, i, j) is 16 bits of the Philox output of its unit's lane.
+    seed = 0x123456789ABCDEF0
+    words = _dropout.words(seed, 2, 3, 40, 37)
+    for b, h, i, j in [(0, 0, 0, 0), (1, 2, 39, 36), (0, 1, 17, 9), (1, 0, 8, 31)]:
+        r, c = i % 16, j % 16
+        lane = (r % 8) * 4 + (c % 8) // 2
+        out = philox_ints([j // 16, i // 16, b * 3 + h, lane], seed)
+        word = (c // 8) * 4 + (r // 8) * 2 + c % 2
+        assert int(words[b, h, i, j]) == (out[word // 2] >> (16 * (word % 2))) & 0xFFFF
+
+
+def test_kept_fraction_and_threshold():
+    assert _dropout.threshold(0.0) == 0 and _dropout.threshold(0.5) == 32768
+    assert _dropout.threshold(0.999999) == 65535
+    keep = _dropout.keep_mask(7, 0.3, 4, 8, 128, 128)
+    assert abs(keep.float().mean().item() - 0.7) < 0.005
+    other = _dropout.keep_mask(8, 0.3, 4, 8, 128, 128)
+    assert (keep != other).float().mean().item() > 0.3  # another seed, another pattern
+    assert not torch.equal(keep[0, 0], keep[0, 1])  # heads draw their own
+
+
+def test_dropout_arguments_are_checked():
+    q = torch.empty(1, 4, 1, 8, dtype=torch.float16)
+    with pytest.raises(ValueError, match="dropout_p must be < 1"):
+        _checks.check_dropout("op", 1.0)
+    with pytest.raises(TypeError, match="dropout_p must be a float"):
+        _checks.check_dropout("op", True)
+    _checks.attention_dropout("op", 0.0, None, q)  # off: no seed needed
+    with pytest.raises(TypeError, match="dropout_seed must be a torch.Tensor"):
+        _checks.attention_dropout("op", 0.1, None, q)
+    with pytest.raises(ValueError, match="dropout_seed must be an int64 tensor of one element"):
+        _checks.attention_dropout("op", 0.1, torch.zeros(2, dtype=torch.int64), q)
+    _checks.attention_dropout("op", 0.1, torch.zeros(1, dtype=torch.int64), q)

@@ -1,0 +1,304 @@
+"""Attention dropout on the GPU (the issue "Attention without holes").
+
+The kernels keep probability (b, h, i, j) iff its Philox word passes the threshold
+(cpp/src/attention/dropout.cuh); samattn._dropout.keep_mask recomputes those decisions with
+torch ops from the call's seed, which these tests capture. So the output and the gradients
+are checked element for element against float64 references that drop exactly the same
+probabilities: softmax(scores) * keep / (1 - p) @ v. Accuracy rule as in the other
+attention tests (gpu_checks.assert_close_to_reference): twice the error of the same
+reference in the input dtype, plus a floor.
+
+Beyond that: the kept fraction matches dropout_p; the output's mean over many seeds is the
+output without dropout; torch.manual_seed reproduces a call and two calls differ; a CUDA
+graph draws a new mask per replay; the deterministic backward is bit-identical; S_dmask
+(return_attn_probs) marks exactly the dropped probabilities; sm90 hands dropout to sm80.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from gpu_checks import (
+    DEVICE,
+    UNIT_ROUNDOFF,
+    assert_close_to_reference,
+    call_forced,
+    capture_graph,
+    poison_allocator,
+    randn,
+    runnable_families,
+)
+
+import samattn
+from samattn import _dropout
+from samattn import attention as attention_module
+
+F16, BF16 = torch.float16, torch.bfloat16
+
+
+@pytest.fixture(params=["sm80", "sm75"])
+def attn_family(request) -> str:
+    if request.param not in runnable_families():
+        pytest.skip(f"{request.param} is not built or cannot run on this GPU")
+    return request.param
+
+
+@pytest.fixture
+def seeds(monkeypatch) -> list[torch.Tensor]:
+    """The seed tensors the calls draw, in order."""
+    drawn: list[torch.Tensor] = []
+    real = _dropout.new_seed
+
+    def spy(device):
+        seed = real(device)
+        drawn.append(seed)
+        return seed
+
+    monkeypatch.setattr(attention_module._dropout, "new_seed", spy)
+    return drawn
+
+
+def reference(q, k, v, keep, p, scale, causal=False, window=(-1, -1), softcap=0.0,
+              dtype=torch.float64):  # fmt: skip
+    """Attention with the probabilities `keep` (b, h, sq, sk) marks kept, computed in
+    `dtype`; q (b, sq, h, d), k and v (b, sk, hk, d)."""
+    _b, sq, h, _d = q.shape
+    sk, hk = k.shape[1], k.shape[2]
+    qd, kd, vd = (t.to(dtype) for t in (q, k, v))
+    kd = kd.repeat_interleave(h // hk, dim=2)
+    vd = vd.repeat_interleave(h // hk, dim=2)
+    scores = torch.einsum("bihd,bjhd->bhij", qd, kd) * scale
+    if softcap > 0:
+        scores = softcap * torch.tanh(scores / softcap)
+    i = torch.arange(sq, device=q.device).view(-1, 1)
+    j = torch.arange(sk, device=q.device).view(1, -1)
+    diagonal = i + sk - sq
+    visible = torch.ones(sq, sk, dtype=torch.bool, device=q.device)
+    right = 0 if causal else window[1]
+    if right >= 0:
+        visible &= j <= diagonal + right
+    if window[0] >= 0:
+        visible &= j >= diagonal - window[0]
+    scores = scores.masked_fill(~visible, float("-inf"))
+    probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # rows that see no key: 0
+    dropped = probs * keep.to(dtype) / (1.0 - p)
+    return torch.einsum("bhij,bjhd->bihd", dropped, vd)
+
+
+CASES = {
+    # name: (b, sq, sk, h, hk, d, options)
+    "plain d64": (2, 97, 131, 3, 3, 64, {}),
+    "causal d128": (1, 130, 77, 2, 2, 128, {"causal": True}),
+    "window gqa d64": (2, 64, 200, 4, 2, 64, {"window_size": (37, 5)}),
+    "softcap d40 padded": (1, 50, 70, 2, 1, 40, {"softcap": 5.0}),
+    "odd head dim 33": (1, 33, 45, 2, 2, 33, {}),
+}
+
+
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_forward_and_gradients_match_the_reference(attn_family, seeds, case, dtype):
+    family = attn_family
+    if family == "sm75" and dtype == BF16:
+        pytest.skip("sm75 runs float16 attention")
+    b, sq, sk, h, hk, d, options = CASES[case]
+    p = 0.17
+    q = randn(b, sq, h, d, dtype=dtype).requires_grad_()
+    k = randn(b, sk, hk, d, dtype=dtype).requires_grad_()
+    v = randn(b, sk, hk, d, dtype=dtype).requires_grad_()
+    poison_allocator((b, sq, h, d), dtype)
+    out = call_forced(family, lambda: samattn.flash_attn_func(q, k, v, p, **options))
+    assert len(seeds) == 1
+    keep = _dropout.keep_mask(_dropout.seed_value(seeds[0]), p, b, h, sq, sk, DEVICE)
+    scale = d**-0.5
+    args = dict(
+        causal=options.get("causal", False),
+        window=options.get("window_size", (-1, -1)),
+        softcap=options.get("softcap", 0.0),
+    )
+    ref = reference(q, k, v, keep, p, scale, **args)
+    low = reference(q, k, v, keep, p, scale, **args, dtype=dtype)
+    floor = 4 * UNIT_ROUNDOFF[dtype]
+    assert_close_to_reference(out.detach(), ref.detach(), low.detach(), floor, f"{case} out")
+
+    dout = randn(b, sq, h, d, dtype=dtype)
+    # The backward runs on autograd's thread with the forward's family.
+    grads = torch.autograd.grad(out, (q, k, v), dout)
+    ref_grads = torch.autograd.grad(ref, (q, k, v), dout.double())
+    low_grads = torch.autograd.grad(low, (q, k, v), dout)
+    for name, g, r, lo in zip("qkv", grads, ref_grads, low_grads):
+        assert_close_to_reference(g, r, lo, 8 * UNIT_ROUNDOFF[dtype], f"{case} d{name}")
+
+
+def test_varlen_drops_per_sequence(attn_family, seeds):
+    family = attn_family
+    # Sequence b's indices count from its own first row; its batch index is b.
+    dtype = F16
+    lengths_q, lengths_k = [17, 0, 64, 33], [40, 5, 64, 1]
+    cu_q = torch.tensor([0, *torch.tensor(lengths_q).cumsum(0).tolist()], dtype=torch.int32,
+                        device=DEVICE)  # fmt: skip
+    cu_k = torch.tensor([0, *torch.tensor(lengths_k).cumsum(0).tolist()], dtype=torch.int32,
+                        device=DEVICE)  # fmt: skip
+    h, d, p = 2, 64, 0.3
+    q = randn(sum(lengths_q), h, d, dtype=dtype)
+    k = randn(sum(lengths_k), h, d, dtype=dtype)
+    v = randn(sum(lengths_k), h, d, dtype=dtype)
+    out = call_forced(
+        family,
+        lambda: samattn.flash_attn_varlen_func(
+            q, k, v, cu_q, cu_k, max(lengths_q), max(lengths_k), p, causal=True
+        ),
+    )
+    seed = _dropout.seed_value(seeds[0])
+    keep = _dropout.keep_mask(seed, p, len(lengths_q), h, max(lengths_q), max(lengths_k), DEVICE)
+    for s, (lq, lk) in enumerate(zip(lengths_q, lengths_k)):
+        if lq == 0:
+            continue
+        rows = slice(cu_q[s].item(), cu_q[s].item() + lq)
+        keys = slice(cu_k[s].item(), cu_k[s].item() + lk)
+        args = (q[rows][None], k[keys][None], v[keys][None], keep[s : s + 1, :, :lq, :lk], p,
+                d**-0.5)  # fmt: skip
+        ref = reference(*args, causal=True)[0]
+        low = reference(*args, causal=True, dtype=dtype)[0]
+        assert_close_to_reference(out[rows], ref, low, 4 * UNIT_ROUNDOFF[dtype], f"seq {s}")
+
+
+def test_kept_fraction_and_expectation():
+    # The kept fraction is 1 - p; the mean output over many calls tends to the output
+    # without dropout (dropout is unbiased).
+    torch.manual_seed(1)
+    b, s, h, d, p = 1, 256, 4, 64, 0.25
+    q, k, v = (randn(b, s, h, d, dtype=BF16) for _ in range(3))
+    _, lse, s_dmask = samattn.flash_attn_func(q, k, v, p, return_attn_probs=True)
+    kept = (~s_dmask.signbit()).float().mean().item()
+    assert abs(kept - (1 - p)) < 0.01, kept
+    plain = samattn.flash_attn_func(q, k, v).double()
+    calls = 400
+    mean = sum(samattn.flash_attn_func(q, k, v, p).double() for _ in range(calls)) / calls
+    # Each output element averages `calls` independent draws: its standard error is about
+    # sqrt(p / (1 - p) * sum_j P_ij^2 v_j^2 / calls); bound the mean error by 6 of those.
+    probs = _dropout.attention_probs(q, k, lse, d**-0.5, False, -1, -1, 0.0, None).double()
+    variance = torch.einsum("bhij,bjhd->bihd", probs**2, v.double() ** 2) * p / (1 - p)
+    error = (mean - plain).abs()
+    assert (error <= 6 * (variance / calls).sqrt() + 2e-2 * plain.abs().max()).all()
+
+
+def test_seed_reproduces_and_calls_differ():
+    q, k, v = (randn(2, 64, 2, 64, dtype=F16) for _ in range(3))
+    torch.manual_seed(7)
+    first = samattn.flash_attn_func(q, k, v, 0.5)
+    second = samattn.flash_attn_func(q, k, v, 0.5)
+    torch.manual_seed(7)
+    again = samattn.flash_attn_func(q, k, v, 0.5)
+    assert torch.equal(first, again)
+    assert not torch.equal(first, second)
+
+
+def test_graph_replay_draws_new_masks():
+    q, k, v = (randn(1, 64, 2, 64, dtype=BF16) for _ in range(3))
+    graph, out = capture_graph(lambda: samattn.flash_attn_func(q, k, v, 0.5))
+    graph.replay()
+    first = out.clone()
+    graph.replay()
+    assert not torch.equal(first, out)
+    torch.cuda.synchronize()
+
+
+def test_deterministic_backward_is_bit_identical(seeds):
+    q, k, v = (randn(2, 200, 4, 64, dtype=BF16).requires_grad_() for _ in range(3))
+    dout = randn(2, 200, 4, 64, dtype=BF16)
+    torch.manual_seed(3)
+    out = samattn.flash_attn_func(q, k, v, 0.2, causal=True, deterministic=True)
+    first = torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
+    second = torch.autograd.grad(out, (q, k, v), dout)
+    for a, b in zip(first, second):
+        assert torch.equal(a, b)
+
+
+def test_s_dmask_marks_the_dropped_probabilities(seeds):
+    b, s, h, d, p = 2, 70, 3, 64, 0.4
+    q, k, v = (randn(b, s, h, d, dtype=F16) for _ in range(3))
+    out, _lse, s_dmask = samattn.flash_attn_func(q, k, v, p, causal=True, return_attn_probs=True)
+    keep = _dropout.keep_mask(_dropout.seed_value(seeds[0]), p, b, h, s, s, DEVICE)
+    assert s_dmask.shape == (b, h, s, s) and s_dmask.dtype == F16
+    visible = torch.ones(s, s, dtype=torch.bool, device=DEVICE).tril()
+    assert torch.equal(~s_dmask.signbit() | ~visible, keep | ~visible)
+    probs = torch.softmax(
+        (torch.einsum("bihd,bjhd->bhij", q.double(), k.double()) * d**-0.5).masked_fill(
+            ~visible, float("-inf")
+        ),
+        dim=-1,
+    )
+    torch.testing.assert_close(s_dmask.abs().double(), probs, atol=2e-3, rtol=1e-2)
+    # The output is the kept probabilities, scaled, times v.
+    dropped = torch.where(s_dmask.signbit(), 0.0, s_dmask.double()) / (1 - p)
+    torch.testing.assert_close(
+        out.double(), torch.einsum("bhij,bjhd->bihd", dropped, v.double()), atol=5e-3, rtol=0
+    )
+
+
+def test_sm90_hands_dropout_to_sm80():
+    if "sm90" not in runnable_families():
+        pytest.skip("sm90 is not built or cannot run on this GPU")
+    q, k, v = (randn(1, 128, 2, 64, dtype=BF16) for _ in range(3))
+    seed = _dropout.new_seed(q.device)
+    out, lse = call_forced(
+        "sm90",
+        lambda: samattn._cuda.flash_attn_forward(
+            q, k, v, None, None, 0, 0, 0.125, False, -1, -1, 0.0, dropout_p=0.1, dropout_seed=seed
+        ),
+        expected="sm80",
+    )
+    call_forced(
+        "sm90",
+        lambda: samattn._cuda.flash_attn_backward(
+            torch.ones_like(out),
+            q,
+            k,
+            v,
+            out,
+            lse,
+            None,
+            None,
+            0,
+            0,
+            0.125,
+            False,
+            -1,
+            -1,
+            0.0,
+            False,
+            dropout_p=0.1,
+            dropout_seed=seed,
+        ),
+        expected="sm80",
+    )
+
+
+def test_bad_dropout_arguments():
+    q, k, v = (randn(1, 16, 1, 64, dtype=F16) for _ in range(3))
+    with pytest.raises(ValueError, match="dropout_p must be < 1"):
+        samattn.flash_attn_func(q, k, v, 1.0)
+    with pytest.raises(ValueError, match=r"dropout_p must be in \[0, 1\]"):
+        samattn.flash_attn_func(q, k, v, -0.1)
+    with pytest.raises(ValueError, match="dropout_seed must be an int64 tensor"):
+        torch.ops.samattn.flash_attn_forward(
+            q,
+            k,
+            v,
+            None,
+            None,
+            0,
+            0,
+            0.125,
+            False,
+            -1,
+            -1,
+            0.0,
+            False,
+            None,
+            None,
+            None,
+            0.1,
+            torch.zeros(1, device=DEVICE),
+        )
