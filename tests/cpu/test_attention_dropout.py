@@ -64,7 +64,7 @@ def test_dropout_arguments_are_checked():
     with pytest.raises(TypeError, match="dropout_p must be a float"):
         _checks.check_dropout("op", True)
     _checks.attention_dropout("op", 0.0, None, q)  # off: no seed needed
-    with pytest.raises(TypeError, match="dropout_seed must be a torch.Tensor"):
+    with pytest.raises(TypeError, match=r"dropout_seed must be a torch\.Tensor"):
         _checks.attention_dropout("op", 0.1, None, q)
     with pytest.raises(ValueError, match="dropout_seed must be an int64 tensor of one element"):
         _checks.attention_dropout("op", 0.1, torch.zeros(2, dtype=torch.int64), q)
