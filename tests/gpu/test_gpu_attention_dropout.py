@@ -11,7 +11,8 @@ reference in the input dtype, plus a floor.
 Beyond that: the kept fraction matches dropout_p; the output's mean over many seeds is the
 output without dropout; torch.manual_seed reproduces a call and two calls differ; a CUDA
 graph draws a new mask per replay; the deterministic backward is bit-identical; S_dmask
-(return_attn_probs) marks exactly the dropped probabilities; sm90 hands dropout to sm80.
+(return_attn_probs) marks exactly the dropped probabilities; the sm90 forward runs dropout,
+its backward hands it to sm80.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from gpu_checks import (
     assert_close_to_reference,
     call_forced,
     capture_graph,
+    forced_runs,
     poison_allocator,
     randn,
     runnable_families,
@@ -36,8 +38,9 @@ from samattn import attention as attention_module
 F16, BF16 = torch.float16, torch.bfloat16
 
 
-@pytest.fixture(params=["sm80", "sm75"])
+@pytest.fixture(params=["sm90", "sm80", "sm75"])
 def attn_family(request) -> str:
+    """The forward's family (the sm90 backward hands dropout to sm80)."""
     if request.param not in runnable_families():
         pytest.skip(f"{request.param} is not built or cannot run on this GPU")
     return request.param
@@ -107,7 +110,9 @@ def test_forward_and_gradients_match_the_reference(attn_family, seeds, case, dty
     k = randn(b, sk, hk, d, dtype=dtype).requires_grad_()
     v = randn(b, sk, hk, d, dtype=dtype).requires_grad_()
     poison_allocator((b, sq, h, d), dtype)
-    out = call_forced(family, lambda: samattn.flash_attn_func(q, k, v, p, **options))
+    out = call_forced(
+        family, lambda: samattn.flash_attn_func(q, k, v, p, **options), expected=forced_runs(family)
+    )
     assert len(seeds) == 1
     keep = _dropout.keep_mask(_dropout.seed_value(seeds[0]), p, b, h, sq, sk, DEVICE)
     scale = d**-0.5
@@ -148,6 +153,7 @@ def test_varlen_drops_per_sequence(attn_family, seeds):
         lambda: samattn.flash_attn_varlen_func(
             q, k, v, cu_q, cu_k, max(lengths_q), max(lengths_k), p, causal=True
         ),
+        expected=forced_runs(family),
     )
     seed = _dropout.seed_value(seeds[0])
     keep = _dropout.keep_mask(seed, p, len(lengths_q), h, max(lengths_q), max(lengths_k), DEVICE)
@@ -237,7 +243,8 @@ def test_s_dmask_marks_the_dropped_probabilities(seeds):
     )
 
 
-def test_sm90_hands_dropout_to_sm80():
+def test_sm90_forward_and_sm80_backward():
+    # The sm90 forward runs dropout itself; its backward hands dropout to sm80.
     if "sm90" not in runnable_families():
         pytest.skip("sm90 is not built or cannot run on this GPU")
     q, k, v = (randn(1, 128, 2, 64, dtype=BF16) for _ in range(3))
@@ -247,7 +254,6 @@ def test_sm90_hands_dropout_to_sm80():
         lambda: samattn._cuda.flash_attn_forward(
             q, k, v, None, None, 0, 0, 0.125, False, -1, -1, 0.0, dropout_p=0.1, dropout_seed=seed
         ),
-        expected="sm80",
     )
     call_forced(
         "sm90",

@@ -57,15 +57,15 @@ __device__ inline uint4 philox_4x32_7(uint4 counter, uint2 key) {
 // The dropout draws of one (batch, head) of a call.
 struct DropoutRng {
   uint2 key;
-  uint32_t stream;  // batch * nheads + head
-  uint32_t threshold;
+  uint32_t stream;          // batch * nheads + head
+  uint32_t threshold_high;  // the threshold in the high 16 bits
 
   // Reads the seed only when dropout is on.
   __device__ DropoutRng(DropoutParams const& d, int batch, int nheads, int head) {
     const uint64_t seed = d.seed != nullptr ? *d.seed : 0;
     key = make_uint2(uint32_t(seed), uint32_t(seed >> 32));
     stream = uint32_t(batch) * uint32_t(nheads) + uint32_t(head);
-    threshold = d.threshold;
+    threshold_high = d.threshold << 16;
   }
 
   __device__ uint4 words(int unit_row, int unit_col, int lane) const {
@@ -99,9 +99,11 @@ __device__ inline void for_each_dropout(Scores const& scores, Coords const& coor
       for (int dr = 0; dr < 2; ++dr) {
         CUTE_UNROLL
         for (int dc = 0; dc < 4; ++dc) {
+          // Word 2w + 1 is the high half of output w: compared in place;
+          // word 2w is its low half: shifted up first.
           const int word = (dc / 2) * 4 + dr * 2 + dc % 2;
-          const uint32_t bits = (halves[word / 2] >> (16 * (word % 2))) & 0xFFFFu;
-          keep(r0 + dr, c0 + dc, bits >= rng.threshold);
+          const uint32_t half = halves[word / 2];
+          keep(r0 + dr, c0 + dc, (word % 2 == 1 ? half : half << 16) >= rng.threshold_high);
         }
       }
     }

@@ -601,7 +601,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_bwd_kernel(FlashBwd
     const GmemAccess access{kVectors, p.headdim};
 
     // S and dP: A = Q / dO, B = K / V, both K-major (ldmatrix).
-    typename Traits::TiledMmaSdP mma_sdp;
+    std::conditional_t<kTerms, typename Traits::TiledMmaSdPUnits, typename Traits::TiledMmaSdP>
+        mma_sdp;
     auto thr_sdp = mma_sdp.get_slice(tid);
     Tensor tSrA = thr_sdp.partition_fragment_A(sQ);  // (MMA, MMA_M, D/16), Q or dO
     Tensor tSrB = thr_sdp.partition_fragment_B(sK);  // (MMA, MMA_N, D/16), K or V

@@ -2,13 +2,16 @@
 // MMAs, shared-memory layouts and their transposed views, copy atoms.
 #pragma once
 
+#include <type_traits>
+
 #include "attention/flash_bwd_config.h"
 #include "attention/flash_fwd_traits.h"
 
 namespace samattn::attention {
 
-// Warps over an (M, N) MMA tile, each taking whole 16x16 blocks (16 columns
-// so that one ldmatrix.x4 loads a B fragment of two n8 atoms). The split
+// Warps over an (M, N) MMA tile, 16 x 16 per warp and tile repeat (two n8
+// atoms, so that one ldmatrix.x4 loads a B fragment; see WarpTiledMma for
+// which columns). The split
 // minimizes a warp's M + N extent: the A and B fragments it loads per
 // k-step, which the loads of the next k-step keep live next to the
 // accumulators.
@@ -23,19 +26,21 @@ constexpr int balanced_warps_m(int warps, int extent_m, int extent_n) {
   return best;
 }
 
-// The N permutation gives each warp two adjacent n8 atoms (warp n of a
-// 16 * kWarpsN tile takes columns 16n .. 16n + 15), so that a warp's S tile is
+// kWholeUnits permutes N so that each warp takes two adjacent n8 atoms (warp
+// n of a 16 * kWarpsN tile takes columns 16n .. 16n + 15): its S tile is then
 // whole 16 x 16 units, as dropout's random words are laid out (dropout.cuh).
-template <class MmaAtom, int kWarps, int kExtentM, int kExtentN>
+// Otherwise warp n takes columns 8n .. 8n + 7 and 8 (kWarpsN + n) .. + 7.
+template <class MmaAtom, int kWarps, int kExtentM, int kExtentN, bool kWholeUnits = false>
 struct WarpTiledMma {
   static constexpr int kWarpsM = balanced_warps_m(kWarps, kExtentM, kExtentN);
   static_assert(kWarpsM > 0, "the warps cannot tile this MMA extent in 16x16 blocks");
   static constexpr int kWarpsN = kWarps / kWarpsM;
-  using PermutationN = cute::Layout<cute::Shape<cute::_8, cute::Int<kWarpsN>, cute::_2>,
-                                    cute::Stride<cute::_1, cute::_16, cute::_8>>;
+  using UnitsN = cute::Layout<cute::Shape<cute::_8, cute::Int<kWarpsN>, cute::_2>,
+                              cute::Stride<cute::_1, cute::_16, cute::_8>>;
+  using TileN = std::conditional_t<kWholeUnits, UnitsN, cute::Int<16 * kWarpsN>>;
   using type = decltype(cute::make_tiled_mma(
       MmaAtom{}, cute::Layout<cute::Shape<cute::Int<kWarpsM>, cute::Int<kWarpsN>, cute::_1>>{},
-      cute::Tile<cute::Int<16 * kWarpsM>, PermutationN, cute::_16>{}));
+      cute::Tile<cute::Int<16 * kWarpsM>, TileN, cute::_16>{}));
 };
 
 // (rows, cols) row-major tile of 16-bit elements in 8-row swizzled atoms of
@@ -82,6 +87,8 @@ struct FlashBwdTraits<FlashBwdConfig<T, kHeadDim_, kBlockM_, kBlockN_, kWarps_, 
   // LSE), so the warps may split both modes.
   using MmaAtom = typename MmaAtomOf<F, T>::type;
   using TiledMmaSdP = typename WarpTiledMma<MmaAtom, kWarps, kBlockM, kBlockN>::type;
+  // The kernels with score terms, which run dropout: S in whole 16 x 16 units.
+  using TiledMmaSdPUnits = typename WarpTiledMma<MmaAtom, kWarps, kBlockM, kBlockN, true>::type;
   using TiledMmaDKV = typename WarpTiledMma<MmaAtom, kWarps, kBlockN, kHeadDim>::type;
   // dQ of large head dims in two column slices (whole 64-column swizzle
   // atoms of K): its accumulator and fragments then fit next to dK and dV.

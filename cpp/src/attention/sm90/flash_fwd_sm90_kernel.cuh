@@ -38,6 +38,7 @@
 
 #include <cmath>
 
+#include "attention/dropout.cuh"
 #include "attention/mask.cuh"
 #include "attention/score_terms.cuh"
 #include "attention/sm90/flash_fwd_sm90_config.h"
@@ -158,7 +159,7 @@ struct FwdParams {
   typename Traits::Element* o;
   int64_t o_seq, o_head;
   AttentionMask mask;      // fixed length; varlen: its window, with each sequence's lengths
-  ScoreTermsParams terms;  // ALiBi (the kernel with kTerms); no mask: the plan declines those
+  ScoreTermsParams terms;  // ALiBi, dropout (kTerms); no mask: the plan declines those
   const float* sinks;      // (nheads,) or nullptr
   int kv_group;
   float softcap, softcap_pre, scale_log2;
@@ -239,8 +240,8 @@ struct GemmTurns {
   }
 };
 
-// kTerms: the kernel with ALiBi and sinks (score_terms.cuh), so that calls
-// without them run code that has none.
+// kTerms: the kernel with ALiBi, sinks and dropout (score_terms.cuh,
+// dropout.cuh), so that calls without them run code that has none.
 template <class Traits, bool kTerms>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     flash_fwd_sm90_kernel(CUTE_GRID_CONSTANT FwdParams<Traits> const p) {
@@ -363,6 +364,21 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     const int m0 = tile.m_block * kBlockM;
     clear(tOrO);
     OnlineSoftmax<kRows> softmax;
+    // Dropout zeroes the dropped probabilities after the row sums took them;
+    // O is scaled by 1 / (1 - p) in the epilogue.
+    const bool dropout = kTerms && p.terms.dropout.seed != nullptr;
+    const DropoutRng dropout_rng(kTerms ? p.terms.dropout : DropoutParams{}, tile.batch,
+                                 int(get<2>(p.shape_q)), tile.head);
+    auto drop = [&](int n) {
+      if constexpr (kTerms) {
+        if (dropout) {
+          for_each_dropout(scores, score_coords, m0, n * kBlockN, dropout_rng,
+                           [&](int r, int c, bool kept) {
+                             if (!kept) scores(r, c) = 0.0f;
+                           });
+        }
+      }
+    };
 
     // Softcap, ALiBi, then -inf where the mask says so (only tiles that
     // cross a boundary pay for the mask).
@@ -395,6 +411,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       score_terms(n);
       float correction[kRows];
       softmax.template update_deferred<true>(scores, p.scale_log2, correction);
+      drop(n);
       convert_gmma_fragment(tSrS, tOrP);
       for (--n; n >= tile.n_begin; --n) {
         int next = stage + 1, next_phase = phase;
@@ -415,6 +432,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         Barrier::arrive(&smem.k_empty[next]);
         score_terms(n);
         softmax.template update_deferred<false>(scores, p.scale_log2, correction);
+        drop(n);
         warpgroup_wait<0>();
         warpgroup_fence_operand(tOrO);
         Barrier::arrive(&smem.v_empty[stage]);
@@ -447,6 +465,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         kTerms ? p.sinks : nullptr, out_coords, m0, [&](int) { return tile.head; }, sink_log2);
     // Rows with no key: zeros, and LSE +inf (or the sink's logit).
     softmax.finalize(out, p.scale_log2, lse, sink_log2);
+    if (dropout) {
+      CUTE_UNROLL
+      for (int i = 0; i < size(tOrO); ++i) tOrO(i) *= p.terms.dropout.scale;
+    }
 
     // O's own buffer: wait until the last tile's store has read it. (Staged
     // in Q's buffer, O needs no wait: every wgmma that read Q has completed,

@@ -116,7 +116,6 @@ bool plan(const AttentionForwardProblem& problem, std::string* why) {
   if (problem.terms.mask.kind != MaskKind::none) {
     return decline(why, "attention masks are not in the sm90 forward yet");
   }
-  if (dropout_on(problem.terms)) return decline(why, "dropout is not in the sm90 forward yet");
   if (problem.seqlen_k <= 0) return decline(why, "no keys (seqlen_k = 0)");
   const SeqHeadView out{problem.o.ptr, problem.o.batch_stride, problem.o.seq_stride,
                         problem.o.head_stride};
