@@ -906,10 +906,12 @@ def flash_attn_masked_backward(
     sinks: torch.Tensor | None = None,
     mask_grad: bool = False,
     op: str | None = None,
+    dropout_p: float = 0.0,
+    dropout_seed: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """(dq, dk, dv, dsinks, dmask) of fixed-length attention under attn_mask on the GPU:
     flash_attn_backward's four, and with mask_grad (a float mask only) the gradient of
-    attn_mask, in its shape and dtype, else None."""
+    attn_mask, in its shape and dtype, else None. dropout_p, dropout_seed: the forward's."""
     dmask = None
     if mask_grad:  # checked in the fake's order, before dmask is allocated
         sizes = _checks.attention_sizes(q, k, v, None, None, 0, 0, op)
@@ -922,6 +924,7 @@ def flash_attn_masked_backward(
     dq, dk, dv, dsinks = flash_attn_backward(
         dout, q, k, v, out, softmax_lse, None, None, 0, 0, softmax_scale, causal, window_left,
         window_right, softcap, deterministic, alibi_slopes, sinks, op, attn_mask, dmask,
+        dropout_p, dropout_seed,
     )  # fmt: skip
     if dmask is not None:
         dmask = _mask_gradient(dmask, attn_mask)

@@ -355,10 +355,13 @@ def _flash_attn_masked_forward(
     deterministic: bool,
     alibi_slopes: Optional[Tensor] = None,
     sinks: Optional[Tensor] = None,
+    dropout_p: float = 0.0,
+    dropout_seed: Optional[Tensor] = None,
 ) -> tuple[Tensor, Tensor]:
     return _cuda.flash_attn_forward(
         q, k, v, None, None, 0, 0, softmax_scale, causal, window_left, window_right, softcap,
-        alibi_slopes=alibi_slopes, sinks=sinks, attn_mask=attn_mask,
+        alibi_slopes=alibi_slopes, sinks=sinks, attn_mask=attn_mask, dropout_p=dropout_p,
+        dropout_seed=dropout_seed,
     )  # fmt: skip
 
 
@@ -376,10 +379,13 @@ def _flash_attn_masked_forward_fake(
     deterministic: bool,
     alibi_slopes: Optional[Tensor] = None,
     sinks: Optional[Tensor] = None,
+    dropout_p: float = 0.0,
+    dropout_seed: Optional[Tensor] = None,
 ) -> tuple[Tensor, Tensor]:
     op = "samattn.flash_attn_func"
     sizes = _checks.attention_sizes(q, k, v, None, None, 0, 0, op)
     _checks.attention_mask(op, attn_mask, sizes, q)
+    _checks.attention_dropout(op, dropout_p, dropout_seed, q)
     if alibi_slopes is not None or sinks is not None:
         _checks.attention_terms(op, alibi_slopes, sinks, sizes.batch, sizes.nheads, q)
     return q.new_empty(sizes.out_shape), q.new_empty(sizes.lse_shape, dtype=torch.float32)
@@ -403,10 +409,13 @@ def _flash_attn_masked_backward(
     alibi_slopes: Optional[Tensor] = None,
     sinks: Optional[Tensor] = None,
     mask_grad: bool = False,
+    dropout_p: float = 0.0,
+    dropout_seed: Optional[Tensor] = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     dq, dk, dv, dsinks, dmask = _cuda.flash_attn_masked_backward(
         dout, q, k, v, out, softmax_lse, attn_mask, softmax_scale, causal, window_left,
         window_right, softcap, deterministic, alibi_slopes, sinks, mask_grad,
+        dropout_p=dropout_p, dropout_seed=dropout_seed,
     )  # fmt: skip
     # Gradients not asked for: empty, so that the op has one schema.
     if dsinks is None:
@@ -434,10 +443,13 @@ def _flash_attn_masked_backward_fake(
     alibi_slopes: Optional[Tensor] = None,
     sinks: Optional[Tensor] = None,
     mask_grad: bool = False,
+    dropout_p: float = 0.0,
+    dropout_seed: Optional[Tensor] = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     op = "samattn.flash_attn_backward"
     sizes = _checks.attention_sizes(q, k, v, None, None, 0, 0, op)
     _checks.flash_attn_backward(dout, out, softmax_lse, q, sizes)
+    _checks.attention_dropout(op, dropout_p, dropout_seed, q)
     _checks.attention_mask(op, attn_mask, sizes, q, grad=mask_grad)
     if alibi_slopes is not None or sinks is not None:
         _checks.attention_terms(op, alibi_slopes, sinks, sizes.batch, sizes.nheads, q)
@@ -450,17 +462,19 @@ def _flash_attn_masked_backward_fake(
 
 
 # flash_attn_masked_forward's inputs: q, k, v, attn_mask, the 6 scalars (softmax_scale ...
-# deterministic), alibi_slopes, sinks.
+# deterministic), alibi_slopes, sinks, dropout_p, dropout_seed.
 _MASK = 3
 _MASKED_SCALARS = slice(4, 10)
-_MASKED_ALIBI, _MASKED_SINKS = 10, 11
+_MASKED_ALIBI, _MASKED_SINKS, _MASKED_DROPOUT_P, _MASKED_DROPOUT_SEED = 10, 11, 12, 13
 
 
 def _masked_setup_context(ctx, inputs, output) -> None:
     q, k, v, attn_mask = inputs[:4]
     out, lse = output
     alibi_slopes, sinks = _input(inputs, _MASKED_ALIBI), _input(inputs, _MASKED_SINKS)
-    ctx.save_for_backward(q, k, v, out, lse, attn_mask, alibi_slopes, sinks)
+    seed = _input(inputs, _MASKED_DROPOUT_SEED)
+    ctx.save_for_backward(q, k, v, out, lse, attn_mask, alibi_slopes, sinks, seed)
+    ctx.dropout_p = _input(inputs, _MASKED_DROPOUT_P) or 0.0
     ctx.scalars = inputs[_MASKED_SCALARS]
     ctx.family = _family.requested_family()
 
@@ -468,23 +482,27 @@ def _masked_setup_context(ctx, inputs, output) -> None:
 def _masked_grad(ctx, grad_out: Tensor, grad_lse: Optional[Tensor]):
     # As _forward_grad; and a float attn_mask that requires grad gets its gradient (the
     # kernels' per-pair gradient summed to the mask's shape, in its dtype).
-    q, k, v, out, lse, attn_mask, alibi_slopes, sinks = ctx.saved_tensors
+    q, k, v, out, lse, attn_mask, alibi_slopes, sinks, seed = ctx.saved_tensors
     needs = ctx.needs_input_grad
     if sinks is not None and not (len(needs) > _MASKED_SINKS and needs[_MASKED_SINKS]):
         sinks = None
     mask_grad = bool(needs[_MASK]) and attn_mask.is_floating_point()
     inputs = (grad_out, q, k, v, out, lse, attn_mask, *ctx.scalars, alibi_slopes, sinks)
+    dropout = (ctx.dropout_p, seed) if ctx.dropout_p else ()
     with _family._forced_code(ctx.family):
         if _eager.route(grad_out, q, k, v, out, attn_mask, alibi_slopes, sinks) == _eager.DIRECT:
-            dq, dk, dv, dsinks, dmask = _cuda.flash_attn_masked_backward(*inputs, mask_grad)
+            dq, dk, dv, dsinks, dmask = _cuda.flash_attn_masked_backward(
+                *inputs, mask_grad, None, *dropout
+            )
         else:
             dq, dk, dv, dsinks, dmask = torch.ops.samattn.flash_attn_masked_backward(
-                *inputs, mask_grad
+                *inputs, mask_grad, *dropout
             )
-    return (
+    grads = (
         dq, dk, dv, dmask if mask_grad else None, *(None,) * (_MASKED_ALIBI - _MASK),
         dsinks if sinks is not None else None,
     )  # fmt: skip
+    return grads + (None,) * (len(needs) - len(grads))
 
 
 _flash_attn_masked_forward.register_autograd(_masked_grad, setup_context=_masked_setup_context)
@@ -492,7 +510,7 @@ _flash_attn_masked_forward.register_autograd(_masked_grad, setup_context=_masked
 
 class _MaskedAttnFunction(torch.autograd.Function):
     """The eager route with a gradient under an attn_mask (see _FlashAttnFunction): takes
-    flash_attn_masked_forward's 12 inputs."""
+    flash_attn_masked_forward's 12 to 14 inputs."""
 
     @staticmethod
     def forward(ctx, *inputs):
@@ -501,7 +519,8 @@ class _MaskedAttnFunction(torch.autograd.Function):
         output = _cuda.flash_attn_forward(
             q, k, v, None, None, 0, 0, scale, causal, left, right, softcap,
             alibi_slopes=inputs[_MASKED_ALIBI], sinks=inputs[_MASKED_SINKS],
-            attn_mask=attn_mask,
+            attn_mask=attn_mask, dropout_p=_input(inputs, _MASKED_DROPOUT_P) or 0.0,
+            dropout_seed=_input(inputs, _MASKED_DROPOUT_SEED),
         )  # fmt: skip
         _masked_setup_context(ctx, inputs, output)
         return output
@@ -534,14 +553,9 @@ def _attention(
     if dropout_p != 0.0 or type(dropout_p) is not float:
         dropout_p = _checks.check_dropout(op, dropout_p)
     if attn_mask is not None:  # fixed length: flash_attn_func's callers only
-        if dropout_p > 0.0:
-            raise NotImplementedError(
-                f"{op}: dropout_p > 0 with attn_mask is not in samattn's kernels yet; drop the "
-                "mask (causal, window_size and varlen padding are fine) or use dropout_p=0.0"
-            )
         return _masked_attention(
             op, q, k, v, attn_mask, softmax_scale, causal, window_size, softcap, alibi_slopes,
-            deterministic, return_attn_probs, sinks,
+            deterministic, return_attn_probs, sinks, dropout_p,
         )  # fmt: skip
     route = _eager.route(q, k, v, cu_seqlens_q, cu_seqlens_k, block_table, alibi_slopes, sinks)
     if route == _eager.DISPATCH:
@@ -632,8 +646,10 @@ def _masked_attention(
     deterministic: bool,
     return_attn_probs: bool,
     sinks: Optional[Tensor],
+    dropout_p: float = 0.0,
 ) -> AttentionResult:
-    """_attention for fixed-length q, k, v under attn_mask (flash_attn_masked_forward)."""
+    """_attention for fixed-length q, k, v under attn_mask (flash_attn_masked_forward).
+    With dropout, return_attn_probs gives no S_dmask (None)."""
     route = _eager.route(q, k, v, attn_mask, alibi_slopes, sinks)
     if route == _eager.DISPATCH:
         for name, t in (("q", q), ("k", k), ("v", v)):
@@ -646,10 +662,11 @@ def _masked_attention(
         op, softmax_scale, window_size, softcap, q.shape[-1]
     )
     causal, softcap = bool(causal), float(softcap)
+    seed = _dropout.new_seed(q.device) if dropout_p > 0.0 else None
     if route == _eager.DIRECT:
         out, lse = _cuda.flash_attn_forward(
             q, k, v, None, None, 0, 0, scale, causal, left, right, softcap, op, None,
-            alibi_slopes, sinks, attn_mask,
+            alibi_slopes, sinks, attn_mask, dropout_p, seed,
         )  # fmt: skip
     else:
         apply = (
@@ -657,9 +674,10 @@ def _masked_attention(
             if route == _eager.AUTOGRAD
             else torch.ops.samattn.flash_attn_masked_forward
         )
+        dropout = () if seed is None else (dropout_p, seed)
         out, lse = apply(
             q, k, v, attn_mask, scale, causal, left, right, softcap, bool(deterministic),
-            alibi_slopes, sinks,
+            alibi_slopes, sinks, *dropout,
         )  # fmt: skip
     return (out, lse, None) if return_attn_probs else out
 
@@ -696,8 +714,7 @@ def flash_attn_func(
             probability and the kept ones scaled by 1 / (1 - dropout_p), in the forward and
             (the same ones) in the backward. The pattern comes from a seed drawn by torch's
             CUDA generator per call: torch.manual_seed reproduces it, two calls differ, a
-            CUDA graph replay draws a new one (docs/attention_dropout.md). Not with
-            attn_mask (NotImplementedError).
+            CUDA graph replay draws a new one (docs/attention_dropout.md).
         softmax_scale: defaults to headdim ** -0.5.
         causal: query i sees key j iff j <= i + seqlen_k - seqlen_q (aligned to the
             bottom-right corner of the score matrix, as flash-attn >= 2.1).
@@ -714,10 +731,10 @@ def flash_attn_func(
             differentiable: it gets no gradient (as in flash-attn).
         deterministic: the backward gives bit-identical gradients run to run (dq and dsinks
             are summed in a fixed order: a little slower).
-        return_attn_probs: also return softmax_lse and S_dmask: with dropout_p > 0 the
-            attention probabilities (batch, nheads, seqlen_q, seqlen_k) in q's dtype,
-            negated where dropout dropped them (computed apart with torch ops, for small
-            problems, as flash-attn's is for its tests); without dropout None. As in
+        return_attn_probs: also return softmax_lse and S_dmask: with dropout_p > 0 (and no
+            attn_mask) the attention probabilities (batch, nheads, seqlen_q, seqlen_k) in q's
+            dtype, negated where dropout dropped them (computed apart with torch ops, for
+            small problems, as flash-attn's is for its tests); otherwise None. As in
             flash-attn, gradients do not flow back through softmax_lse.
         sinks: keyword only, not in flash-attn: None, or attention sinks (gpt-oss style),
             torch.float32 (nheads,) on q's device: one logit per query head that joins every
@@ -745,8 +762,8 @@ def flash_attn_func(
         softmax_lse = +inf, or sinks[h] with sinks.
 
     Raises:
-        ValueError / TypeError for bad arguments, NotImplementedError for dropout with
-        attn_mask, samattn.UnsupportedError when this GPU, kernel family or build cannot run it.
+        ValueError / TypeError for bad arguments, samattn.UnsupportedError when this GPU,
+        kernel family or build cannot run it.
     """
     return _attention(
         "samattn.flash_attn_func",

@@ -53,6 +53,8 @@ their (batch, seq, heads, head_dim) transposes in place, no copies):
 - ``count_calls()`` counts which of these routes each call took (prefill or decode step, and
   "fixed", "varlen", "packed" or "mask"), e.g. to check that no decode step took an
   unexpected route.
+- Attention dropout (``config.attention_dropout`` in training): ``dropout_p`` on every
+  route above, in samattn's kernels (docs/attention_dropout.md).
 - Attention sinks: models whose attention layers have learnable sinks (gpt-oss, and the
   others that pass ``s_aux`` to the attention function) run them in samattn's kernels
   (``sinks=``, float32: a bf16 parameter is cast, and its gradient cast back by autograd),
@@ -61,8 +63,6 @@ their (batch, seq, heads, head_dim) transposes in place, no copies):
   into their own attention code and never call the attention interface, so samattn cannot
   serve them through ``attn_implementation``; ``samattn.flash_attn_func(alibi_slopes=...)``
   serves code that calls flash-attn directly.
-- ``dropout > 0`` (training with ``config.attention_dropout > 0``) with a 4-D mask or a
-  position bias: NotImplementedError (dropout runs in the kernels without a mask).
 
 Attention weights are never returned (``output_attentions=True`` gives None, as with
 flash attention).
@@ -310,17 +310,6 @@ def _cu_seqlens(keep: Tensor) -> Tensor:
     return F.pad(keep.sum(-1, dtype=torch.int32).cumsum(0, dtype=torch.int32), (1, 0))
 
 
-def _check_dropout_with_mask(module: torch.nn.Module, dropout: float) -> None:
-    if dropout > 0.0:
-        raise NotImplementedError(
-            f"samattn attention for transformers: attention dropout ({dropout}) with a 4-D "
-            "attention mask or a position bias is not in samattn's kernels yet (dropout runs "
-            "with causal, sliding-window, padded and packed batches); set the model config's "
-            f"attention_dropout to 0.0 (layer {type(module).__name__}) or use another "
-            "attn_implementation"
-        )
-
-
 def _sinks(kwargs: dict) -> Tensor | None:
     """The layer's attention sinks (``s_aux``: one logit per query head, in the model's
     dtype) as samattn takes them, float32; differentiable (autograd casts the gradient
@@ -357,8 +346,7 @@ def attention_forward(
             (bool or additive), read by the kernels as the only mask (as transformers'
             SDPA attention reads it).
         dropout: attention dropout (transformers passes the config's attention_dropout
-            in training, 0 in eval); not with a 4-D mask or a position bias
-            (NotImplementedError).
+            in training, 0 in eval), run in samattn's kernels on every route.
         scaling: the softmax scale (default head_dim ** -0.5).
         sliding_window: each query sees the last sliding_window keys (itself included).
         softcap: > 0 caps scores at softcap * tanh(score / softcap).
@@ -399,7 +387,6 @@ def attention_forward(
         if expressible:
             attention_mask = keep
     if position_bias is not None or (attention_mask is not None and attention_mask.dim() == 4):
-        _check_dropout_with_mask(module, dropout)
         _count(phase, "mask")
         if attention_mask is not None and attention_mask.dim() == 4:
             # The mask holds the causality and the sliding window (transformers' SDPA

@@ -281,12 +281,15 @@ class References:
 
     def forward(self, q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, left, right,
                 softcap, op=None, block_table=None, alibi_slopes=None, sinks=None,
-                attn_mask=None):  # fmt: skip
+                attn_mask=None, dropout_p=0.0, dropout_seed=None):  # fmt: skip
         assert attn_mask is not None and not causal and left == right == -1 and softcap == 0
+        assert dropout_p == 0.0 and dropout_seed is None
         return reference_attention(q, k, v, scale, attn_mask, sinks)
 
     def backward(self, dout, q, k, v, out, lse, attn_mask, scale, causal, left, right, softcap,
-                 deterministic, alibi_slopes=None, sinks=None, mask_grad=False):  # fmt: skip
+                 deterministic, alibi_slopes=None, sinks=None, mask_grad=False, op=None,
+                 dropout_p=0.0, dropout_seed=None):  # fmt: skip
+        assert dropout_p == 0.0 and dropout_seed is None
         self.mask_grads.append(mask_grad)
         hk, group = k.shape[2], q.shape[2] // k.shape[2]
         probs, lse, kt, vt = reference_probs(q, k, v, scale, attn_mask, sinks)

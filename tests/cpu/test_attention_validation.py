@@ -201,11 +201,6 @@ BAD_FIXED = {
     "softcap negative": (dict(softcap=-1.0), ValueError, "softcap must be finite and >= 0"),
     "softcap inf": (dict(softcap=math.inf), ValueError, "softcap must be finite"),
     "dropout of 1": (dict(dropout_p=1.0), ValueError, "dropout_p must be < 1"),
-    "dropout with a mask": (
-        dict(dropout_p=0.1, attn_mask=torch.ones(33, 33, dtype=torch.bool)),
-        NotImplementedError,
-        "dropout_p > 0 with attn_mask",
-    ),
     "dropout out of range": (dict(dropout_p=1.5), ValueError, "dropout_p must be in [0, 1]"),
     "alibi float16": (
         dict(alibi_slopes=meta(4)),

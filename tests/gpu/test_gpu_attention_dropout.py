@@ -62,9 +62,10 @@ def seeds(monkeypatch) -> list[torch.Tensor]:
 
 
 def reference(q, k, v, keep, p, scale, causal=False, window=(-1, -1), softcap=0.0,
-              dtype=torch.float64):  # fmt: skip
+              dtype=torch.float64, mask=None):  # fmt: skip
     """Attention with the probabilities `keep` (b, h, sq, sk) marks kept, computed in
-    `dtype`; q (b, sq, h, d), k and v (b, sk, hk, d)."""
+    `dtype`; q (b, sq, h, d), k and v (b, sk, hk, d); mask: None, bool (True: attend) or
+    additive, broadcastable to (b, h, sq, sk)."""
     _b, sq, h, _d = q.shape
     sk, hk = k.shape[1], k.shape[2]
     qd, kd, vd = (t.to(dtype) for t in (q, k, v))
@@ -83,6 +84,10 @@ def reference(q, k, v, keep, p, scale, causal=False, window=(-1, -1), softcap=0.
     if window[0] >= 0:
         visible &= j >= diagonal - window[0]
     scores = scores.masked_fill(~visible, float("-inf"))
+    if mask is not None and mask.dtype == torch.bool:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    elif mask is not None:
+        scores = scores + mask.to(dtype)
     probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # rows that see no key: 0
     dropped = probs * keep.to(dtype) / (1.0 - p)
     return torch.einsum("bhij,bjhd->bihd", dropped, vd)
@@ -133,6 +138,37 @@ def test_forward_and_gradients_match_the_reference(attn_family, seeds, case, dty
     low_grads = torch.autograd.grad(low, (q, k, v), dout)
     for name, g, r, lo in zip("qkv", grads, ref_grads, low_grads):
         assert_close_to_reference(g, r, lo, 8 * UNIT_ROUNDOFF[dtype], f"{case} d{name}")
+
+
+@pytest.mark.parametrize("mask_kind", ["bool", "additive"])
+def test_masked_dropout_matches_the_reference(attn_family, seeds, mask_kind):
+    # The kernels with masks draw the same words; an additive mask gets its gradient.
+    family = attn_family
+    dtype = F16
+    b, sq, sk, h, d, p = 2, 45, 77, 2, 64, 0.2
+    q, k, v = (randn(b, n, h, d, dtype=dtype).requires_grad_() for n in (sq, sk, sk))
+    if mask_kind == "bool":
+        mask = torch.rand(b, 1, sq, sk, device=DEVICE) > 0.3
+        mask[0, 0, 3] = False  # a row that sees no key
+    else:
+        mask = (torch.randn(1, h, sq, sk, device=DEVICE) * 2).requires_grad_()
+    out = call_forced(
+        family,
+        lambda: samattn.flash_attn_func(q, k, v, p, attn_mask=mask),
+        expected=forced_runs(family),
+    )
+    keep = _dropout.keep_mask(_dropout.seed_value(seeds[0]), p, b, h, sq, sk, DEVICE)
+    ref = reference(q, k, v, keep, p, d**-0.5, mask=mask)
+    low = reference(q, k, v, keep, p, d**-0.5, dtype=dtype, mask=mask)
+    floor = 4 * UNIT_ROUNDOFF[dtype]
+    assert_close_to_reference(out.detach(), ref.detach(), low.detach(), floor, "out")
+    inputs = (q, k, v) if mask_kind == "bool" else (q, k, v, mask)
+    dout = randn(b, sq, h, d, dtype=dtype)
+    grads = torch.autograd.grad(out, inputs, dout)
+    ref_grads = torch.autograd.grad(ref, inputs, dout.double())
+    low_grads = torch.autograd.grad(low, inputs, dout)
+    for name, g, r, lo in zip(("q", "k", "v", "mask"), grads, ref_grads, low_grads):
+        assert_close_to_reference(g, r, lo, 8 * UNIT_ROUNDOFF[dtype], f"d{name}")
 
 
 def test_varlen_drops_per_sequence(attn_family, seeds):
