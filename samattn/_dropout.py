@@ -25,7 +25,8 @@ def new_seed(device: torch.device) -> torch.Tensor:
     """A fresh 64-bit seed (an int64 tensor of one element) on `device`, from torch's
     generator of that device: a kernel launch, no host synchronization, captured by CUDA
     graphs (each replay draws anew)."""
-    return torch.empty(1, dtype=torch.int64, device=device).random_()
+    # Out of place (randint, not random_): torch.compile traces it into the graph.
+    return torch.randint(0, 2**63 - 1, (1,), dtype=torch.int64, device=device)
 
 
 def _as_float32(p: float) -> float:
@@ -47,8 +48,9 @@ def _mulhilo(multiplier: int, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
     return (product >> 32) & _LOW32, product & _LOW32
 
 
-def philox(counter: list[torch.Tensor], key: int) -> list[torch.Tensor]:
-    """Philox4x32-7 of int64 tensors holding 32-bit counter words, under a 64-bit key."""
+def philox(counter: list[torch.Tensor], key: int | torch.Tensor) -> list[torch.Tensor]:
+    """Philox4x32-7 of int64 tensors holding 32-bit counter words, under a 64-bit key (an
+    int, or an int64 tensor that broadcasts: its bits are the key)."""
     c0, c1, c2, c3 = counter
     k0, k1 = key & _LOW32, (key >> 32) & _LOW32
     for _ in range(ROUNDS):
@@ -59,9 +61,11 @@ def philox(counter: list[torch.Tensor], key: int) -> list[torch.Tensor]:
     return [c0, c1, c2, c3]
 
 
-def words(seed: int, batch: int, nheads: int, seqlen_q: int, seqlen_k: int,
+def words(seed: int | torch.Tensor, batch: int, nheads: int, seqlen_q: int, seqlen_k: int,
           device: torch.device | str = "cpu") -> torch.Tensor:  # fmt: skip
-    """The 16-bit words of every (b, h, i, j), int64 (batch, nheads, seqlen_q, seqlen_k)."""
+    """The 16-bit words of every (b, h, i, j), int64 (batch, nheads, seqlen_q, seqlen_k).
+    seed: the call's seed, an int or the seed tensor itself (read on its device: no
+    host synchronization, and traceable)."""
     b = torch.arange(batch, device=device).view(-1, 1, 1, 1)
     h = torch.arange(nheads, device=device).view(1, -1, 1, 1)
     i = torch.arange(seqlen_q, device=device).view(1, 1, -1, 1)
@@ -75,14 +79,15 @@ def words(seed: int, batch: int, nheads: int, seqlen_q: int, seqlen_k: int,
         (b * nheads + h).expand(shape),
         lane.expand(shape),
     ]
-    out = philox(counter, seed & 0xFFFFFFFFFFFFFFFF)
+    key = seed.reshape(()) if isinstance(seed, torch.Tensor) else seed & 0xFFFFFFFFFFFFFFFF
+    out = philox(counter, key)
     word = (c // 8) * 4 + (r // 8) * 2 + c % 2
     half = torch.stack(out).gather(0, (word // 2).expand(shape).unsqueeze(0)).squeeze(0)
     return (half >> (16 * (word % 2))) & 0xFFFF
 
 
-def keep_mask(seed: int, p: float, batch: int, nheads: int, seqlen_q: int, seqlen_k: int,
-              device: torch.device | str = "cpu") -> torch.Tensor:  # fmt: skip
+def keep_mask(seed: int | torch.Tensor, p: float, batch: int, nheads: int, seqlen_q: int,
+              seqlen_k: int, device: torch.device | str = "cpu") -> torch.Tensor:  # fmt: skip
     """Which probabilities a call with this seed and dropout_p keeps: bool (batch, nheads,
     seqlen_q, seqlen_k), i and j counted within each sequence (varlen: take sequence b's
     corner)."""

@@ -619,16 +619,14 @@ def _dropped_probs(
 ) -> Tensor:  # fmt: skip
     """flash-attn's S_dmask of a fixed-length call with dropout: the attention
     probabilities (batch, nheads, seqlen_q, seqlen_k) in q's dtype, negated where dropout
-    dropped them (computed with torch ops from the call's seed and lse: for small
-    problems, as a check)."""
+    dropped them (computed with torch ops on the device from the call's seed tensor and
+    lse, no host synchronization: for small problems, as a check)."""
     with torch.no_grad():
         probs = _dropout.attention_probs(
             q, k, lse, scale, causal, left, right, softcap, alibi_slopes
         )
         batch, nheads, seqlen_q, seqlen_k = probs.shape
-        kept = _dropout.keep_mask(
-            _dropout.seed_value(seed), dropout_p, batch, nheads, seqlen_q, seqlen_k, q.device
-        )
+        kept = _dropout.keep_mask(seed, dropout_p, batch, nheads, seqlen_q, seqlen_k, q.device)
         return torch.where(kept, probs, -probs).to(q.dtype)
 
 

@@ -8,6 +8,7 @@ import random
 import pytest
 import torch
 
+import samattn
 from samattn import _checks, _dropout
 
 MASK32 = 0xFFFFFFFF
@@ -69,3 +70,65 @@ def test_dropout_arguments_are_checked():
     with pytest.raises(ValueError, match="dropout_seed must be an int64 tensor of one element"):
         _checks.attention_dropout("op", 0.1, torch.zeros(2, dtype=torch.int64), q)
     _checks.attention_dropout("op", 0.1, torch.zeros(1, dtype=torch.int64), q)
+
+
+# ------------------------------------------------------- torch.compile ----
+def meta(*shape: int, dtype: torch.dtype = torch.float16, grad: bool = False) -> torch.Tensor:
+    return torch.empty(shape, dtype=dtype, device="meta", requires_grad=grad)
+
+
+def train_dropout(q, k, v):
+    return samattn.flash_attn_func(q, k, v, 0.1, causal=True).float().sum()
+
+
+def train_dropout_varlen(q, k, v, cu_q, cu_k):
+    return samattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 30, 30, 0.1).float().sum()
+
+
+def train_dropout_masked(q, k, v, mask):
+    return samattn.flash_attn_func(q, k, v, 0.25, attn_mask=mask).float().sum()
+
+
+def probs_with_dropout(q, k, v):
+    out, lse, s_dmask = samattn.flash_attn_func(q, k, v, 0.1, return_attn_probs=True)
+    return out, lse, s_dmask
+
+
+def _inputs(which: str):
+    if which == "varlen":
+        offsets = torch.empty(3, dtype=torch.int32, device="meta")
+        return (meta(40, 4, 64, grad=True), meta(50, 2, 64, grad=True),
+                meta(50, 2, 64, grad=True), offsets, offsets)  # fmt: skip
+    leaves = (meta(2, 17, 4, 64, grad=True), meta(2, 33, 2, 64, grad=True),
+              meta(2, 33, 2, 64, grad=True))  # fmt: skip
+    if which == "masked":
+        return (*leaves, meta(2, 1, 17, 33, dtype=torch.float32, grad=True))
+    return leaves
+
+
+TRAINING = {"fixed": train_dropout, "varlen": train_dropout_varlen, "masked": train_dropout_masked}
+
+
+@pytest.mark.parametrize("which", TRAINING)
+def test_compiled_training_with_dropout(which):
+    # The seed is drawn inside the graph (a random op) and reaches the ops' fakes; the
+    # backward traces through them: no graph break, gradients with their shapes.
+    torch._dynamo.reset()
+    args = _inputs(which)
+    explanation = torch._dynamo.explain(TRAINING[which])(*args)
+    assert explanation.graph_break_count == 0 and explanation.graph_count == 1
+    torch._dynamo.reset()
+    loss = torch.compile(TRAINING[which], fullgraph=True, backend="aot_eager")(*args)
+    loss.backward()
+    for t in args:
+        if t.requires_grad:
+            assert t.grad is not None and t.grad.shape == t.shape
+
+
+def test_s_dmask_traces_without_a_host_read():
+    # S_dmask is computed from the seed tensor on its device: fullgraph compiles.
+    torch._dynamo.reset()
+    q, k, v = (meta(2, 17, 4, 64), meta(2, 33, 2, 64), meta(2, 33, 2, 64))
+    out, lse, s_dmask = torch.compile(probs_with_dropout, fullgraph=True, backend="eager")(q, k, v)
+    assert out.shape == q.shape and lse.shape == (2, 4, 17)
+    assert s_dmask.shape == (2, 4, 17, 33) and s_dmask.dtype == q.dtype
