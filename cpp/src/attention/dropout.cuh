@@ -1,4 +1,4 @@
-// Attention dropout in the mma.sync kernels: which probabilities a call keeps.
+// Attention dropout in the kernels: which probabilities a call keeps.
 //
 // Probability (b, h, i, j) (batch entry, query head, query and key index in
 // the sequence) is kept iff its 16-bit random word is >= threshold =
@@ -12,10 +12,11 @@
 //   counter = (j / 16, i / 16, b * nheads + h, lane), words 2w and 2w + 1 the
 //   low and high halves of output w.
 // That is the lane and value order of an m16n8 C fragment over two n8
-// atoms, so a thread whose warp covers whole 16 x 16 units (the forward's
-// warps and the backward's S tiles both do) draws each of its counters once,
-// and the forward and the backward, with different tiles, agree on every
-// element. samattn/_dropout.py computes the same map with torch ops.
+// atoms (and of a warp's slice of a wgmma accumulator), so a thread whose
+// warp covers whole 16 x 16 units (the mma.sync and wgmma forwards' warps and
+// the mma.sync backward's S tiles with terms do) draws each of its counters
+// once, and kernels with different tiles agree on every element.
+// samattn/_dropout.py computes the same map with torch ops.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -75,7 +76,8 @@ struct DropoutRng {
 };
 
 // Calls keep(r, c, kept) for every element (r, c) of the (rows, cols) view
-// `scores` of an m16n8 C fragment (rowcol_view) of the score tile at (m0, n0)
+// `scores` of an m16n8 C fragment (rowcol_view; gmma_rowcol_view for wgmma)
+// of the score tile at (m0, n0)
 // of the sequence, coords(r, c) its tile coordinates. Rows come in pairs
 // (r, r + 8 of one 16-row block) and columns in fours (c, c + 1 of one n8
 // atom, then of the next), which the layouts here put in one 16 x 16 unit;
