@@ -109,28 +109,74 @@ def attention_probs(
     window_right: int,
     softcap: float,
     alibi_slopes: torch.Tensor | None,
+    lengths: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """The attention probabilities of a fixed-length call, float32 (batch, nheads,
     seqlen_q, seqlen_k), from the forward's lse (sinks included): exp(score - lse), 0
-    where the window hides the key. For return_attn_probs on small problems."""
+    where the window hides the key. For return_attn_probs on small problems. lengths:
+    (seqlen_q, seqlen_k) per batch entry, (batch,) tensors, when q and k are sequences
+    padded to their seqlen (varlen_probs): causal, the window and ALiBi then align each
+    sequence's own corner, and the padding gets 0."""
     _batch, seqlen_q, nheads, _ = q.shape
     seqlen_k, nheads_k = k.shape[1], k.shape[2]
     kf = k.float().repeat_interleave(nheads // nheads_k, dim=2)
     scores = torch.einsum("bihd,bjhd->bhij", q.float(), kf) * softmax_scale
     if softcap > 0:
         scores = softcap * torch.tanh(scores / softcap)
-    i = torch.arange(seqlen_q, device=q.device).view(-1, 1)
-    j = torch.arange(seqlen_k, device=q.device).view(1, -1)
-    diagonal = i + seqlen_k - seqlen_q
+    i = torch.arange(seqlen_q, device=q.device).view(1, 1, -1, 1)
+    j = torch.arange(seqlen_k, device=q.device).view(1, 1, 1, -1)
+    if lengths is None:
+        diagonal = i + seqlen_k - seqlen_q
+        visible = torch.ones(1, 1, seqlen_q, seqlen_k, dtype=torch.bool, device=q.device)
+    else:
+        length_q, length_k = (t.view(-1, 1, 1, 1) for t in lengths)
+        diagonal = i + length_k - length_q
+        visible = (i < length_q) & (j < length_k)
     if alibi_slopes is not None:
         slopes = alibi_slopes.float().reshape(-1, nheads, 1, 1)  # (nheads,) or (batch, nheads)
         scores = scores - slopes * (diagonal - j).abs()
-    visible = torch.ones(seqlen_q, seqlen_k, dtype=torch.bool, device=q.device)
     right = 0 if causal else window_right
     if right >= 0:
-        visible &= j <= diagonal + right
+        visible = visible & (j <= diagonal + right)
     if window_left >= 0:
-        visible &= j >= diagonal - window_left
+        visible = visible & (j >= diagonal - window_left)
     probs = torch.exp(scores - lse.float().unsqueeze(-1))
     # A row that sees no key has lse +inf: exp(-inf) = 0 already.
     return torch.where(visible, probs, 0.0)
+
+
+def _padded(packed: torch.Tensor, cu_seqlens: torch.Tensor, max_len: int) -> torch.Tensor:
+    """Rows of a packed (total, ...) tensor as (batch, max_len, ...), zero past each
+    sequence's end; indices computed on the device (no host read)."""
+    starts, lengths = cu_seqlens[:-1].long(), (cu_seqlens[1:] - cu_seqlens[:-1]).long()
+    position = torch.arange(max_len, device=packed.device)
+    valid = position < lengths.view(-1, 1)
+    index = (starts.view(-1, 1) + position).clamp(0, max(packed.shape[0] - 1, 0))
+    rows = packed[index] if packed.shape[0] else packed.new_zeros((*index.shape, *packed.shape[1:]))
+    return rows * valid.view(*valid.shape, *(1,) * (packed.dim() - 1)).to(rows.dtype)
+
+
+def varlen_probs(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    lse: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    softmax_scale: float,
+    causal: bool,
+    window_left: int,
+    window_right: int,
+    softcap: float,
+    alibi_slopes: torch.Tensor | None,
+) -> torch.Tensor:
+    """attention_probs of a varlen call (q (total_q, nheads, d), k (total_k, nheads_k, d),
+    lse (nheads, total_q)): float32 (batch, nheads, max_seqlen_q, max_seqlen_k), sequence
+    b's probabilities in its top-left corner, 0 elsewhere."""
+    qp = _padded(q, cu_seqlens_q, max_seqlen_q)
+    kp = _padded(k, cu_seqlens_k, max_seqlen_k)
+    lse_p = _padded(lse.t(), cu_seqlens_q, max_seqlen_q).transpose(1, 2)  # (b, h, max_q)
+    lengths = (cu_seqlens_q[1:] - cu_seqlens_q[:-1], cu_seqlens_k[1:] - cu_seqlens_k[:-1])
+    return attention_probs(qp, kp, lse_p, softmax_scale, causal, window_left, window_right,
+                           softcap, alibi_slopes, lengths)  # fmt: skip

@@ -607,27 +607,30 @@ def _attention(
     if not return_attn_probs:
         return out
     s_dmask = None
-    if seed is not None and cu_seqlens_q is None:
-        s_dmask = _dropped_probs(q, k, lse, seed, dropout_p, scale, causal, left, right, softcap,
-                                 alibi_slopes)  # fmt: skip
+    if seed is not None:
+        with torch.no_grad():
+            if cu_seqlens_q is None:
+                probs = _dropout.attention_probs(
+                    q, k, lse, scale, causal, left, right, softcap, alibi_slopes
+                )
+            else:
+                probs = _dropout.varlen_probs(
+                    q, k, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale,
+                    causal, left, right, softcap, alibi_slopes,
+                )  # fmt: skip
+            s_dmask = _dropped_probs(probs, seed, dropout_p, q.dtype)
     return out, lse, s_dmask
 
 
-def _dropped_probs(
-    q: Tensor, k: Tensor, lse: Tensor, seed: Tensor, dropout_p: float, scale: float,
-    causal: bool, left: int, right: int, softcap: float, alibi_slopes: Optional[Tensor],
-) -> Tensor:  # fmt: skip
-    """flash-attn's S_dmask of a fixed-length call with dropout: the attention
-    probabilities (batch, nheads, seqlen_q, seqlen_k) in q's dtype, negated where dropout
-    dropped them (computed with torch ops on the device from the call's seed tensor and
-    lse, no host synchronization: for small problems, as a check)."""
+def _dropped_probs(probs: Tensor, seed: Tensor, dropout_p: float, dtype: torch.dtype) -> Tensor:
+    """flash-attn's S_dmask of a call with dropout: the attention probabilities (batch,
+    nheads, seqlen_q, seqlen_k) (varlen: each sequence in its corner) in q's dtype, negated
+    where dropout dropped them (computed with torch ops on the device from the call's seed
+    tensor and lse, no host synchronization: for small problems, as a check)."""
     with torch.no_grad():
-        probs = _dropout.attention_probs(
-            q, k, lse, scale, causal, left, right, softcap, alibi_slopes
-        )
         batch, nheads, seqlen_q, seqlen_k = probs.shape
-        kept = _dropout.keep_mask(seed, dropout_p, batch, nheads, seqlen_q, seqlen_k, q.device)
-        return torch.where(kept, probs, -probs).to(q.dtype)
+        kept = _dropout.keep_mask(seed, dropout_p, batch, nheads, seqlen_q, seqlen_k, probs.device)
+        return torch.where(kept, probs, -probs).to(dtype)
 
 
 def _masked_attention(
@@ -833,8 +836,10 @@ def flash_attn_varlen_func(
         sequence's own bottom-right corner.
 
     Returns:
-        out (total_q, nheads, headdim); with return_attn_probs ``(out, softmax_lse, None)``,
-        softmax_lse (nheads, total_q) float32. Rows outside every sequence are not written
+        out (total_q, nheads, headdim); with return_attn_probs ``(out, softmax_lse,
+        S_dmask)``, softmax_lse (nheads, total_q) float32 and S_dmask as in flash_attn_func
+        (None without dropout), (batch, nheads, max_seqlen_q, max_seqlen_k) with sequence
+        b in its top-left corner (0 elsewhere). Rows outside every sequence are not written
         (their gradients are 0).
     """
     return _attention(

@@ -132,3 +132,43 @@ def test_s_dmask_traces_without_a_host_read():
     out, lse, s_dmask = torch.compile(probs_with_dropout, fullgraph=True, backend="eager")(q, k, v)
     assert out.shape == q.shape and lse.shape == (2, 4, 17)
     assert s_dmask.shape == (2, 4, 17, 33) and s_dmask.dtype == q.dtype
+
+
+# ------------------------------------------------------------- S_dmask ----
+def reference_lse(q, k, scale, causal):
+    """(b, h, sq) natural-log sum of exp of the scaled scores (fp64), causal bottom-right."""
+    scores = torch.einsum("bihd,bjhd->bhij", q.double(), k.double()) * scale
+    sq, sk = q.shape[1], k.shape[1]
+    if causal:
+        i = torch.arange(sq).view(-1, 1)
+        j = torch.arange(sk).view(1, -1)
+        scores = scores.masked_fill(j > i + sk - sq, float("-inf"))
+    return torch.logsumexp(scores, -1)
+
+
+def test_varlen_probs_are_each_sequences_probs():
+    torch.manual_seed(0)
+    lengths_q, lengths_k = [5, 0, 12, 7], [9, 4, 12, 3]
+    h, d, scale = 2, 16, 0.25
+    cu_q = torch.tensor([0, *torch.tensor(lengths_q).cumsum(0).tolist()], dtype=torch.int32)
+    cu_k = torch.tensor([0, *torch.tensor(lengths_k).cumsum(0).tolist()], dtype=torch.int32)
+    q = torch.randn(sum(lengths_q), h, d)
+    k = torch.randn(sum(lengths_k), h, d)
+    lse = torch.empty(h, sum(lengths_q))
+    singles = []
+    for b, (lq, lk) in enumerate(zip(lengths_q, lengths_k)):
+        qs = q[cu_q[b] : cu_q[b] + lq][None]
+        ks = k[cu_k[b] : cu_k[b] + lk][None]
+        seq_lse = reference_lse(qs, ks, scale, causal=True)[0].float()  # (h, lq)
+        lse[:, cu_q[b] : cu_q[b] + lq] = seq_lse
+        singles.append(_dropout.attention_probs(qs, ks, seq_lse[None], scale, True, -1, -1, 0.0,
+                                                None)[0])  # fmt: skip
+    probs = _dropout.varlen_probs(q, k, lse, cu_q, cu_k, max(lengths_q), max(lengths_k), scale,
+                                  True, -1, -1, 0.0, None)  # fmt: skip
+    assert probs.shape == (4, h, max(lengths_q), max(lengths_k))
+    for b, (lq, lk) in enumerate(zip(lengths_q, lengths_k)):
+        torch.testing.assert_close(probs[b, :, :lq, :lk], singles[b])
+        assert not probs[b, :, lq:].any() and not probs[b, :, :, lk:].any()
+        rows = probs[b, :, :lq, :lk].sum(-1)
+        seen = torch.arange(lq).view(-1, 1) + lk - lq >= 0  # rows that see a key
+        torch.testing.assert_close(rows[:, seen[:, 0]], torch.ones_like(rows[:, seen[:, 0]]))

@@ -279,6 +279,23 @@ def test_s_dmask_marks_the_dropped_probabilities(seeds):
     )
 
 
+def test_varlen_s_dmask_marks_each_sequence(seeds):
+    lengths, h, d, p = [17, 40, 1], 2, 64, 0.3
+    cu = torch.tensor([0, 17, 57, 58], dtype=torch.int32, device=DEVICE)
+    q, k, v = (randn(sum(lengths), h, d, dtype=BF16) for _ in range(3))
+    _, _, s_dmask = samattn.flash_attn_varlen_func(
+        q, k, v, cu, cu, max(lengths), max(lengths), p, return_attn_probs=True
+    )
+    assert s_dmask.shape == (3, h, 40, 40)
+    keep = _dropout.keep_mask(_dropout.seed_value(seeds[0]), p, 3, h, 40, 40, DEVICE)
+    for b, n in enumerate(lengths):
+        corner = s_dmask[b, :, :n, :n]
+        assert torch.equal(~corner.signbit(), keep[b, :, :n, :n])
+        # |S_dmask| is each row's softmax: rows sum to 1.
+        sums = corner.abs().float().sum(-1)
+        torch.testing.assert_close(sums, torch.ones_like(sums), atol=2e-2, rtol=0)
+
+
 def test_sm90_forward_and_sm80_backward():
     # The sm90 forward runs dropout itself; its backward hands dropout to sm80.
     if "sm90" not in runnable_families():
