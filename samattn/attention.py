@@ -595,9 +595,13 @@ def _attention(
         )
         # The optional inputs only when one is given: plain calls keep the op's short form.
         optional = ()
-        terms = (block_table, alibi_slopes, sinks)
-        if any(t is not None for t in terms) or seed is not None:
-            optional = terms
+        if (
+            block_table is not None
+            or alibi_slopes is not None
+            or sinks is not None
+            or seed is not None
+        ):
+            optional = (block_table, alibi_slopes, sinks)
         if seed is not None:
             optional += (dropout_p, seed)
         out, lse = apply(
