@@ -71,7 +71,9 @@ samattn_family_sources(gemm sm75 cpp/src/gemm/sm75/gemm_sm75.cu)
 # kernel per (dtype, operand layout, tile); two functions per tag, the launch
 # and its workspace size. tf32 wgmma reads only K-major tiles, so tf32 has
 # the K-major layout alone (other operands are staged K-major first), and no
-# swap_ab tile. Exact fp32 stays on sm80's FMA kernel.
+# swap_ab tile. Exact fp32 stays on sm80's FMA kernel. 16-bit GEMMs with
+# fp32 C and D (out_dtype=torch.float32) have the K-major layout alone: a
+# linear layer's x @ W^T; the plan hands other layouts to sm80.
 foreach(dtype f16 bf16 f32)
   if(dtype STREQUAL "f32")
     set(layouts "k,k")
@@ -91,6 +93,12 @@ foreach(dtype f16 bf16 f32)
       samattn_instantiate(gemm sm90 "gemm_sm90_${dtype}_a${a}_b${b}_${tile_id}"
                           "gemm/sm90/gemm_sm90_launch.cuh"
                           "template cudaError_t samattn::gemm::run_sm90<${cfg}>(${args});\ntemplate size_t samattn::gemm::sm90_workspace_bytes<${cfg}>(${args});")
+      if(NOT dtype STREQUAL "f32" AND layout STREQUAL "k,k")
+        set(cfg "samattn::gemm::Sm90Gemm<${_dtypes_cpp_${dtype}}, ${_major_k}, ${_major_k}, samattn::gemm::sm90::Tile::${tile}, true>")
+        samattn_instantiate(gemm sm90 "gemm_sm90_${dtype}_ak_bk_${tile_id}_out_f32"
+                            "gemm/sm90/gemm_sm90_launch.cuh"
+                            "template cudaError_t samattn::gemm::run_sm90<${cfg}>(${args});\ntemplate size_t samattn::gemm::sm90_workspace_bytes<${cfg}>(${args});")
+      endif()
     endforeach()
   endforeach()
 endforeach()

@@ -28,7 +28,7 @@ from .attention import (  # noqa: E402
     flash_attn_with_kvcache,
     scaled_dot_product_attention,
 )
-from .ops import gemm, softmax  # noqa: E402
+from .ops import gemm, linear, softmax  # noqa: E402
 
 __all__ = [
     "UnsupportedError",
@@ -43,6 +43,7 @@ __all__ = [
     "flash_attn_with_kvcache",
     "gemm",
     "info",
+    "linear",
     "scaled_dot_product_attention",
     "set_value_checks",
     "softmax",

@@ -67,17 +67,38 @@ def _check_finite(value: float, what: str) -> None:
 
 
 class GemmShape(NamedTuple):
-    """Sizes of D = alpha * A @ B + beta * C. `batch` is 1 for a 2-D output."""
+    """Sizes of D = act(alpha * A @ B + beta * C + bias). `batch` is 1 for a 2-D output;
+    `activation` is the SAMATTN_ACTIVATION_* code, `out_dtype` D's dtype (None: A's)."""
 
     out_shape: tuple[int, ...]
     batch: int
     m: int
     n: int
     k: int
+    activation: int = 0
+    out_dtype: torch.dtype | None = None
+
+
+def activation_code(activation: str | None, op: str) -> int:
+    """The SAMATTN_ACTIVATION_* code of an activation name (None: no activation)."""
+    code = None
+    if activation is None or isinstance(activation, str):
+        code = _lib.ACTIVATION_CODES.get(activation)
+    if code is None:
+        names = ", ".join(repr(name) for name in _lib.ACTIVATION_CODES if name is not None)
+        raise ValueError(f"{op}: activation must be None or one of {names}, got {activation!r}")
+    return code
 
 
 def gemm(
-    a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None, alpha: float, beta: float
+    a: torch.Tensor,
+    b: torch.Tensor,
+    c: torch.Tensor | None,
+    alpha: float,
+    beta: float,
+    bias: torch.Tensor | None = None,
+    activation: str | None = None,
+    out_dtype: torch.dtype | None = None,
 ) -> GemmShape:
     """Validate gemm arguments (see samattn.gemm); return the problem sizes."""
     op = "samattn.gemm"
@@ -107,8 +128,26 @@ def gemm(
     out_shape = (batch, m, n) if a.dim() == 3 or b.dim() == 3 else (m, n)
     _check_dtype(a, f"{op}: a")
     _check_same_dtype(b, f"{op}: b", a, "a")
+    code = activation_code(activation, op)
+    if out_dtype is not None and out_dtype not in (a.dtype, torch.float32):
+        raise TypeError(
+            f"{op}: out_dtype must be None, a's dtype ({a.dtype}) or torch.float32, got {out_dtype}"
+        )
+    out = a.dtype if out_dtype is None else out_dtype
+    if bias is not None:
+        require_tensor(bias, f"{op}: bias")
+        if _shape(bias) != (n,):
+            raise ValueError(
+                f"{op}: bias must have shape (N,) = ({n},), one value per output column, "
+                f"got {_shape(bias)}"
+            )
+        _check_same_dtype(bias, f"{op}: bias", a, "a")
     if c is not None:
-        _check_same_dtype(c, f"{op}: c", a, "a")
+        if c.dtype != out:
+            raise TypeError(
+                f"{op}: c has dtype {c.dtype} but the output is {out}; c must have the "
+                "output's dtype"
+            )
         if c.dim() > len(out_shape) or _broadcast(_shape(c), out_shape) != out_shape:
             raise ValueError(
                 f"{op}: c of shape {_shape(c)} does not broadcast to the output shape {out_shape}"
@@ -120,8 +159,10 @@ def gemm(
     tensors = {"a": a, "b": b}
     if c is not None:
         tensors["c"] = c
+    if bias is not None:
+        tensors["bias"] = bias
     _check_devices(op, tensors)
-    return GemmShape(out_shape=out_shape, batch=batch, m=m, n=n, k=k)
+    return GemmShape(out_shape, batch, m, n, k, code, None if out is a.dtype else out)
 
 
 def gemm_quick(

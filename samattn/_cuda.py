@@ -45,9 +45,11 @@ def _gemm_args(
     beta: float,
     sizes: _checks.GemmShape,
     out_ptr: int,
+    bias: torch.Tensor | None = None,
 ) -> tuple[_lib.GemmArgs, tuple[torch.Tensor, ...]]:
-    """The C arguments of D = alpha * a @ b + beta * c, D contiguous at out_ptr, and the
-    tensors they point to (a and b as the kernels read them), to keep alive."""
+    """The C arguments of D = act(alpha * a @ b + beta * c + bias), D contiguous at
+    out_ptr, and the tensors they point to (a and b as the kernels read them, the bias),
+    to keep alive."""
     dtype = _checks.DTYPE_CODES[a.dtype]
     allow_tf32 = dtype == _lib.F32 and torch.get_float32_matmul_precision() != "highest"
     batch, m, n = sizes.batch, sizes.m, sizes.n
@@ -69,8 +71,10 @@ def _gemm_args(
         out_ptr, m * n, n, 1,
         alpha, beta,
         0, 0, 0,  # stream, workspace: set by the caller
+        0 if bias is None else bias.data_ptr(), sizes.activation,
+        int(sizes.out_dtype is torch.float32),
     )  # fmt: skip
-    return args, (a, b)
+    return args, (a, b, bias)
 
 
 _GEMM = _prepared.Calls(_lib.GemmArgs, "samattn_gemm", "samattn_gemm_workspace_size")
@@ -88,9 +92,18 @@ def _gemm_key(a: torch.Tensor, b: torch.Tensor, alpha: float) -> tuple:
 
 
 def gemm(
-    a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None, alpha: float, beta: float
+    a: torch.Tensor,
+    b: torch.Tensor,
+    c: torch.Tensor | None,
+    alpha: float,
+    beta: float,
+    bias: torch.Tensor | None = None,
+    activation: str | None = None,
+    out_dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
-    """D = alpha * a @ b + beta * c on the GPU; see samattn.gemm."""
+    """D = act(alpha * a @ b + beta * c + bias) on the GPU; see samattn.gemm."""
+    if bias is not None or activation is not None or out_dtype is not None:
+        return _gemm_epilogue(a, b, c, alpha, beta, bias, activation, out_dtype)
     key = None
     if c is None and beta == 0.0 and type(alpha) is float:
         key = _gemm_key(a, b, alpha)
@@ -115,21 +128,48 @@ def gemm(
     return out
 
 
+def _gemm_epilogue(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    c: torch.Tensor | None,
+    alpha: float,
+    beta: float,
+    bias: torch.Tensor | None,
+    activation: str | None,
+    out_dtype: torch.dtype | None,
+) -> torch.Tensor:
+    """gemm with a bias, an activation or an fp32 output: always the full path (the
+    prepared calls cover the plain GEMM only)."""
+    sizes = _checks.gemm(a, b, c, alpha, beta, bias, activation, out_dtype)
+    out = a.new_empty(sizes.out_shape, dtype=sizes.out_dtype or a.dtype)
+    if out.numel() == 0:
+        return out
+    if bias is not None and bias.stride(0) != 1:
+        bias = bias.contiguous()
+    args, _keep = _gemm_args(a, b, c, alpha, beta, sizes, out.data_ptr(), bias)
+    args.stream = _stream(out)
+    _prepared.run_with_workspace("samattn_gemm", "samattn_gemm_workspace_size", args, a)
+    return out
+
+
 def gemm_plan(
     a: torch.Tensor,
     b: torch.Tensor,
     c: torch.Tensor | None = None,
     alpha: float = 1.0,
     beta: float = 0.0,
+    bias: torch.Tensor | None = None,
+    activation: str | None = None,
+    out_dtype: torch.dtype | None = None,
 ) -> tuple[str, str]:
     """(family, configuration) samattn.gemm would use for these CUDA tensors (no launch).
 
     Honours the forced family (samattn.use_family / SAMATTN_FAMILY) and torch's fp32
     matmul precision like samattn.gemm. Assumes a contiguous output, as gemm allocates.
     """
-    sizes = _checks.gemm(a, b, c, alpha, beta)
+    sizes = _checks.gemm(a, b, c, alpha, beta, bias, activation, out_dtype)
     # A freshly allocated output is at least 16-byte aligned: stand in 256.
-    args, _keep = _gemm_args(a, b, c, alpha, beta, sizes, 256)
+    args, _keep = _gemm_args(a, b, c, alpha, beta, sizes, 256, bias)
     props = _lib.device_properties(args.device)
     return _lib.gemm_plan(args, props["compute_capability"], props["sm_count"])
 

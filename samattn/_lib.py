@@ -27,6 +27,9 @@ NEEDS_WORKSPACE = 4
 F16 = 0
 BF16 = 1
 F32 = 2
+
+# SAMATTN_ACTIVATION_*: the GEMM epilogue's activation.
+ACTIVATION_CODES = {None: 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}
 BOOL = 3  # attention masks only
 
 # Kernel families.
@@ -95,6 +98,9 @@ class GemmArgs(_Args):
         ("stream", ctypes.c_void_p),
         ("workspace", ctypes.c_void_p),
         ("workspace_bytes", ctypes.c_int64),
+        ("bias", ctypes.c_void_p),
+        ("activation", ctypes.c_int32),
+        ("output_fp32", ctypes.c_int32),
     ]
 
 

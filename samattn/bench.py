@@ -1,6 +1,6 @@
 """Benchmarks of samattn against torch, measured in the same run.
 
-    python -m samattn.bench [--ops gemm,softmax,attention,terms,decode,overhead]
+    python -m samattn.bench [--ops gemm,linear,softmax,attention,terms,decode,overhead]
                             [--families sm80,sm75] [--quick] [--json PATH] [--plot PATH]
 
 GEMM is reported in TFLOPS (2 * batch * M * N * K flops) against torch.matmul
@@ -23,6 +23,12 @@ cuDNN's head dim 256 backward) is left out of that record with the reason
 library cannot run (UnsupportedError, NotImplementedError) goes to the JSON's
 `skipped` list with the library's message.
 `ratio` is samattn / torch: above 1 is faster.
+
+Linear with a fused epilogue (--ops linear): samattn.linear(x, w, b, activation="gelu"),
+bf16, LLM shapes (tokens 4096/16384 x (4096 -> 14336) and (14336 -> 4096)), against
+F.gelu(F.linear(x, w, b)) in eager torch and compiled with torch.compile (default mode, one
+compilation per shape before timing): op "linear_epilogue", one record per baseline
+(`baseline_name`), in TFLOPS of the GEMM (2 * tokens * in * out).
 
 Score terms and masks (--ops terms): bf16, head dims 64/128/256, seqlen 1k/4k/16k on the
 attention grid, causal and not (--quick: three cases). Forward and backward of
@@ -104,7 +110,7 @@ import samattn
 
 from . import _checks, _cuda, _lib
 
-OPS = ("gemm", "softmax", "attention", "terms", "decode", "overhead")
+OPS = ("gemm", "linear", "softmax", "attention", "terms", "decode", "overhead")
 FAMILIES = ("auto", *_lib.FAMILY_CODES)  # "auto": the library's own choice for the GPU
 
 # dtype name -> (torch dtype, torch fp32 matmul precision): "f32" is exact fp32
@@ -146,6 +152,16 @@ GEMM_CASES = {
         ("f32", (1, 4096, 4096, 4096)),
         ("tf32", (1, 4096, 4096, 4096)),
     ],
+}
+
+# (dtype, (tokens, in_features, out_features)): issue 17's MLP projections.
+LINEAR_CASES = {
+    "full": [
+        ("bf16", (tokens, n_in, n_out))
+        for tokens in (4096, 16384)
+        for n_in, n_out in ((4096, 14336), (14336, 4096))
+    ],
+    "quick": [("bf16", (4096, 4096, 14336))],
 }
 
 # (dtype, (rows, cols)), softmax over the last dim; every shape is 64M elements.
@@ -800,6 +816,50 @@ class Bench:
 
         self._run_case(f"gemm {dtype_name} {_shape_text(shape)}", body)
 
+    # -- linear + bias + GELU in one GEMM
+    def linear(self, dtype_name: str, shape: tuple[int, int, int]) -> None:
+        tokens, n_in, n_out = shape
+        dtype, _ = DTYPES[dtype_name]
+        sets = [
+            (_randn((tokens, n_in), dtype), _randn((n_out, n_in), dtype) * 0.02,
+             _randn((n_out,), dtype))
+        ]  # fmt: skip
+        tflop = 2 * tokens * n_in * n_out / 1e12
+        import torch.nn.functional as F
+
+        def eager(x, w, b):
+            return F.gelu(F.linear(x, w, b))
+
+        compiled = torch.compile(eager, fullgraph=True)
+        compiled(*sets[0])  # compile before timing
+
+        def body(family: str | None) -> None:
+            ms, ran = self._samattn_ms(
+                family, lambda x, w, b: samattn.linear(x, w, b, activation="gelu"), sets
+            )
+            with samattn.use_family(family):
+                out = samattn.linear(*sets[0], activation="gelu")
+            agreement = _relative_difference(out, eager(*sets[0]))
+            for name, fn in (("eager", eager), ("compiled", compiled)):
+                base_ms = self._baseline_ms(("linear", name, dtype_name, shape), fn, sets)
+                self._record(
+                    op="linear_epilogue",
+                    family=ran,
+                    forced=family is not None,
+                    dtype=dtype_name,
+                    shape=list(shape),
+                    unit="TFLOPS",
+                    samattn=tflop / (ms / 1e3),
+                    baseline=tflop / (base_ms / 1e3),
+                    baseline_name=f"F.gelu(F.linear(x, w, b)), torch {name}",
+                    versus=name,
+                    samattn_ms=ms,
+                    baseline_ms=base_ms,
+                    difference_to_baseline=agreement,
+                )
+
+        self._run_case(f"linear {dtype_name} {'x'.join(map(str, shape))}", body)
+
     # -- eager overhead
     def overhead(self, case: OverheadCase) -> None:
         def body(family: str | None) -> None:
@@ -1414,7 +1474,8 @@ def _number(value: float | None, width: int, digits: int) -> str:
 def _case_text(r: dict[str, Any]) -> str:
     if "what" in r:
         return r["what"]
-    return _shape_text(r["shape"]) + (" causal" if r.get("causal") else "")
+    text = _shape_text(r["shape"]) + (" causal" if r.get("causal") else "")
+    return text + (f" vs {r['versus']}" if "versus" in r else "")
 
 
 def _mismatch(r: dict[str, Any]) -> bool:
@@ -1526,7 +1587,8 @@ def summarize(bench: Bench) -> str:
     groups: dict[tuple[str, str, str], list[float]] = {}
     for r in bench.records:
         if r["ratio"] is not None and r["op"] not in TERMS_TARGETS:  # terms_summary's
-            groups.setdefault((r["op"], r["dtype"], r["family"]), []).append(r["ratio"])
+            op = r["op"] + (f" vs {r['versus']}" if "versus" in r else "")
+            groups.setdefault((op, r["dtype"], r["family"]), []).append(r["ratio"])
     lines = ["", "summary: samattn / torch (above 1: samattn is faster)"]
     for (op, dtype, family), ratios in sorted(groups.items()):
         geomean = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
@@ -1704,6 +1766,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "gemm" in args.ops:
         for dtype_name, shape in GEMM_CASES[size]:
             bench.gemm(dtype_name, shape)
+    if "linear" in args.ops:
+        for dtype_name, shape in LINEAR_CASES[size]:
+            bench.linear(dtype_name, shape)
+            torch.cuda.empty_cache()
     if "softmax" in args.ops:
         for dtype_name, shape in SOFTMAX_CASES[size]:
             bench.softmax(dtype_name, shape)

@@ -2,7 +2,8 @@
 
 Ops (namespace ``samattn``)::
 
-    gemm(Tensor a, Tensor b, Tensor? c, float alpha, float beta) -> Tensor
+    gemm(Tensor a, Tensor b, Tensor? c, float alpha, float beta, Tensor? bias=None,
+         str? activation=None, ScalarType? out_dtype=None) -> Tensor
     softmax(Tensor x, int dim) -> Tensor
     softmax_backward(Tensor y, Tensor dy, int dim) -> Tensor
 
@@ -17,10 +18,11 @@ mode the public functions skip the dispatcher (``samattn/_eager.py``).
 from typing import Optional
 
 import torch
+import torch.nn.functional as F
 
 from . import _checks, _cuda, _eager, _family
 
-__all__ = ["gemm", "softmax"]
+__all__ = ["gemm", "linear", "softmax"]
 
 
 # ------------------------------------------------------------------ gemm ----
@@ -28,56 +30,108 @@ __all__ = ["gemm", "softmax"]
 # get samattn's "needs CUDA tensors" error rather than the dispatcher's.
 @torch.library.custom_op("samattn::gemm", mutates_args=())
 def _gemm(
-    a: torch.Tensor, b: torch.Tensor, c: Optional[torch.Tensor], alpha: float, beta: float
+    a: torch.Tensor,
+    b: torch.Tensor,
+    c: Optional[torch.Tensor],
+    alpha: float,
+    beta: float,
+    bias: Optional[torch.Tensor] = None,
+    activation: Optional[str] = None,
+    out_dtype: Optional[torch.dtype] = None,
 ) -> torch.Tensor:
-    return _cuda.gemm(a, b, c, alpha, beta)
+    return _cuda.gemm(a, b, c, alpha, beta, bias, activation, out_dtype)
 
 
 @_gemm.register_fake
 def _gemm_fake(
-    a: torch.Tensor, b: torch.Tensor, c: Optional[torch.Tensor], alpha: float, beta: float
+    a: torch.Tensor,
+    b: torch.Tensor,
+    c: Optional[torch.Tensor],
+    alpha: float,
+    beta: float,
+    bias: Optional[torch.Tensor] = None,
+    activation: Optional[str] = None,
+    out_dtype: Optional[torch.dtype] = None,
 ) -> torch.Tensor:
-    sizes = _checks.gemm(a, b, c, alpha, beta)
-    return a.new_empty(sizes.out_shape)
+    sizes = _checks.gemm(a, b, c, alpha, beta, bias, activation, out_dtype)
+    return a.new_empty(sizes.out_shape, dtype=sizes.out_dtype or a.dtype)
 
 
 def _gemm_setup_context(ctx, inputs, output) -> None:
-    a, b, c, alpha, beta = inputs
-    ctx.save_for_backward(a, b)
+    a, b, c, alpha, beta = inputs[:5]
+    bias, activation, out_dtype = (*inputs[5:], None, None, None)[:3]
+    # With an activation the backward recomputes the pre-activation: it needs c and bias.
+    keep = (c, bias) if activation is not None else (None, None)
+    ctx.save_for_backward(a, b, *keep)
     ctx.alpha, ctx.beta = alpha, beta
     ctx.c_shape = None if c is None else c.shape
+    ctx.activation, ctx.out_dtype = activation, out_dtype
     ctx.family = _family.requested_family()
 
 
 def _gemm_any(
-    a: torch.Tensor, b: torch.Tensor, c: Optional[torch.Tensor], alpha: float, beta: float
+    a: torch.Tensor,
+    b: torch.Tensor,
+    c: Optional[torch.Tensor],
+    alpha: float,
+    beta: float,
+    bias: Optional[torch.Tensor] = None,
+    activation: Optional[str] = None,
+    out_dtype: Optional[torch.dtype] = None,
 ) -> torch.Tensor:
     """gemm by the cheapest route these tensors allow (samattn/_eager.py)."""
-    route = _eager.route(a, b, c)
+    route = _eager.route(a, b, c, bias)
     if route == _eager.DIRECT:
-        return _cuda.gemm(a, b, c, alpha, beta)
+        return _cuda.gemm(a, b, c, alpha, beta, bias, activation, out_dtype)
     if route == _eager.AUTOGRAD:
-        return _GemmFunction.apply(a, b, c, alpha, beta)
-    return torch.ops.samattn.gemm(a, b, c, alpha, beta)
+        return _GemmFunction.apply(a, b, c, alpha, beta, bias, activation, out_dtype)
+    return torch.ops.samattn.gemm(a, b, c, alpha, beta, bias, activation, out_dtype)
+
+
+def _activate(z: torch.Tensor, activation: str) -> torch.Tensor:
+    """torch's own activation, which the kernels' epilogue reproduces."""
+    if activation == "relu":
+        return torch.relu(z)
+    if activation == "silu":
+        return F.silu(z)
+    return F.gelu(z, approximate="tanh" if activation == "gelu_tanh" else "none")
+
+
+def _activation_grad(grad: torch.Tensor, z: torch.Tensor, activation: str) -> torch.Tensor:
+    """d activation(z) / dz times grad, by torch's backward formulas."""
+    if activation == "relu":
+        return torch.ops.aten.threshold_backward(grad, z, 0)
+    if activation == "silu":
+        return torch.ops.aten.silu_backward(grad, z)
+    approximate = "tanh" if activation == "gelu_tanh" else "none"
+    return torch.ops.aten.gelu_backward(grad, z, approximate=approximate)
 
 
 def _gemm_backward(ctx, grad: torch.Tensor):
-    """dA = alpha dD B^T, dB = alpha A^T dD, dC = beta dD, each summed where it broadcast."""
-    a, b = ctx.saved_tensors
-    grad_a = grad_b = grad_c = None
+    """dZ = act'(Z) dD (Z the pre-activation, recomputed), dA = alpha dZ B^T,
+    dB = alpha A^T dZ, dC = beta dZ, dbias = dZ summed over rows, each summed where it
+    broadcast."""
+    a, b, c, bias = ctx.saved_tensors
+    grad_a = grad_b = grad_c = grad_bias = None
     # The backward runs on autograd's thread: replay the forward's family choice.
     with _family._forced_code(ctx.family):
+        if ctx.activation is not None:
+            z = _gemm_any(a, b, c, ctx.alpha, ctx.beta, bias, None, ctx.out_dtype)
+            grad = _activation_grad(grad, z, ctx.activation)
+        grad_in = grad if grad.dtype == a.dtype else grad.to(a.dtype)  # an fp32 output
         if ctx.needs_input_grad[0]:
-            grad_a = _gemm_any(grad, b.mT, None, ctx.alpha, 0.0)
+            grad_a = _gemm_any(grad_in, b.mT, None, ctx.alpha, 0.0)
             if grad_a.shape != a.shape:
                 grad_a = grad_a.sum_to_size(a.shape)
         if ctx.needs_input_grad[1]:
-            grad_b = _gemm_any(a.mT, grad, None, ctx.alpha, 0.0)
+            grad_b = _gemm_any(a.mT, grad_in, None, ctx.alpha, 0.0)
             if grad_b.shape != b.shape:
                 grad_b = grad_b.sum_to_size(b.shape)
     if ctx.needs_input_grad[2]:
         grad_c = (grad * ctx.beta).sum_to_size(ctx.c_shape)
-    return grad_a, grad_b, grad_c, None, None
+    if len(ctx.needs_input_grad) > 5 and ctx.needs_input_grad[5]:
+        grad_bias = grad.flatten(0, -2).sum(0, dtype=torch.float32).to(a.dtype)
+    return grad_a, grad_b, grad_c, None, None, grad_bias, None, None
 
 
 _gemm.register_autograd(_gemm_backward, setup_context=_gemm_setup_context)
@@ -95,7 +149,9 @@ class _GemmFunction(torch.autograd.Function):
         _gemm_setup_context(ctx, inputs, out)
         return out
 
-    backward = staticmethod(_gemm_backward)
+    @staticmethod
+    def backward(ctx, grad):
+        return _gemm_backward(ctx, grad)[: len(ctx.needs_input_grad)]
 
 
 # --------------------------------------------------------------- softmax ----
@@ -159,38 +215,105 @@ def gemm(
     *,
     alpha: float = 1.0,
     beta: float = 0.0,
+    bias: Optional[torch.Tensor] = None,
+    activation: Optional[str] = None,
+    out_dtype: Optional[torch.dtype] = None,
 ) -> torch.Tensor:
-    """``alpha * a @ b + beta * c``, batched, with fp32 accumulation.
+    """``activation(alpha * a @ b + beta * c + bias)``, batched, with fp32 accumulation;
+    the scaling, bias and activation run in fp32 in the GEMM's epilogue.
 
     Args:
         a: (M, K) or (batch, M, K).
         b: (K, N) or (batch, K, N). Batch sizes must be equal, or one of them 1 or a 2-D
             operand (broadcast). Transposed views (``x.mT``) are read without a copy.
-        c: None, or a tensor that broadcasts to the output shape (e.g. a bias of shape (N,)).
+        c: None, or a tensor of the output's dtype that broadcasts to the output shape.
         alpha, beta: finite scalars; ``beta`` must be 0 when ``c`` is None.
+        bias: None, or (N,): one value per output column, broadcast over rows and batch;
+            a's dtype.
+        activation: None, "relu", "gelu", "gelu_tanh" or "silu" (torch's ``F.relu``,
+            ``F.gelu``, ``F.gelu(approximate="tanh")``, ``F.silu``).
+        out_dtype: None (a's dtype) or torch.float32 (for float16 / bfloat16 inputs: the
+            fp32 result without rounding to 16 bits).
 
-    All tensors: the same CUDA device and the same dtype, one of torch.float16,
+    a, b and bias: the same CUDA device and the same dtype, one of torch.float16,
     torch.bfloat16, torch.float32 (float32 uses TF32 tensor cores unless
     ``torch.get_float32_matmul_precision() == "highest"``).
 
+    Differentiable in a, b, c and bias. With an activation and a gradient to compute,
+    the GEMM writes the pre-activation and torch applies the activation (its backward
+    needs the pre-activation); without a gradient the activation is fused.
+
     Returns:
-        A new contiguous tensor of the input dtype: (batch, M, N) if a or b is 3-D, else (M, N).
+        A new contiguous tensor of dtype ``out_dtype``: (batch, M, N) if a or b is 3-D,
+        else (M, N).
 
     Raises:
         ValueError / TypeError for bad arguments, samattn.UnsupportedError when this GPU,
         kernel family or build cannot run them, RuntimeError for CUDA errors.
     """
     alpha, beta = float(alpha), float(beta)
-    route = _eager.route(a, b, c)
-    if route == _eager.DIRECT:
-        return _cuda.gemm(a, b, c, alpha, beta)
-    if route == _eager.AUTOGRAD:
-        return _GemmFunction.apply(a, b, c, alpha, beta)
+    if bias is None and activation is None and out_dtype is None:
+        route = _eager.route(a, b, c)
+        if route == _eager.DIRECT:
+            return _cuda.gemm(a, b, c, alpha, beta)
+        if route == _eager.AUTOGRAD:
+            return _GemmFunction.apply(a, b, c, alpha, beta)
     _checks.require_tensor(a, "samattn.gemm: a")
     _checks.require_tensor(b, "samattn.gemm: b")
     if c is not None:
         _checks.require_tensor(c, "samattn.gemm: c")
-    return torch.ops.samattn.gemm(a, b, c, alpha, beta)
+    if bias is not None:
+        _checks.require_tensor(bias, "samattn.gemm: bias")
+    if activation is not None:
+        _checks.activation_code(activation, "samattn.gemm")
+        if torch.is_grad_enabled() and (
+            a.requires_grad
+            or b.requires_grad
+            or (c is not None and c.requires_grad)
+            or (bias is not None and bias.requires_grad)
+        ):
+            # Training: the GEMM gives the pre-activation, which the activation's
+            # backward needs; torch's activation keeps it (no recomputation).
+            z = gemm(a, b, c, alpha=alpha, beta=beta, bias=bias, out_dtype=out_dtype)
+            return _activate(z, activation)
+    return _gemm_any(a, b, c, alpha, beta, bias, activation, out_dtype)
+
+
+def linear(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: Optional[torch.Tensor] = None,
+    activation: Optional[str] = None,
+) -> torch.Tensor:
+    """``activation(F.linear(x, weight, bias))`` as one GEMM with the bias and the
+    activation in its epilogue.
+
+    Args:
+        x: (*, in_features), any leading dimensions.
+        weight: (out_features, in_features), ``torch.nn.Linear``'s layout.
+        bias: None or (out_features,).
+        activation: None, "relu", "gelu", "gelu_tanh" or "silu" (see samattn.gemm).
+
+    x, weight and bias: one CUDA device, one dtype (float16, bfloat16 or float32).
+
+    Returns:
+        (*, out_features), x's dtype. Differentiable in x, weight and bias.
+    """
+    _checks.require_tensor(x, "samattn.linear: x")
+    _checks.require_tensor(weight, "samattn.linear: weight")
+    if weight.dim() != 2:
+        raise ValueError(
+            "samattn.linear: weight must be 2-D (out_features, in_features), got shape "
+            f"{tuple(weight.shape)}"
+        )
+    if x.dim() == 0 or x.shape[-1] != weight.shape[1]:
+        raise ValueError(
+            f"samattn.linear: x's last dimension must be in_features = {weight.shape[1]} "
+            f"(weight {tuple(weight.shape)}), got x of shape {tuple(x.shape)}"
+        )
+    rows = x.reshape(-1, x.shape[-1])
+    out = gemm(rows, weight.mT, bias=bias, activation=activation)
+    return out.reshape(*x.shape[:-1], weight.shape[0])
 
 
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:

@@ -12,7 +12,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import samattn
-from samattn import _cuda, _family
+from samattn import _cuda, _family, ops
 
 # Fake CUDA tensors on a second device need no GPU, but on a machine with one GPU torch
 # checks the ordinal and refuses cuda:1.
@@ -94,11 +94,17 @@ class References:
         self.gemm_calls: list[dict] = []
         self.softmax_families: list[int] = []
 
-    def gemm(self, a, b, c, alpha, beta):
-        self.gemm_calls.append({"a": a, "b": b, "family": _family.requested_family()})
+    def gemm(self, a, b, c, alpha, beta, bias=None, activation=None, out_dtype=None):
+        self.gemm_calls.append(
+            {"a": a, "b": b, "family": _family.requested_family(), "activation": activation}
+        )
         out = alpha * torch.matmul(a, b)
         if c is not None and beta != 0.0:
             out = out + beta * c
+        if bias is not None:
+            out = out + bias
+        if activation is not None:
+            out = ops._activate(out, activation)
         return out.contiguous()
 
     def softmax(self, x, dim):
@@ -129,6 +135,42 @@ def test_gemm_gradients(references, shapes, alpha, beta):
     assert torch.autograd.gradcheck(
         lambda a, b, c: samattn.gemm(a, b, c, alpha=alpha, beta=beta), (a, b, c)
     )
+
+
+@pytest.mark.parametrize("activation", [None, "relu", "gelu", "gelu_tanh", "silu"])
+def test_gemm_epilogue_gradients(references, activation):
+    """Training with an activation: the GEMM gives the pre-activation (with its bias), torch's
+    activation does the rest; no call fuses the activation."""
+    a, b, c, bias = double(3, 4, 5), double(5, 6), double(4, 6), double(6)
+    assert torch.autograd.gradcheck(
+        lambda a, b, c, bias: samattn.gemm(
+            a, b, c, alpha=0.5, beta=2.0, bias=bias, activation=activation
+        ),
+        (a, b, c, bias),
+    )
+    assert all(call["activation"] is None for call in references.gemm_calls)
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu", "gelu_tanh", "silu"])
+def test_gemm_op_with_activation_recomputes_in_backward(references, activation):
+    a, b, bias = double(7, 5), double(5, 3), double(3)
+    assert torch.autograd.gradcheck(
+        lambda a, b, bias: torch.ops.samattn.gemm(a, b, None, 1.0, 0.0, bias, activation),
+        (a, b, bias),
+    )
+    with torch.no_grad():
+        samattn.gemm(a, b, bias=bias, activation=activation)
+    assert references.gemm_calls[-1]["activation"] == activation  # inference: fused
+
+
+def test_linear_gradients(references):
+    x, weight, bias = double(2, 3, 5), double(4, 5), double(4)
+    assert torch.autograd.gradcheck(
+        lambda x, w, b: samattn.linear(x, w, b, activation="silu"), (x, weight, bias)
+    )
+    out = samattn.linear(x, weight, bias)
+    assert out.shape == (2, 3, 4)
+    torch.testing.assert_close(out, torch.nn.functional.linear(x, weight, bias))
 
 
 def test_gemm_backward_uses_transposed_views(references):

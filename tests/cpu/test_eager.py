@@ -146,9 +146,24 @@ def test_gemm_args_fields():
         struct_size=ctypes.sizeof(_lib.GemmArgs), dtype=_lib.F16, allow_tf32=0, batch=1,
         m=16, n=12, k=8, a=a.data_ptr(), a_row_stride=8, a_col_stride=1, b=b.data_ptr(),
         b_row_stride=1, b_col_stride=8, c=None, d=0x7000, d_batch_stride=192,
-        d_row_stride=12, d_col_stride=1, alpha=2.0, beta=0.0, workspace=None,
+        d_row_stride=12, d_col_stride=1, alpha=2.0, beta=0.0, workspace=None, bias=None,
+        activation=0, output_fp32=0,
     )  # fmt: skip
     assert {name: getattr(args, name) for name in expected} == expected
+
+
+def test_gemm_epilogue_args_fields():
+    a, b = _plain(16, 8, dtype=torch.bfloat16), _plain(8, 12, dtype=torch.bfloat16)
+    bias = _plain(12, dtype=torch.bfloat16)
+    for name, code in (("relu", 1), ("gelu", 2), ("gelu_tanh", 3), ("silu", 4)):
+        meta = [t.to("meta") for t in (a, b, bias)]
+        sizes = _checks.gemm(meta[0], meta[1], None, 1.0, 0.0, meta[2], name, torch.float32)
+        assert (sizes.activation, sizes.out_dtype) == (code, torch.float32)
+        args, kept = _cuda._gemm_args(a, b, None, 1.0, 0.0, sizes, 0x7000, bias)
+        assert (args.bias, args.activation, args.output_fp32) == (bias.data_ptr(), code, 1)
+        assert kept[2] is bias
+    sizes = _checks.gemm(a.to("meta"), b.to("meta"), None, 1.0, 0.0, None, None, torch.bfloat16)
+    assert sizes.out_dtype is None and sizes.activation == 0
 
 
 def test_window_bounds_take_int_likes():

@@ -197,6 +197,27 @@ def test_c_must_match_d():
     assert family == "sm80" and "c and d differ" in plan
 
 
+def test_fp32_output_runs_k_major_operands_on_sm90():
+    # A linear layer: row-major x, weight.mT (column-major B). Decode-like M too (swap_ab).
+    for m in (4096, 16):
+        family, plan = plan_for(m, 4096, 4096, b_layout="col", output_fp32=1)
+        assert family == "sm90", plan
+    family, plan = plan_for(4096, 4096, 4096, output_fp32=1)  # row-major B: N-major
+    assert family == "sm80" and "fp32 output needs a row-major a" in plan
+    # The output's alignment is counted in fp32 elements: 4 per 16 bytes.
+    family, _ = plan_for(4096, 4100, 4096, b_layout="col", output_fp32=1)
+    assert family == "sm90"
+
+
+def test_bias_runs_along_the_callers_columns():
+    bias = {"bias": ALIGNED}
+    for m in (4096, 16):  # a row-major D, and swap_ab's D^T
+        family, plan = plan_for(m, 1024, 1024, **bias)
+        assert family == "sm90", plan
+    family, plan = plan_for(4096, 1024, 1024, d_layout="col", **bias)
+    assert family == "sm80" and "bias with a column-major d" in plan
+
+
 def test_older_gpus_and_forced_families_never_plan_sm90():
     assert plan_for(4096, 4096, 4096, gpu=((8, 0), 108)) == ("sm80", "")
     assert plan_for(4096, 4096, 4096, gpu=((8, 9), 128)) == ("sm80", "")

@@ -148,6 +148,56 @@ BAD_SOFTMAX = {
         ValueError,
         ["dy has shape (4, 6) but y has (4, 5)"],
     ),
+    "unknown activation": (
+        lambda: samattn.gemm(meta(4, 5), meta(5, 7), activation="tanh"),
+        ValueError,
+        ["activation must be None or one of", "'gelu_tanh'", "'tanh'"],
+    ),
+    "bias shape": (
+        lambda: samattn.gemm(meta(4, 5), meta(5, 7), bias=meta(4)),
+        ValueError,
+        ["bias must have shape (N,) = (7,)", "(4,)"],
+    ),
+    "bias 2-D": (
+        lambda: samattn.gemm(meta(4, 5), meta(5, 7), bias=meta(1, 7)),
+        ValueError,
+        ["bias must have shape (N,)"],
+    ),
+    "bias dtype": (
+        lambda: samattn.gemm(meta(4, 5), meta(5, 7), bias=meta(7, dtype=torch.float32)),
+        TypeError,
+        ["bias has dtype torch.float32"],
+    ),
+    "bias not a tensor": (
+        lambda: samattn.gemm(meta(4, 5), meta(5, 7), bias=[0.0] * 7),
+        TypeError,
+        ["bias must be a torch.Tensor"],
+    ),
+    "out_dtype": (
+        lambda: samattn.gemm(meta(4, 5), meta(5, 7), out_dtype=torch.bfloat16),
+        TypeError,
+        ["out_dtype must be None, a's dtype (torch.float16) or torch.float32"],
+    ),
+    "c of the input dtype with an fp32 output": (
+        lambda: samattn.gemm(meta(4, 5), meta(5, 7), meta(4, 7), beta=1.0, out_dtype=torch.float32),
+        TypeError,
+        ["c has dtype torch.float16 but the output is torch.float32"],
+    ),
+    "bias on the cpu": (
+        lambda: samattn.gemm(meta(4, 5), meta(5, 7), bias=cpu(7)),
+        ValueError,
+        ["bias is on cpu"],
+    ),
+    "linear weight 1-D": (
+        lambda: samattn.linear(meta(4, 5), meta(5)),
+        ValueError,
+        ["weight must be 2-D (out_features, in_features)"],
+    ),
+    "linear in_features": (
+        lambda: samattn.linear(meta(3, 4, 6), meta(7, 5)),
+        ValueError,
+        ["x's last dimension must be in_features = 5", "(3, 4, 6)"],
+    ),
     "backward dtypes": (
         lambda: torch.ops.samattn.softmax_backward(meta(4, 5), meta(4, 5, dtype=torch.float32), 1),
         TypeError,
@@ -210,6 +260,22 @@ def test_gemm_output_shape(a_shape, b_shape, out_shape, dtype):
 def test_gemm_c_broadcasts(c_shape):
     out = samattn.gemm(meta(3, 4, 5), meta(5, 7), meta(*c_shape), beta=0.5)
     assert out.shape == (3, 4, 7)
+
+
+@pytest.mark.parametrize("activation", [None, "relu", "gelu", "gelu_tanh", "silu"])
+def test_gemm_epilogue_output(activation):
+    a, b = meta(3, 4, 5, dtype=torch.bfloat16), meta(5, 7, dtype=torch.bfloat16)
+    out = samattn.gemm(a, b, bias=meta(7, dtype=torch.bfloat16), activation=activation)
+    assert out.shape == (3, 4, 7) and out.dtype == torch.bfloat16
+    out = samattn.gemm(a, b, meta(7, dtype=torch.float32), beta=1.0, out_dtype=torch.float32)
+    assert out.shape == (3, 4, 7) and out.dtype == torch.float32
+    assert samattn.gemm(a, b, out_dtype=torch.bfloat16).dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("x_shape", [(5,), (4, 5), (2, 3, 5), (0, 5)])
+def test_linear_output_shape(x_shape):
+    out = samattn.linear(meta(*x_shape), meta(7, 5), meta(7), activation="silu")
+    assert out.shape == (*x_shape[:-1], 7) and out.dtype == torch.float16
 
 
 def test_gemm_accepts_c_with_zero_beta_and_int_scalars():

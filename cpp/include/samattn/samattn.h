@@ -48,6 +48,15 @@ enum {
   SAMATTN_FAMILY_SM90 = 90
 };
 
+/* GEMM epilogue activations, applied to the fp32 result. */
+enum {
+  SAMATTN_ACTIVATION_NONE = 0,
+  SAMATTN_ACTIVATION_RELU = 1,      /* max(x, 0) */
+  SAMATTN_ACTIVATION_GELU = 2,      /* x * Phi(x), with erf */
+  SAMATTN_ACTIVATION_GELU_TANH = 3, /* GELU's tanh approximation */
+  SAMATTN_ACTIVATION_SILU = 4       /* x * sigmoid(x) */
+};
+
 /* Ops, for family selection queries. */
 enum { SAMATTN_OP_GEMM = 0, SAMATTN_OP_SOFTMAX = 1, SAMATTN_OP_ATTENTION = 2 };
 
@@ -55,8 +64,16 @@ enum { SAMATTN_OP_GEMM = 0, SAMATTN_OP_SOFTMAX = 1, SAMATTN_OP_ATTENTION = 2 };
  * D = alpha * A @ B + beta * C, batched.
  * Element (b, i, j) of a matrix X lives at X + b*X_batch_stride +
  * i*X_row_stride + j*X_col_stride (strides in elements, batch stride 0 =
- * broadcast). A is (m, k), B is (k, n), C and D are (m, n). All four share
+ * broadcast). A is (m, k), B is (k, n), C and D are (m, n). A and B share
  * `dtype`; accumulation is fp32. C may be NULL only when beta == 0.
+ *
+ * Epilogue (appended to ABI 6: a library that predates it refuses a caller
+ * that sets it), applied in fp32 before D is rounded:
+ *   D = activation(alpha * A @ B + beta * C + bias)
+ * bias: NULL, or n contiguous elements of `dtype`, one per column of D,
+ * broadcast over rows and batch. activation: SAMATTN_ACTIVATION_*.
+ * output_fp32 = 1 (f16 and bf16 only): C and D are fp32; otherwise they are
+ * `dtype`.
  */
 typedef struct samattn_gemm_args {
   int64_t struct_size; /* sizeof(samattn_gemm_args) of the caller's header */
@@ -77,6 +94,9 @@ typedef struct samattn_gemm_args {
   void* stream; /* cudaStream_t */
   void* workspace;
   int64_t workspace_bytes;
+  const void* bias;    /* NULL = no bias */
+  int32_t activation;  /* SAMATTN_ACTIVATION_* */
+  int32_t output_fp32; /* 1: C and D are fp32 (f16 / bf16 inputs) */
 } samattn_gemm_args;
 
 /*

@@ -7,6 +7,7 @@
 #include "api/ops.h"
 #include "api/validate.h"
 #include "common/problem.h"
+#include "gemm/epilogue.h"
 #include "gemm/sm90/gemm_sm90_plan.h"
 
 namespace samattn {
@@ -58,6 +59,16 @@ int check_gemm_args(Subject* subject, const samattn_gemm_args& g, bool* empty) {
                                               " (c may be NULL only "
                                               "when beta == 0)");
   }
+  if (g.activation < 0 || g.activation >= gemm::kActivationCount) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                subject_text + ": unknown activation code " + to_text(g.activation) +
+                    " (expected SAMATTN_ACTIVATION_NONE = 0, _RELU = 1, _GELU = 2, "
+                    "_GELU_TANH = 3 or _SILU = 4)");
+  }
+  if (g.output_fp32 != 0 && g.output_fp32 != 1) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                subject_text + ": output_fp32 must be 0 or 1, got " + to_text(g.output_fp32));
+  }
   *empty = g.batch == 0 || g.m == 0 || g.n == 0;
   if (*empty) return SAMATTN_OK;  // D is empty: nothing to check or compute
 
@@ -74,15 +85,20 @@ int check_gemm_args(Subject* subject, const samattn_gemm_args& g, bool* empty) {
                     " make elements of d overlap (a stride of 0 on a size > 1)");
   }
   const int64_t element = dtype_size(g.dtype);
+  if (g.bias != nullptr && !aligned(g.bias, static_cast<uintptr_t>(element))) {
+    return fail(SAMATTN_INVALID_ARGUMENT, subject_text + ": bias is not aligned to its " +
+                                              to_text(element) + "-byte elements");
+  }
+  const int64_t output_element = g.output_fp32 != 0 ? 4 : element;
   const bool with_c = g.beta != 0.0f;
   if ((g.k > 0 && (!fits_in_int64(g.batch, g.m, g.k, g.a_batch_stride, g.a_row_stride,
                                   g.a_col_stride, element) ||
                    !fits_in_int64(g.batch, g.k, g.n, g.b_batch_stride, g.b_row_stride,
                                   g.b_col_stride, element))) ||
       (with_c && !fits_in_int64(g.batch, g.m, g.n, g.c_batch_stride, g.c_row_stride, g.c_col_stride,
-                                element)) ||
+                                output_element)) ||
       !fits_in_int64(g.batch, g.m, g.n, g.d_batch_stride, g.d_row_stride, g.d_col_stride,
-                     element)) {
+                     output_element)) {
     return fail(SAMATTN_INVALID_ARGUMENT,
                 subject_text + ": sizes and strides overflow a 64-bit byte offset");
   }
@@ -107,6 +123,9 @@ GemmProblem make_gemm_problem(const samattn_gemm_args& g, int sm_count) {
   problem.d_col_stride = g.d_col_stride;
   problem.alpha = g.alpha;
   problem.beta = g.beta;
+  problem.bias = g.bias;
+  problem.activation = g.activation;
+  problem.out_f32 = g.output_fp32 != 0 && problem.dtype != DType::f32;
   problem.allow_tf32 = g.allow_tf32 != 0;
   problem.sm_count = sm_count;
   problem.stream = static_cast<cudaStream_t>(g.stream);

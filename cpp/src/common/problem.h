@@ -26,8 +26,12 @@ struct GemmProblem {
   void* d;
   int64_t d_batch_stride, d_row_stride, d_col_stride;
   float alpha, beta;
-  bool allow_tf32;  // fp32 inputs: tf32 tensor cores (true) or exact FMA (false)
-  int sm_count;     // multiprocessors of the device, for grid sizing
+  // Epilogue: D = activation(alpha * A @ B + beta * C + bias[column]).
+  const void* bias;    // n elements of `dtype`; nullptr = none
+  int32_t activation;  // gemm::Activation
+  bool out_f32;        // C and D are fp32 (f16 / bf16 inputs); else `dtype`
+  bool allow_tf32;     // fp32 inputs: tf32 tensor cores (true) or exact FMA (false)
+  int sm_count;        // multiprocessors of the device, for grid sizing
   cudaStream_t stream;
   // Device scratch from the caller (the sm90 family's stream-K partial sums);
   // nullptr / 0 when the family's registered workspace size is 0.

@@ -1,5 +1,6 @@
 // FMA-unit (SIMT) GEMM in CuTe: D[b] = alpha * A[b] @ B[b] + beta * C[b] with
-// fp32 FMA and fp32 accumulation, for fp32 and bf16 operands.
+// fp32 FMA and fp32 accumulation, for fp32 and bf16 operands, then the
+// bias and activation of gemm/epilogue.h.
 //
 // A block of 256 threads computes a 128 x 128 tile of D; each thread owns an
 // 8 x 8 micro-tile (two 4-wide groups in m times two in n), so the inner loop
@@ -30,6 +31,7 @@
 #include <type_traits>
 
 #include "common/problem.h"
+#include "gemm/epilogue.h"
 #include "gemm/gemm_config.h"
 #include "gemm/simt/gemm_simt_layout.h"
 #include "gemm/simt/simt_device.cuh"
@@ -77,10 +79,13 @@ struct OperandArgs {
 template <class T>
 struct SimtParams {
   OperandArgs<T> a, b;
-  const T* c;  // nullptr when beta == 0
+  const void* c;  // nullptr when beta == 0; C and D are T, or float when out_f32
   int64_t c_batch_stride, c_row_stride, c_col_stride;
-  T* d;
+  void* d;
   int64_t d_batch_stride, d_row_stride, d_col_stride;
+  const T* bias;  // n elements; nullptr = none
+  Activation activation;
+  bool out_f32;
   int64_t m, n, batch;
   int tiles_m, tiles_n;
   int k_tiles;  // ceil(K / kTileK)
@@ -378,7 +383,11 @@ struct SimtGemmKernel {
     LoaderA load_a(p.a, batch, int64_t(tile.m) * kTileM, p.k_first, thread);
     LoaderB load_b(p.b, batch, int64_t(tile.n) * kTileN, p.k_first, thread);
     mainloop(p.k_tiles, load_a, load_b, smem_a, smem_b, mma, tCsA, tCsB, tCrA, tCrB, acc);
-    epilogue(p, batch, tile, tCcD, acc);
+    if (std::is_same_v<T, float> || !p.out_f32) {
+      epilogue<T>(p, batch, tile, tCcD, acc);
+    } else {
+      epilogue<float>(p, batch, tile, tCcD, acc);
+    }
   }
 
  private:
@@ -489,9 +498,10 @@ struct SimtGemmKernel {
     }
   }
 
-  // D = alpha * acc + beta * C for the in-bounds part of the tile; C is not
-  // read when beta == 0. 4-wide accesses where the parameters allow them.
-  template <class Coords, class Acc>
+  // D = act(alpha * acc + beta * C + bias) for the in-bounds part of the
+  // tile, C and D of type Out; C is not read when beta == 0. 4-wide accesses
+  // where the parameters allow them.
+  template <class Out, class Coords, class Acc>
   SAMATTN_SIMT_DEVICE static void epilogue(const SimtParams<T>& p, uint32_t batch, TileCoord tile,
                                            const Coords& tCcD, const Acc& acc) {
     using namespace cute;
@@ -500,15 +510,16 @@ struct SimtGemmKernel {
     const int rows = static_cast<int>(p.m - m0 < kTileM ? p.m - m0 : kTileM);
     const int cols = static_cast<int>(p.n - n0 < kTileN ? p.n - n0 : kTileN);
     const bool read_c = p.beta != 0.0f;
-    T* d = p.d + int64_t(batch) * p.d_batch_stride;
-    const T* c = read_c ? p.c + int64_t(batch) * p.c_batch_stride : nullptr;
+    Out* d = static_cast<Out*>(p.d) + int64_t(batch) * p.d_batch_stride;
+    const Out* c =
+        read_c ? static_cast<const Out*>(p.c) + int64_t(batch) * p.c_batch_stride : nullptr;
 
     CUTE_UNROLL
     for (int i = 0; i < size<1>(acc); ++i) {
       const int row = get<0>(tCcD(0, i, 0));
       if (row >= rows) continue;
-      T* d_row = d + (m0 + row) * p.d_row_stride;
-      const T* c_row = read_c ? c + (m0 + row) * p.c_row_stride : nullptr;
+      Out* d_row = d + (m0 + row) * p.d_row_stride;
+      const Out* c_row = read_c ? c + (m0 + row) * p.c_row_stride : nullptr;
 
       CUTE_UNROLL
       for (int g = 0; g < size<2>(acc) / kVec; ++g) {
@@ -520,7 +531,7 @@ struct SimtGemmKernel {
 
         if (read_c) {
           if (p.c_vectorized && whole) {
-            const Vec4<T> cv = load_global(reinterpret_cast<const Vec4<T>*>(c_row + n));
+            const Vec4<Out> cv = load_global(reinterpret_cast<const Vec4<Out>*>(c_row + n));
             for (int e = 0; e < kVec; ++e) out[e] += p.beta * static_cast<float>(cv.v[e]);
           } else {
             for (int e = 0; e < kVec; ++e) {
@@ -532,13 +543,20 @@ struct SimtGemmKernel {
           }
         }
 
+        if (p.bias != nullptr) {
+          for (int e = 0; e < kVec; ++e) {
+            if (col + e < cols) out[e] += static_cast<float>(load_global(p.bias + n + e));
+          }
+        }
+        for (int e = 0; e < kVec; ++e) out[e] = activate(p.activation, out[e]);
+
         if (p.d_vectorized && whole) {
-          Vec4<T> dv;
-          for (int e = 0; e < kVec; ++e) dv.v[e] = T(out[e]);
-          store_global(reinterpret_cast<Vec4<T>*>(d_row + n), dv);
+          Vec4<Out> dv;
+          for (int e = 0; e < kVec; ++e) dv.v[e] = Out(out[e]);
+          store_global(reinterpret_cast<Vec4<Out>*>(d_row + n), dv);
         } else {
           for (int e = 0; e < kVec; ++e) {
-            if (col + e < cols) store_global(d_row + (n + e) * p.d_col_stride, T(out[e]));
+            if (col + e < cols) store_global(d_row + (n + e) * p.d_col_stride, Out(out[e]));
           }
         }
       }
@@ -595,22 +613,26 @@ inline cudaError_t make_simt_params(const GemmProblem& p, SimtParams<typename Tr
         abs64(k_stride) < abs64(mn_stride)};
   };
   // 4-wide epilogue access: unit column stride, and every row start aligned.
+  const int64_t output_bytes = p.out_f32 ? 4 : element_bytes;
   auto vectorizable = [&](const void* ptr, int64_t batch_stride, int64_t row_stride,
                           int64_t col_stride) {
     return ptr != nullptr && col_stride == 1 && row_stride % kVec == 0 &&
            batch_stride % kVec == 0 &&
-           reinterpret_cast<uintptr_t>(ptr) % (kVec * element_bytes) == 0;
+           reinterpret_cast<uintptr_t>(ptr) % (kVec * output_bytes) == 0;
   };
 
   SimtParams<T>& s = *out;
   s.a = operand(p.a, p.a.row_stride, p.a.col_stride, p.m);
   s.b = operand(p.b, p.b.col_stride, p.b.row_stride, p.n);
   const bool read_c = p.beta != 0.0f;
-  s.c = read_c ? static_cast<const T*>(p.c.ptr) : nullptr;
+  s.c = read_c ? p.c.ptr : nullptr;
   s.c_batch_stride = p.c.batch_stride;
   s.c_row_stride = p.c.row_stride;
   s.c_col_stride = p.c.col_stride;
-  s.d = static_cast<T*>(p.d);
+  s.d = p.d;
+  s.bias = static_cast<const T*>(p.bias);
+  s.activation = static_cast<Activation>(p.activation);
+  s.out_f32 = p.out_f32;
   s.d_batch_stride = p.d_batch_stride;
   s.d_row_stride = p.d_row_stride;
   s.d_col_stride = p.d_col_stride;

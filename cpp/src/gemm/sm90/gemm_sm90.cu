@@ -64,20 +64,22 @@ cudaError_t stage(const Plan::Staging& staging, int64_t batch, void* workspace,
 }
 
 // Calls action(Sm90Gemm<...>{}) for the instantiation that runs `plan`.
-template <DType T, Major A, Major B, class Action>
+template <DType T, Major A, Major B, bool kOutF32 = false, class Action>
 auto with_tile(const Plan& plan, Action&& action) {
   switch (plan.tile) {
     case Tile::k128x256_c2x1:
-      return action(Sm90Gemm<T, A, B, Tile::k128x256_c2x1>{});
+      return action(Sm90Gemm<T, A, B, Tile::k128x256_c2x1, kOutF32>{});
     case Tile::k128x128_c1x2:
-      return action(Sm90Gemm<T, A, B, Tile::k128x128_c1x2>{});
+      return action(Sm90Gemm<T, A, B, Tile::k128x128_c1x2, kOutF32>{});
     case Tile::k128x64_swap_ab:
-      if constexpr (T != DType::f32) return action(Sm90Gemm<T, A, B, Tile::k128x64_swap_ab>{});
+      if constexpr (T != DType::f32) {
+        return action(Sm90Gemm<T, A, B, Tile::k128x64_swap_ab, kOutF32>{});
+      }
       break;  // the plan never picks it for tf32
     case Tile::k128x64_streamk:
       break;
   }
-  return action(Sm90Gemm<T, A, B, Tile::k128x64_streamk>{});
+  return action(Sm90Gemm<T, A, B, Tile::k128x64_streamk, kOutF32>{});
 }
 
 template <DType T, class Action>
@@ -85,6 +87,8 @@ auto with_layout(const Plan& plan, Action&& action) {
   if constexpr (T == DType::f32) {
     return with_tile<T, Major::K, Major::K>(plan, action);  // staged K-major
   } else {
+    // fp32 output: K-major operands only (the plan declines the others).
+    if (plan.out_f32) return with_tile<T, Major::K, Major::K, true>(plan, action);
     if (plan.a.k_major) {
       return plan.b.k_major ? with_tile<T, Major::K, Major::K>(plan, action)
                             : with_tile<T, Major::K, Major::MN>(plan, action);

@@ -13,8 +13,9 @@
 namespace samattn::gemm {
 
 // TMA + wgmma GEMM for sm_90a. DType::f32 means tf32 operands. A and B say
-// which mode of each operand is contiguous (see Major); D is row-major.
-template <DType T, Major A, Major B, sm90::Tile kTile>
+// which mode of each operand is contiguous (see Major); D is row-major. C
+// and D are of type T, or fp32 with kOutF32 (16-bit T only).
+template <DType T, Major A, Major B, sm90::Tile kTile, bool kOutF32 = false>
 struct Sm90Gemm {};
 
 // Defined in gemm_sm90_launch.cuh, instantiated once per tag. `plan` is

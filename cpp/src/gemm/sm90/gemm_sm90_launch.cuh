@@ -8,8 +8,11 @@
 // through setmaxnreg. Grid: persistent, one CTA per SM walking tiles in
 // swizzled raster order; clusters of 2 multicast the shared operand tile.
 // The stream-K tile scheduler splits K across CTAs when there are too few
-// output tiles to fill the GPU. Epilogue: alpha * acc + beta * C through
-// shared memory and TMA stores, row-major (column-major for swap_ab).
+// output tiles to fill the GPU. Epilogue (CUTLASS's visitor tree):
+// act(alpha * acc + beta * C + bias) in fp32 with the activation chosen at
+// run time (gemm/epilogue.h) and the bias read only when given, through
+// shared memory and TMA stores, row-major (column-major for swap_ab), in
+// the input type or fp32.
 #pragma once
 
 // First: it redirects CUTLASS's driver calls (see there).
@@ -29,9 +32,55 @@
 #include <type_traits>
 
 #include "common/launch_setup.h"
+#include "gemm/epilogue.h"
 #include "gemm/sm90/gemm_sm90_config.h"
 
 namespace samattn::gemm::sm90 {
+
+// The epilogue's activation as a CUTLASS compute functor whose Arguments
+// carry the choice: one kernel for every activation, the branch taken once
+// per fragment.
+struct ActivationArguments {
+  Activation kind = Activation::none;
+};
+
+template <class T>
+struct RuntimeActivation {
+  using Arguments = ActivationArguments;
+  CUTLASS_HOST_DEVICE T operator()(T const& x, Arguments const& args) const {
+    return activate(args.kind, x);
+  }
+};
+
+template <class T, int N>
+struct RuntimeActivation<cutlass::Array<T, N>> {
+  using Arguments = ActivationArguments;
+  CUTLASS_HOST_DEVICE cutlass::Array<T, N> operator()(cutlass::Array<T, N> const& x,
+                                                      Arguments const& args) const {
+    switch (args.kind) {
+      case Activation::relu:
+        return apply<Activation::relu>(x);
+      case Activation::gelu:
+        return apply<Activation::gelu>(x);
+      case Activation::gelu_tanh:
+        return apply<Activation::gelu_tanh>(x);
+      case Activation::silu:
+        return apply<Activation::silu>(x);
+      case Activation::none:
+        break;
+    }
+    return x;
+  }
+
+ private:
+  template <Activation kKind>
+  CUTLASS_HOST_DEVICE static cutlass::Array<T, N> apply(cutlass::Array<T, N> const& x) {
+    cutlass::Array<T, N> y;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < N; ++i) y[i] = activate(kKind, x[i]);
+    return y;
+  }
+};
 
 template <DType T>
 struct Element;
@@ -81,9 +130,10 @@ struct TileTraits<Tile::k128x64_swap_ab> : TileTraits<Tile::k128x64_streamk> {};
 template <class Config>
 struct Kernel;
 
-template <DType T, Major A, Major B, Tile kTile>
-struct Kernel<Sm90Gemm<T, A, B, kTile>> {
+template <DType T, Major A, Major B, Tile kTile, bool kOutF32>
+struct Kernel<Sm90Gemm<T, A, B, kTile, kOutF32>> {
   using ElementT = typename Element<T>::type;
+  using ElementD = std::conditional_t<kOutF32, float, ElementT>;  // and C
   // CUTLASS names layouts after the (m, k) A and (k, n) B matrices:
   // row-major A and column-major B are the K-major ones.
   using LayoutA =
@@ -94,17 +144,25 @@ struct Kernel<Sm90Gemm<T, A, B, kTile>> {
   using LayoutD =
       std::conditional_t<kDColumnMajor, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
   static constexpr int kAlignment = 16 / sizeof(ElementT);  // TMA: 16-byte rows
+  static constexpr int kAlignmentD = 16 / sizeof(ElementD);
   // K extent of a tile: 128 bytes, one 128-byte swizzle atom per row.
   using TileK = cute::Int<128 / sizeof(ElementT)>;
   using Traits = TileTraits<kTile>;
   using TileShape = cute::Shape<cute::tuple_element_t<0, typename Traits::TileMN>,
                                 cute::tuple_element_t<1, typename Traits::TileMN>, TileK>;
 
+  // The caller's bias runs along D's columns: the kernel's columns, or its
+  // rows when the kernel computes D^T column-major (swap_ab).
+  using Fusion =
+      std::conditional_t<kDColumnMajor,
+                         cutlass::epilogue::fusion::LinCombPerRowBiasEltAct<
+                             RuntimeActivation, ElementD, float, ElementT, ElementD, float>,
+                         cutlass::epilogue::fusion::LinCombPerColBiasEltAct<
+                             RuntimeActivation, ElementD, float, ElementT, ElementD, float>>;
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, typename Traits::Cluster,
-      cutlass::epilogue::collective::EpilogueTileAuto, float, float, ElementT, LayoutD, kAlignment,
-      ElementT, LayoutD, kAlignment, typename Traits::Epilogue,
-      cutlass::epilogue::fusion::LinearCombination<ElementT, float, ElementT, float>>::CollectiveOp;
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, ElementD, LayoutD, kAlignmentD,
+      ElementD, LayoutD, kAlignmentD, typename Traits::Epilogue, Fusion>::CollectiveOp;
 
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementT, LayoutA, kAlignment, ElementT,
@@ -137,6 +195,7 @@ typename Kernel<Config>::GemmKernel::Arguments make_arguments(const Plan& plan,
   using K = Kernel<Config>;
   using GemmKernel = typename K::GemmKernel;
   using ElementT = typename K::ElementT;
+  using ElementD = typename K::ElementD;
   // A (m, k, l) and B (n, k, l): K-major puts the unit stride on k.
   const auto stride_a = make_stride3<typename GemmKernel::StrideA>(
       plan.a.k_major ? plan.a.ld : 1, plan.a.k_major ? 1 : plan.a.ld, plan.a.batch_stride);
@@ -164,13 +223,16 @@ typename Kernel<Config>::GemmKernel::Arguments make_arguments(const Plan& plan,
                                            {static_cast<const ElementT*>(plan.a.ptr), stride_a,
                                             static_cast<const ElementT*>(plan.b.ptr), stride_b},
                                            {{},
-                                            static_cast<const ElementT*>(c.ptr),
+                                            static_cast<const ElementD*>(c.ptr),
                                             stride_c,
-                                            static_cast<ElementT*>(const_cast<void*>(plan.d.ptr)),
+                                            static_cast<ElementD*>(const_cast<void*>(plan.d.ptr)),
                                             stride_d},
                                            hw_info};
-  arguments.epilogue.thread.alpha = problem.alpha;
-  arguments.epilogue.thread.beta = plan.c.ptr != nullptr ? problem.beta : 0.0f;
+  auto& epilogue = arguments.epilogue.thread;
+  epilogue.alpha = problem.alpha;
+  epilogue.beta = plan.c.ptr != nullptr ? problem.beta : 0.0f;
+  epilogue.bias_ptr = static_cast<const ElementT*>(problem.bias);
+  epilogue.activation.kind = static_cast<Activation>(problem.activation);
   arguments.scheduler.max_swizzle_size = plan.swizzle;
   return arguments;
 }

@@ -316,8 +316,23 @@ Plan plan(const GemmProblem& problem) {
       !place(b, /*k_is_cols=*/false, /*prefer_cols=*/false, b_name, &out.b, &out.stage_b)) {
     return out;
   }
-  if (!make_operand(d, /*k_is_cols=*/false, /*prefer_cols=*/!d_col_major, batch, elem, "d", &out.d,
-                    &out.reason)) {
+  // fp32 C and D have instantiations for K-major operands only.
+  out.out_f32 = p.out_f32 && !tf32;
+  if (out.out_f32 && !(out.a.k_major && out.b.k_major)) {
+    out.reason =
+        "fp32 output needs a row-major a and a column-major b (b.mT of a row-major "
+        "tensor)";
+    return out;
+  }
+  // The bias runs along the caller's columns: the kernel's columns when it
+  // writes D row-major untransposed, its rows when swap_ab writes D^T.
+  if (p.bias != nullptr && out.transposed != d_col_major) {
+    out.reason = "a bias with a column-major d";
+    return out;
+  }
+  const int64_t out_elem = out.out_f32 ? 4 : elem;
+  if (!make_operand(d, /*k_is_cols=*/false, /*prefer_cols=*/!d_col_major, batch, out_elem, "d",
+                    &out.d, &out.reason)) {
     return out;
   }
   if (out.d.k_major != d_col_major) {  // here "k-major" means column-major
@@ -325,7 +340,7 @@ Plan plan(const GemmProblem& problem) {
     return out;
   }
   if (with_c) {
-    if (!make_operand(c, /*k_is_cols=*/false, /*prefer_cols=*/!d_col_major, batch, elem, "c",
+    if (!make_operand(c, /*k_is_cols=*/false, /*prefer_cols=*/!d_col_major, batch, out_elem, "c",
                       &out.c, &out.reason)) {
       return out;
     }

@@ -65,6 +65,7 @@ struct Plan {
   bool eligible = false;
   std::string reason;  // why not, when !eligible (for messages and tests)
   bool transposed = false;
+  bool out_f32 = false;  // C and D are fp32 (16-bit inputs)
   int64_t batch = 0, m = 0, n = 0, k = 0;
   Operand a, b, c, d;  // c.ptr == nullptr when beta == 0
   Tile tile = Tile::k128x256_c2x1;

@@ -1,13 +1,14 @@
 // Tensor-core GEMM for the sm75 and sm80 families, in CuTe.
 //
-//   D[l] = alpha * A[l] @ B[l] + beta * C[l]      A (M,K), B (K,N), C/D (M,N)
+//   D[l] = act(alpha * A[l] @ B[l] + beta * C[l] + bias)  A (M,K), B (K,N), C/D (M,N)
 //
 // One CTA computes a BM x BN tile of D. Its K loop runs a multistage shared-
 // memory pipeline (cp.async on sm80, plain loads on sm75) feeding mma.sync
 // through ldmatrix. Every global load is predicated on the problem bounds and
 // out-of-range elements are zero-filled, so any M, N, K works and the K
-// residue is exact. The epilogue applies alpha/beta and stores with the
-// problem's own strides.
+// residue is exact. The epilogue (gemm/epilogue.h) applies alpha, beta,
+// the bias and the activation in fp32 and stores with the problem's own
+// strides, in the input type or fp32.
 //
 // Following CuTe's convention, B is handled as an (N,K) tensor, and the
 // kernel is templated on a Traits type (see gemm_tensor_core_traits.cuh)
@@ -17,6 +18,9 @@
 #include <cute/tensor.hpp>
 
 #include <cstdint>
+#include <type_traits>
+
+#include "gemm/epilogue.h"
 
 namespace samattn::gemm {
 
@@ -32,6 +36,9 @@ struct TensorCoreParams {
   void* d;
   int64_t d_m, d_n, d_batch;
   float alpha, beta;
+  const void* bias;  // n elements of the input type; nullptr = none
+  Activation activation;
+  bool out_f32;          // C and D are fp32 rather than the input type
   int tiles_m, tiles_n;  // CTA tiles per batch entry
 };
 
@@ -99,6 +106,65 @@ __device__ inline void round_to_tf32(Fragment&& fragment) {
           : "=r"(rounded)
           : "f"(reinterpret_cast<float const&>(fragment(i))));
       fragment(i) = reinterpret_cast<Value const&>(rounded);
+    }
+  }
+}
+
+// D = act(alpha * accum + beta * C + bias) with bounds checks, D and C of
+// type Out, the bias of type Bias (the input type). Accumulator elements 2i
+// and 2i+1 are adjacent columns of one row (the mma.sync C layout), so a
+// row-major D takes them as one paired store.
+template <class Out, class Bias, int BM, int BN, class ThrMma, class Accum>
+__device__ inline void store_tile(TensorCoreParams const& p, int batch, int tile_m, int tile_n,
+                                  ThrMma const& thr_mma, Accum const& accum) {
+  using namespace cute;
+  Tensor cD = make_identity_tensor(make_shape(p.m, p.n));
+  Tensor gcD = local_tile(cD, Shape<Int<BM>, Int<BN>>{}, make_coord(tile_m, tile_n));
+  Tensor tCcD = thr_mma.partition_C(gcD);
+  Out* d = static_cast<Out*>(p.d) + batch * p.d_batch;
+  Out const* c = static_cast<Out const*>(p.c);
+  if (c != nullptr) c += batch * p.c_batch;
+  Bias const* bias = static_cast<Bias const*>(p.bias);
+  const Activation activation = p.activation;
+  const float alpha = p.alpha;
+  const float beta = p.beta;
+  using Pair = cute::array_aligned<Out, 2>;
+  const bool paired_d =
+      p.d_n == 1 && p.d_m % 2 == 0 && reinterpret_cast<uintptr_t>(d) % sizeof(Pair) == 0;
+  const bool paired_c = c == nullptr || (p.c_n == 1 && p.c_m % 2 == 0 &&
+                                         reinterpret_cast<uintptr_t>(c) % sizeof(Pair) == 0);
+  CUTE_UNROLL
+  for (int i = 0; i < size(accum); i += 2) {
+    const int row = get<0>(tCcD(i));
+    const int col = get<1>(tCcD(i));
+    if (row >= p.m) continue;
+    float v0 = alpha * accum(i);
+    float v1 = alpha * accum(i + 1);
+    if (paired_d && paired_c && col + 1 < p.n) {
+      if (c != nullptr) {
+        Pair c_pair = *reinterpret_cast<Pair const*>(c + row * p.c_m + col);
+        v0 += beta * static_cast<float>(c_pair[0]);
+        v1 += beta * static_cast<float>(c_pair[1]);
+      }
+      if (bias != nullptr) {
+        v0 += static_cast<float>(bias[col]);
+        v1 += static_cast<float>(bias[col + 1]);
+      }
+      Pair d_pair;
+      d_pair[0] = static_cast<Out>(activate(activation, v0));
+      d_pair[1] = static_cast<Out>(activate(activation, v1));
+      *reinterpret_cast<Pair*>(d + row * p.d_m + col) = d_pair;
+    } else {
+      if (col < p.n) {
+        if (c != nullptr) v0 += beta * static_cast<float>(c[row * p.c_m + col * p.c_n]);
+        if (bias != nullptr) v0 += static_cast<float>(bias[col]);
+        d[row * p.d_m + col * p.d_n] = static_cast<Out>(activate(activation, v0));
+      }
+      if (col + 1 < p.n) {
+        if (c != nullptr) v1 += beta * static_cast<float>(c[row * p.c_m + (col + 1) * p.c_n]);
+        if (bias != nullptr) v1 += static_cast<float>(bias[col + 1]);
+        d[row * p.d_m + (col + 1) * p.d_n] = static_cast<Out>(activate(activation, v1));
+      }
     }
   }
 }
@@ -231,49 +297,13 @@ __global__ void __launch_bounds__(Traits::kThreads)
     }
   }
 
-  // Epilogue: D = alpha * accum + beta * C with bounds checks. Accumulator
-  // elements 2i and 2i+1 are adjacent columns of one row (the mma.sync C
-  // layout), so a row-major D takes them as one paired store.
-  Tensor cD = make_identity_tensor(make_shape(p.m, p.n));
-  Tensor gcD = local_tile(cD, Shape<Int<BM>, Int<BN>>{}, make_coord(tile_m, tile_n));
-  Tensor tCcD = thr_mma.partition_C(gcD);
-  Output* d = static_cast<Output*>(p.d) + batch * p.d_batch;
-  Output const* c = static_cast<Output const*>(p.c);
-  if (c != nullptr) c += batch * p.c_batch;
-  const float alpha = p.alpha;
-  const float beta = p.beta;
-  using Pair = cute::array_aligned<Output, 2>;
-  const bool paired_d =
-      p.d_n == 1 && p.d_m % 2 == 0 && reinterpret_cast<uintptr_t>(d) % sizeof(Pair) == 0;
-  const bool paired_c = c == nullptr || (p.c_n == 1 && p.c_m % 2 == 0 &&
-                                         reinterpret_cast<uintptr_t>(c) % sizeof(Pair) == 0);
-  CUTE_UNROLL
-  for (int i = 0; i < size(accum); i += 2) {
-    const int row = get<0>(tCcD(i));
-    const int col = get<1>(tCcD(i));
-    if (row >= p.m) continue;
-    float v0 = alpha * accum(i);
-    float v1 = alpha * accum(i + 1);
-    if (paired_d && paired_c && col + 1 < p.n) {
-      if (c != nullptr) {
-        Pair c_pair = *reinterpret_cast<Pair const*>(c + row * p.c_m + col);
-        v0 += beta * static_cast<float>(c_pair[0]);
-        v1 += beta * static_cast<float>(c_pair[1]);
-      }
-      Pair d_pair;
-      d_pair[0] = static_cast<Output>(v0);
-      d_pair[1] = static_cast<Output>(v1);
-      *reinterpret_cast<Pair*>(d + row * p.d_m + col) = d_pair;
-    } else {
-      if (col < p.n) {
-        if (c != nullptr) v0 += beta * static_cast<float>(c[row * p.c_m + col * p.c_n]);
-        d[row * p.d_m + col * p.d_n] = static_cast<Output>(v0);
-      }
-      if (col + 1 < p.n) {
-        if (c != nullptr) v1 += beta * static_cast<float>(c[row * p.c_m + (col + 1) * p.c_n]);
-        d[row * p.d_m + (col + 1) * p.d_n] = static_cast<Output>(v1);
-      }
-    }
+  // Epilogue, in the input type or fp32 (tf32 already writes fp32).
+  if constexpr (std::is_same_v<Output, float>) {
+    store_tile<float, Output, BM, BN>(p, batch, tile_m, tile_n, thr_mma, accum);
+  } else if (p.out_f32) {
+    store_tile<float, Output, BM, BN>(p, batch, tile_m, tile_n, thr_mma, accum);
+  } else {
+    store_tile<Output, Output, BM, BN>(p, batch, tile_m, tile_n, thr_mma, accum);
   }
 }
 

@@ -40,13 +40,16 @@ cudaError_t run_tensor_core(const GemmProblem& problem) {
   p.d_batch = problem.d_batch_stride;
   p.alpha = problem.alpha;
   p.beta = problem.beta;
+  p.bias = problem.bias;
+  p.activation = static_cast<Activation>(problem.activation);
+  p.out_f32 = problem.out_f32;
   p.tiles_m = static_cast<int>((problem.m + Traits::kBlockM - 1) / Traits::kBlockM);
   p.tiles_n = static_cast<int>((problem.n + Traits::kBlockN - 1) / Traits::kBlockN);
 
   // gridDim.y is limited to 65535: launch the batch in chunks.
   constexpr int64_t kMaxBatchPerLaunch = 65535;
   using Element = typename Traits::Element;
-  using Output = typename Traits::Output;
+  const int64_t output_bytes = problem.out_f32 ? 4 : sizeof(typename Traits::Output);
   for (int64_t first = 0; first < problem.batch; first += kMaxBatchPerLaunch) {
     const int64_t count = std::min(kMaxBatchPerLaunch, problem.batch - first);
     TensorCoreParams chunk = p;
@@ -54,9 +57,10 @@ cudaError_t run_tensor_core(const GemmProblem& problem) {
     chunk.a = static_cast<const Element*>(problem.a.ptr) + first * problem.a.batch_stride;
     chunk.b = static_cast<const Element*>(problem.b.ptr) + first * problem.b.batch_stride;
     if (chunk.c != nullptr) {
-      chunk.c = static_cast<const Output*>(problem.c.ptr) + first * problem.c.batch_stride;
+      chunk.c =
+          static_cast<const char*>(problem.c.ptr) + first * problem.c.batch_stride * output_bytes;
     }
-    chunk.d = static_cast<Output*>(problem.d) + first * problem.d_batch_stride;
+    chunk.d = static_cast<char*>(problem.d) + first * problem.d_batch_stride * output_bytes;
     dim3 grid(p.tiles_m * p.tiles_n, static_cast<unsigned>(count));
     kernel<<<grid, Traits::kThreads, kSmem, problem.stream>>>(chunk);
     cudaError_t status = cudaGetLastError();
