@@ -68,40 +68,41 @@ endforeach()
 samattn_family_sources(gemm sm75 cpp/src/gemm/sm75/gemm_sm75.cu)
 
 # sm90: TMA + wgmma (CUTLASS 3 Hopper collectives), fp16, bf16 and tf32; one
-# kernel per (dtype, operand layout, tile); two functions per tag, the launch
-# and its workspace size. tf32 wgmma reads only K-major tiles, so tf32 has
-# the K-major layout alone (other operands are staged K-major first), and no
-# swap_ab tile. Exact fp32 stays on sm80's FMA kernel. 16-bit GEMMs with
-# fp32 C and D (out_dtype=torch.float32) have the K-major layout alone: a
-# linear layer's x @ W^T; the plan hands other layouts to sm80.
-foreach(dtype f16 bf16 f32)
-  if(dtype STREQUAL "f32")
-    set(layouts "k,k")
-    set(tiles k128x256_c2x1 k128x128_c1x2 k128x64_streamk)
-  else()
-    set(layouts "k,k" "k,mn" "mn,k" "mn,mn")
-    set(tiles k128x256_c2x1 k128x128_c1x2 k128x64_streamk k128x64_swap_ab)
-  endif()
-  foreach(layout IN LISTS layouts)
+# kernel per (dtype, operand layout, tile, epilogue); two functions per tag,
+# the launch and its workspace size. tf32 wgmma reads only K-major tiles, so
+# tf32 has the K-major layout alone (other operands are staged K-major
+# first), and no swap_ab tile. Exact fp32 stays on sm80's FMA kernel.
+# Epilogues (gemm_sm90_plan.h): plain in every layout; fused (bias and
+# activation) where A or B is K-major; fused_f32 (fp32 C and D) K-major
+# only; the plan hands the rest to sm80.
+function(_sm90_gemm dtype epilogue tiles)
+  set(args "const samattn::gemm::sm90::Plan&, const samattn::GemmProblem&")
+  foreach(layout IN LISTS ARGN)
     string(REPLACE "," ";" pair "${layout}")
     list(GET pair 0 a)
     list(GET pair 1 b)
     foreach(tile IN LISTS tiles)
       string(REGEX REPLACE "^k" "" tile_id "${tile}")
-      set(cfg "samattn::gemm::Sm90Gemm<${_dtypes_cpp_${dtype}}, ${_major_${a}}, ${_major_${b}}, samattn::gemm::sm90::Tile::${tile}>")
-      set(args "const samattn::gemm::sm90::Plan&, const samattn::GemmProblem&")
-      samattn_instantiate(gemm sm90 "gemm_sm90_${dtype}_a${a}_b${b}_${tile_id}"
-                          "gemm/sm90/gemm_sm90_launch.cuh"
-                          "template cudaError_t samattn::gemm::run_sm90<${cfg}>(${args});\ntemplate size_t samattn::gemm::sm90_workspace_bytes<${cfg}>(${args});")
-      if(NOT dtype STREQUAL "f32" AND layout STREQUAL "k,k")
-        set(cfg "samattn::gemm::Sm90Gemm<${_dtypes_cpp_${dtype}}, ${_major_k}, ${_major_k}, samattn::gemm::sm90::Tile::${tile}, true>")
-        samattn_instantiate(gemm sm90 "gemm_sm90_${dtype}_ak_bk_${tile_id}_out_f32"
-                            "gemm/sm90/gemm_sm90_launch.cuh"
-                            "template cudaError_t samattn::gemm::run_sm90<${cfg}>(${args});\ntemplate size_t samattn::gemm::sm90_workspace_bytes<${cfg}>(${args});")
+      set(name "gemm_sm90_${dtype}_a${a}_b${b}_${tile_id}")
+      if(NOT epilogue STREQUAL "plain")
+        set(name "${name}_${epilogue}")
       endif()
+      set(cfg "samattn::gemm::Sm90Gemm<${_dtypes_cpp_${dtype}}, ${_major_${a}}, ${_major_${b}}, samattn::gemm::sm90::Tile::${tile}, samattn::gemm::sm90::Epilogue::${epilogue}>")
+      samattn_instantiate(gemm sm90 "${name}" "gemm/sm90/gemm_sm90_launch.cuh"
+                          "template cudaError_t samattn::gemm::run_sm90<${cfg}>(${args});\ntemplate size_t samattn::gemm::sm90_workspace_bytes<${cfg}>(${args});")
     endforeach()
   endforeach()
+endfunction()
+
+set(_sm90_tiles k128x256_c2x1 k128x128_c1x2 k128x64_streamk k128x64_swap_ab)
+set(_sm90_tf32_tiles k128x256_c2x1 k128x128_c1x2 k128x64_streamk)
+foreach(dtype f16 bf16)
+  _sm90_gemm(${dtype} plain "${_sm90_tiles}" "k,k" "k,mn" "mn,k" "mn,mn")
+  _sm90_gemm(${dtype} fused "${_sm90_tiles}" "k,k" "k,mn" "mn,k")
+  _sm90_gemm(${dtype} fused_f32 "${_sm90_tiles}" "k,k")
 endforeach()
+_sm90_gemm(f32 plain "${_sm90_tf32_tiles}" "k,k")
+_sm90_gemm(f32 fused "${_sm90_tf32_tiles}" "k,k")
 samattn_family_sources(gemm sm90 cpp/src/gemm/sm90/gemm_sm90.cu)
 
 # ------------------------------------------------------------- softmax ----

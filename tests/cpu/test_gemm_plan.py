@@ -218,6 +218,19 @@ def test_bias_runs_along_the_callers_columns():
     assert family == "sm80" and "bias with a column-major d" in plan
 
 
+def test_fused_epilogue_layouts():
+    # x @ W (row-major B, N-major) and x @ W.T both take the fused epilogue on sm90 ...
+    for b_layout in ("row", "col"):
+        for m in (4096, 16):
+            assert plan_for(m, 1024, 1024, b_layout=b_layout, activation=2)[0] == "sm90"
+    # ... and so does a column-major A with a K-major B; not both N-major.
+    assert plan_for(4096, 1024, 1024, a_layout="col", b_layout="col", activation=1)[0] == "sm90"
+    family, plan = plan_for(4096, 1024, 1024, a_layout="col", activation=1)
+    assert family == "sm80" and "column-major a and a row-major b" in plan
+    # Without an epilogue every layout runs on sm90.
+    assert plan_for(4096, 1024, 1024, a_layout="col")[0] == "sm90"
+
+
 def test_older_gpus_and_forced_families_never_plan_sm90():
     assert plan_for(4096, 4096, 4096, gpu=((8, 0), 108)) == ("sm80", "")
     assert plan_for(4096, 4096, 4096, gpu=((8, 9), 128)) == ("sm80", "")

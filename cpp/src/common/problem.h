@@ -28,6 +28,7 @@ struct GemmProblem {
   float alpha, beta;
   // Epilogue: D = activation(alpha * A @ B + beta * C + bias[column]).
   const void* bias;    // n elements of `dtype`; nullptr = none
+  bool bias_per_row;   // bias[row] instead: a problem transposed inside a family
   int32_t activation;  // gemm::Activation
   bool out_f32;        // C and D are fp32 (f16 / bf16 inputs); else `dtype`
   bool allow_tf32;     // fp32 inputs: tf32 tensor cores (true) or exact FMA (false)

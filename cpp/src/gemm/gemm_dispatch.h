@@ -68,6 +68,7 @@ inline GemmProblem transposed(const GemmProblem& problem) {
   t.c = {problem.c.ptr, problem.c.batch_stride, problem.c.col_stride, problem.c.row_stride};
   t.d_row_stride = problem.d_col_stride;
   t.d_col_stride = problem.d_row_stride;
+  t.bias_per_row = !problem.bias_per_row;  // the caller's columns are D^T's rows
   return t;
 }
 

@@ -587,6 +587,7 @@ inline cudaError_t make_simt_params(const GemmProblem& p, SimtParams<typename Tr
     return cudaErrorInvalidValue;
   }
   if (p.beta != 0.0f && p.c.ptr == nullptr) return cudaErrorInvalidValue;
+  if (p.bias != nullptr && p.bias_per_row) return cudaErrorInvalidValue;  // never transposed
   if (p.batch == 0 || p.m == 0 || p.n == 0) return cudaSuccess;
 
   const int64_t element_bytes = sizeof(T);

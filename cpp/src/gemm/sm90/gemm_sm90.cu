@@ -17,6 +17,7 @@ namespace {
 
 using gemm::Major;
 using gemm::Sm90Gemm;
+using gemm::sm90::Epilogue;
 using gemm::sm90::Plan;
 using gemm::sm90::Tile;
 
@@ -64,51 +65,68 @@ cudaError_t stage(const Plan::Staging& staging, int64_t batch, void* workspace,
 }
 
 // Calls action(Sm90Gemm<...>{}) for the instantiation that runs `plan`.
-template <DType T, Major A, Major B, bool kOutF32 = false, class Action>
+template <DType T, Major A, Major B, Epilogue kEpilogue, class Action>
 auto with_tile(const Plan& plan, Action&& action) {
   switch (plan.tile) {
     case Tile::k128x256_c2x1:
-      return action(Sm90Gemm<T, A, B, Tile::k128x256_c2x1, kOutF32>{});
+      return action(Sm90Gemm<T, A, B, Tile::k128x256_c2x1, kEpilogue>{});
     case Tile::k128x128_c1x2:
-      return action(Sm90Gemm<T, A, B, Tile::k128x128_c1x2, kOutF32>{});
+      return action(Sm90Gemm<T, A, B, Tile::k128x128_c1x2, kEpilogue>{});
     case Tile::k128x64_swap_ab:
       if constexpr (T != DType::f32) {
-        return action(Sm90Gemm<T, A, B, Tile::k128x64_swap_ab, kOutF32>{});
+        return action(Sm90Gemm<T, A, B, Tile::k128x64_swap_ab, kEpilogue>{});
       }
       break;  // the plan never picks it for tf32
     case Tile::k128x64_streamk:
       break;
   }
-  return action(Sm90Gemm<T, A, B, Tile::k128x64_streamk, kOutF32>{});
+  return action(Sm90Gemm<T, A, B, Tile::k128x64_streamk, kEpilogue>{});
+}
+
+// The plain epilogue in every layout; the fused ones in those the plan
+// allows (gemm_sm90_plan.cpp).
+template <DType T, Epilogue kEpilogue, class Action>
+auto with_layout(const Plan& plan, Action&& action) {
+  constexpr Major K = Major::K, MN = Major::MN;
+  if constexpr (T == DType::f32 || kEpilogue == Epilogue::fused_f32) {
+    return with_tile<T, K, K, kEpilogue>(plan, action);  // tf32: staged K-major
+  } else {
+    if (plan.a.k_major) {
+      return plan.b.k_major ? with_tile<T, K, K, kEpilogue>(plan, action)
+                            : with_tile<T, K, MN, kEpilogue>(plan, action);
+    }
+    if constexpr (kEpilogue == Epilogue::plain) {
+      if (!plan.b.k_major) return with_tile<T, MN, MN, kEpilogue>(plan, action);
+    }
+    return with_tile<T, MN, K, kEpilogue>(plan, action);
+  }
 }
 
 template <DType T, class Action>
-auto with_layout(const Plan& plan, Action&& action) {
-  if constexpr (T == DType::f32) {
-    return with_tile<T, Major::K, Major::K>(plan, action);  // staged K-major
-  } else {
-    // fp32 output: K-major operands only (the plan declines the others).
-    if (plan.out_f32) return with_tile<T, Major::K, Major::K, true>(plan, action);
-    if (plan.a.k_major) {
-      return plan.b.k_major ? with_tile<T, Major::K, Major::K>(plan, action)
-                            : with_tile<T, Major::K, Major::MN>(plan, action);
-    }
-    return plan.b.k_major ? with_tile<T, Major::MN, Major::K>(plan, action)
-                          : with_tile<T, Major::MN, Major::MN>(plan, action);
+auto with_epilogue(const Plan& plan, Action&& action) {
+  switch (plan.epilogue) {
+    case Epilogue::fused:
+      return with_layout<T, Epilogue::fused>(plan, action);
+    case Epilogue::fused_f32:
+      if constexpr (T != DType::f32) return with_layout<T, Epilogue::fused_f32>(plan, action);
+      break;  // tf32 already writes fp32: the plan never picks it
+    case Epilogue::plain:
+      break;
   }
+  return with_layout<T, Epilogue::plain>(plan, action);
 }
 
 template <class Action>
 auto with_config(DType dtype, const Plan& plan, Action&& action) {
   switch (dtype) {
     case DType::f16:
-      return with_layout<DType::f16>(plan, action);
+      return with_epilogue<DType::f16>(plan, action);
     case DType::bf16:
-      return with_layout<DType::bf16>(plan, action);
+      return with_epilogue<DType::bf16>(plan, action);
     case DType::f32:
       break;
   }
-  return with_layout<DType::f32>(plan, action);
+  return with_epilogue<DType::f32>(plan, action);
 }
 
 size_t gemm_sm90_workspace_bytes(const GemmProblem& problem) {

@@ -14,8 +14,9 @@ namespace samattn::gemm {
 
 // TMA + wgmma GEMM for sm_90a. DType::f32 means tf32 operands. A and B say
 // which mode of each operand is contiguous (see Major); D is row-major. C
-// and D are of type T, or fp32 with kOutF32 (16-bit T only).
-template <DType T, Major A, Major B, sm90::Tile kTile, bool kOutF32 = false>
+// and D are of type T, or fp32 with the fused_f32 epilogue (16-bit T only).
+template <DType T, Major A, Major B, sm90::Tile kTile,
+          sm90::Epilogue kEpilogue = sm90::Epilogue::plain>
 struct Sm90Gemm {};
 
 // Defined in gemm_sm90_launch.cuh, instantiated once per tag. `plan` is

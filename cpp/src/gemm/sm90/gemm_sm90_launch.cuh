@@ -102,8 +102,8 @@ template <Tile kTile>
 struct TileTraits;
 // Both consumer warpgroups share each tile (the "cooperative" schedule).
 struct Cooperative {
-  using Mainloop = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
-  using Epilogue = cutlass::epilogue::TmaWarpSpecializedCooperative;
+  using MainloopSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
 };
 
 template <>
@@ -130,10 +130,11 @@ struct TileTraits<Tile::k128x64_swap_ab> : TileTraits<Tile::k128x64_streamk> {};
 template <class Config>
 struct Kernel;
 
-template <DType T, Major A, Major B, Tile kTile, bool kOutF32>
-struct Kernel<Sm90Gemm<T, A, B, kTile, kOutF32>> {
+template <DType T, Major A, Major B, Tile kTile, Epilogue kEpilogue>
+struct Kernel<Sm90Gemm<T, A, B, kTile, kEpilogue>> {
+  static constexpr bool kFused = kEpilogue != Epilogue::plain;
   using ElementT = typename Element<T>::type;
-  using ElementD = std::conditional_t<kOutF32, float, ElementT>;  // and C
+  using ElementD = std::conditional_t<kEpilogue == Epilogue::fused_f32, float, ElementT>;  // and C
   // CUTLASS names layouts after the (m, k) A and (k, n) B matrices:
   // row-major A and column-major B are the K-major ones.
   using LayoutA =
@@ -153,26 +154,30 @@ struct Kernel<Sm90Gemm<T, A, B, kTile, kOutF32>> {
 
   // The caller's bias runs along D's columns: the kernel's columns, or its
   // rows when the kernel computes D^T column-major (swap_ab).
-  using Fusion =
+  using FusedBias =
       std::conditional_t<kDColumnMajor,
                          cutlass::epilogue::fusion::LinCombPerRowBiasEltAct<
                              RuntimeActivation, ElementD, float, ElementT, ElementD, float>,
                          cutlass::epilogue::fusion::LinCombPerColBiasEltAct<
                              RuntimeActivation, ElementD, float, ElementT, ElementD, float>>;
-  using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+  using Fusion = std::conditional_t<
+      kFused, FusedBias,
+      cutlass::epilogue::fusion::LinearCombination<ElementD, float, ElementD, float>>;
+  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, typename Traits::Cluster,
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, ElementD, LayoutD, kAlignmentD,
-      ElementD, LayoutD, kAlignmentD, typename Traits::Epilogue, Fusion>::CollectiveOp;
+      ElementD, LayoutD, kAlignmentD, typename Traits::EpilogueSchedule, Fusion>::CollectiveOp;
 
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementT, LayoutA, kAlignment, ElementT,
       LayoutB, kAlignment, float, TileShape, typename Traits::Cluster,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
-          sizeof(typename Epilogue::SharedStorage))>,
-      typename Traits::Mainloop>::CollectiveOp;
+          sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      typename Traits::MainloopSchedule>::CollectiveOp;
 
-  using GemmKernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop,
-                                                          Epilogue, typename Traits::Scheduler>;
+  using GemmKernel =
+      cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop,
+                                           CollectiveEpilogue, typename Traits::Scheduler>;
 };
 
 // A CuTe stride of (outer, inner, batch) modes; static modes (the unit
@@ -231,8 +236,10 @@ typename Kernel<Config>::GemmKernel::Arguments make_arguments(const Plan& plan,
   auto& epilogue = arguments.epilogue.thread;
   epilogue.alpha = problem.alpha;
   epilogue.beta = plan.c.ptr != nullptr ? problem.beta : 0.0f;
-  epilogue.bias_ptr = static_cast<const ElementT*>(problem.bias);
-  epilogue.activation.kind = static_cast<Activation>(problem.activation);
+  if constexpr (K::kFused) {
+    epilogue.bias_ptr = static_cast<const ElementT*>(problem.bias);
+    epilogue.activation.kind = static_cast<Activation>(problem.activation);
+  }
   arguments.scheduler.max_swizzle_size = plan.swizzle;
   return arguments;
 }

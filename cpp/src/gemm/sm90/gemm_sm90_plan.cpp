@@ -316,12 +316,23 @@ Plan plan(const GemmProblem& problem) {
       !place(b, /*k_is_cols=*/false, /*prefer_cols=*/false, b_name, &out.b, &out.stage_b)) {
     return out;
   }
-  // fp32 C and D have instantiations for K-major operands only.
-  out.out_f32 = p.out_f32 && !tf32;
-  if (out.out_f32 && !(out.a.k_major && out.b.k_major)) {
+  // Fused epilogues have instantiations for the layouts of a linear layer
+  // (x @ W^T, and x @ W with W (in, out)): a K-major A or B (tf32 is always
+  // staged K-major); with fp32 C and D, both K-major.
+  const bool out_f32 = p.out_f32 && !tf32;
+  if (out_f32) {
+    out.epilogue = Epilogue::fused_f32;
+  } else if (p.bias != nullptr || p.activation != 0) {
+    out.epilogue = Epilogue::fused;
+  }
+  if (out.epilogue == Epilogue::fused_f32 && !(out.a.k_major && out.b.k_major)) {
     out.reason =
         "fp32 output needs a row-major a and a column-major b (b.mT of a row-major "
         "tensor)";
+    return out;
+  }
+  if (out.epilogue == Epilogue::fused && !out.a.k_major && !out.b.k_major) {
+    out.reason = "a bias or an activation with a column-major a and a row-major b";
     return out;
   }
   // The bias runs along the caller's columns: the kernel's columns when it
@@ -330,7 +341,7 @@ Plan plan(const GemmProblem& problem) {
     out.reason = "a bias with a column-major d";
     return out;
   }
-  const int64_t out_elem = out.out_f32 ? 4 : elem;
+  const int64_t out_elem = out_f32 ? 4 : elem;
   if (!make_operand(d, /*k_is_cols=*/false, /*prefer_cols=*/!d_col_major, batch, out_elem, "d",
                     &out.d, &out.reason)) {
     return out;

@@ -39,6 +39,15 @@ constexpr int kTileCount = 4;
 // pass over it (getenv would scan it once per name).
 void read_tuning_overrides(GemmProblem* problem);
 
+// The epilogue of an sm90 instantiation. Plain GEMMs keep CUTLASS's
+// alpha/beta epilogue: the fused one (a bias broadcast and a run-time
+// activation in the visitor tree) measured 1-4% slower on short-K GEMMs.
+enum class Epilogue : int32_t {
+  plain = 0,      // alpha * acc + beta * C
+  fused = 1,      // act(alpha * acc + beta * C + bias), C and D of the input type
+  fused_f32 = 2,  // the same with fp32 C and D (16-bit inputs)
+};
+
 // Name of a tile ("128x256_c2x1"); nullptr for an unknown value.
 const char* tile_name(Tile tile);
 // The tile named `name`, or false.
@@ -65,7 +74,7 @@ struct Plan {
   bool eligible = false;
   std::string reason;  // why not, when !eligible (for messages and tests)
   bool transposed = false;
-  bool out_f32 = false;  // C and D are fp32 (16-bit inputs)
+  Epilogue epilogue = Epilogue::plain;
   int64_t batch = 0, m = 0, n = 0, k = 0;
   Operand a, b, c, d;  // c.ptr == nullptr when beta == 0
   Tile tile = Tile::k128x256_c2x1;

@@ -36,7 +36,8 @@ struct TensorCoreParams {
   void* d;
   int64_t d_m, d_n, d_batch;
   float alpha, beta;
-  const void* bias;  // n elements of the input type; nullptr = none
+  const void* bias;   // n elements of the input type; nullptr = none
+  bool bias_per_row;  // bias[row] rather than bias[col] (a transposed problem)
   Activation activation;
   bool out_f32;          // C and D are fp32 rather than the input type
   int tiles_m, tiles_n;  // CTA tiles per batch entry
@@ -147,8 +148,8 @@ __device__ inline void store_tile(TensorCoreParams const& p, int batch, int tile
         v1 += beta * static_cast<float>(c_pair[1]);
       }
       if (bias != nullptr) {
-        v0 += static_cast<float>(bias[col]);
-        v1 += static_cast<float>(bias[col + 1]);
+        v0 += static_cast<float>(bias[p.bias_per_row ? row : col]);
+        v1 += static_cast<float>(bias[p.bias_per_row ? row : col + 1]);
       }
       Pair d_pair;
       d_pair[0] = static_cast<Out>(activate(activation, v0));
@@ -157,12 +158,12 @@ __device__ inline void store_tile(TensorCoreParams const& p, int batch, int tile
     } else {
       if (col < p.n) {
         if (c != nullptr) v0 += beta * static_cast<float>(c[row * p.c_m + col * p.c_n]);
-        if (bias != nullptr) v0 += static_cast<float>(bias[col]);
+        if (bias != nullptr) v0 += static_cast<float>(bias[p.bias_per_row ? row : col]);
         d[row * p.d_m + col * p.d_n] = static_cast<Out>(activate(activation, v0));
       }
       if (col + 1 < p.n) {
         if (c != nullptr) v1 += beta * static_cast<float>(c[row * p.c_m + (col + 1) * p.c_n]);
-        if (bias != nullptr) v1 += static_cast<float>(bias[col + 1]);
+        if (bias != nullptr) v1 += static_cast<float>(bias[p.bias_per_row ? row : col + 1]);
         d[row * p.d_m + (col + 1) * p.d_n] = static_cast<Out>(activate(activation, v1));
       }
     }

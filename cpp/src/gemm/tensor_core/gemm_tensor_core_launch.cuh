@@ -41,6 +41,7 @@ cudaError_t run_tensor_core(const GemmProblem& problem) {
   p.alpha = problem.alpha;
   p.beta = problem.beta;
   p.bias = problem.bias;
+  p.bias_per_row = problem.bias_per_row;
   p.activation = static_cast<Activation>(problem.activation);
   p.out_f32 = problem.out_f32;
   p.tiles_m = static_cast<int>((problem.m + Traits::kBlockM - 1) / Traits::kBlockM);
