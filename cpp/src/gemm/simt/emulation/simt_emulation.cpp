@@ -198,16 +198,41 @@ struct Case {
   float alpha, beta;
   int64_t a_offset = 0, b_offset = 0;
   int64_t max_grid_yz = 3;  // small, to exercise the y/z batch split
+  // The epilogue: a bias per column, an activation, fp32 C and D.
+  bool bias = false;
+  Activation activation = Activation::none;
+  bool out_f32 = false;
 };
 
-template <class Traits>
+// The activations in double, from their definitions (gemm/epilogue.h computes them in
+// float with the library's formulas).
+double activate_reference(Activation activation, double x) {
+  switch (activation) {
+    case Activation::relu:
+      return x < 0 ? 0 : x;
+    case Activation::gelu:
+      return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
+    case Activation::gelu_tanh:
+      return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+    case Activation::silu:
+      return x / (1 + std::exp(-x));
+    case Activation::none:
+      break;
+  }
+  return x;
+}
+
+// C and D are of type Out: T, or float for a case with out_f32.
+template <class Traits, class Out = typename Traits::Element>
 bool run_case(const Case& tc, CopyTiming timing, std::mt19937& rng) {
   using T = typename Traits::Element;
   using Kernel = SimtGemmKernel<Traits>;
   Matrix<T> a = make_matrix<T>(tc.batch, tc.m, tc.k, tc.a_layout, tc.a_broadcast, tc.a_offset, rng);
   Matrix<T> b = make_matrix<T>(tc.batch, tc.k, tc.n, tc.b_layout, tc.b_broadcast, tc.b_offset, rng);
-  Matrix<T> c = make_matrix<T>(tc.batch, tc.m, tc.n, tc.c_layout, tc.c_broadcast, 0, rng);
-  Matrix<T> d = make_matrix<T>(tc.batch, tc.m, tc.n, tc.d_layout, false, 0, rng, /*fill_nan=*/true);
+  Matrix<Out> c = make_matrix<Out>(tc.batch, tc.m, tc.n, tc.c_layout, tc.c_broadcast, 0, rng);
+  Matrix<Out> d =
+      make_matrix<Out>(tc.batch, tc.m, tc.n, tc.d_layout, false, 0, rng, /*fill_nan=*/true);
+  Matrix<T> bias = make_matrix<T>(1, 1, tc.n, Layout::row_major, false, 0, rng);
 
   GemmProblem p{};
   p.dtype = Traits::kDType;
@@ -224,6 +249,9 @@ bool run_case(const Case& tc, CopyTiming timing, std::mt19937& rng) {
   p.d_col_stride = d.col_stride;
   p.alpha = tc.alpha;
   p.beta = tc.beta;
+  p.bias = tc.bias ? bias.data() : nullptr;
+  p.activation = static_cast<int32_t>(tc.activation);
+  p.out_f32 = tc.out_f32;
 
   SimtParams<T> params;
   SimtGrid grid;
@@ -244,6 +272,11 @@ bool run_case(const Case& tc, CopyTiming timing, std::mt19937& rng) {
     emulation::g_regions.push_back(
         {reinterpret_cast<const char*>(c.storage.data()),
          reinterpret_cast<const char*>(c.storage.data() + c.storage.size()), false});
+  }
+  if (tc.bias) {
+    emulation::g_regions.push_back(
+        {reinterpret_cast<const char*>(bias.storage.data()),
+         reinterpret_cast<const char*>(bias.storage.data() + bias.storage.size()), false});
   }
   emulation::g_access_errors = 0;
 
@@ -273,8 +306,8 @@ bool run_case(const Case& tc, CopyTiming timing, std::mt19937& rng) {
   }
 
   // Reference in double; tolerance from the magnitudes summed.
-  const double unit = std::is_same_v<T, float> ? 1.2e-7 : 4e-3;  // output rounding
-  const double accumulation = (tc.k + 3) * 1.2e-7;               // fp32 sums
+  const double unit = std::is_same_v<Out, float> ? 1.2e-7 : 4e-3;  // output rounding
+  const double accumulation = (tc.k + 3) * 1.2e-7;                 // fp32 sums
   int bad = 0;
   std::vector<bool> in_view(d.storage.size(), false);
   for (int64_t bi = 0; bi < tc.batch; ++bi) {
@@ -294,6 +327,13 @@ bool run_case(const Case& tc, CopyTiming timing, std::mt19937& rng) {
           expect += tc.beta * cv;
           magnitude += std::fabs(tc.beta * cv);
         }
+        if (tc.bias) {
+          const double bv = static_cast<float>(bias.storage[bias.index(0, 0, j)]);
+          expect += bv;
+          magnitude += std::fabs(bv);
+        }
+        // Each activation's slope is at most 1.13: the error bound carries over.
+        expect = activate_reference(tc.activation, expect);
         const int64_t at = d.index(bi, i, j);
         in_view[at] = true;
         const double got = static_cast<float>(d.storage[at]);
@@ -323,11 +363,13 @@ std::string describe(const Case& c) {
   static const char* names[] = {"row", "col", "strided", "row+pad"};
   char buf[256];
   std::snprintf(buf, sizeof buf,
-                "batch=%ld m=%ld n=%ld k=%ld A=%s%s B=%s%s C=%s%s D=%s alpha=%g beta=%g",
+                "batch=%ld m=%ld n=%ld k=%ld A=%s%s B=%s%s C=%s%s D=%s alpha=%g beta=%g "
+                "bias=%d activation=%d out_f32=%d",
                 long(c.batch), long(c.m), long(c.n), long(c.k), names[int(c.a_layout)],
                 c.a_broadcast ? "/bcast" : "", names[int(c.b_layout)],
                 c.b_broadcast ? "/bcast" : "", names[int(c.c_layout)],
-                c.c_broadcast ? "/bcast" : "", names[int(c.d_layout)], c.alpha, c.beta);
+                c.c_broadcast ? "/bcast" : "", names[int(c.d_layout)], c.alpha, c.beta, int(c.bias),
+                int(c.activation), int(c.out_f32));
   return buf;
 }
 
@@ -390,11 +432,24 @@ int run_config(std::mt19937& rng) {
     cases.push_back({5, 7, 9, 0, Layout::row_major, Layout::col_major, Layout::row_major, d_dense,
                      false, false, true, 1.0f, 1.0f});
   }
+  // The epilogue: bias and each activation, and fp32 C and D (bf16 inputs), on sizes
+  // with partial tiles and, for the vectorized kernels, 4-wide stores.
+  const Activation activations[] = {Activation::relu, Activation::gelu, Activation::gelu_tanh,
+                                    Activation::silu};
+  for (int i = 0; i < 4; ++i) {
+    Case c = cases[i % 2 == 0 ? 1 : cases.size() - 4];
+    c.bias = true;
+    c.activation = activations[i];
+    c.out_f32 = DT == DType::bf16 && i >= 2;
+    cases.push_back(c);
+  }
   int failures = 0;
   for (const Case& c : cases) {
     for (CopyTiming timing : {CopyTiming::early, CopyTiming::late}) {
       if (F != Family::sm80 && timing == CopyTiming::late) continue;  // no cp.async
-      if (!run_case<Traits>(c, timing, rng)) {
+      const bool passed =
+          c.out_f32 ? run_case<Traits, float>(c, timing, rng) : run_case<Traits>(c, timing, rng);
+      if (!passed) {
         std::printf("  FAIL (%s copies): %s\n", timing == CopyTiming::early ? "early" : "late",
                     describe(c).c_str());
         ++failures;
