@@ -163,6 +163,19 @@ def test_gemm_op_with_activation_recomputes_in_backward(references, activation):
     assert references.gemm_calls[-1]["activation"] == activation  # inference: fused
 
 
+def test_eager_autograd_function_gradients(references):
+    """The eager route's autograd.Function (CUDA tensors take it), with and without the
+    epilogue's inputs: the same gradients as the op's registered autograd."""
+    a, b, bias = double(7, 5), double(5, 3), double(3)
+    assert torch.autograd.gradcheck(
+        lambda a, b: ops._GemmFunction.apply(a, b, None, 2.0, 0.0), (a, b)
+    )
+    assert torch.autograd.gradcheck(
+        lambda a, b, bias: ops._GemmFunction.apply(a, b, None, 1.0, 0.0, bias, "gelu", None),
+        (a, b, bias),
+    )
+
+
 def test_linear_gradients(references):
     x, weight, bias = double(2, 3, 5), double(4, 5), double(4)
     assert torch.autograd.gradcheck(
