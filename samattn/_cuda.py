@@ -102,54 +102,53 @@ def gemm(
     out_dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
     """D = act(alpha * a @ b + beta * c + bias) on the GPU; see samattn.gemm."""
-    if bias is not None or activation is not None or out_dtype is not None:
-        return _gemm_epilogue(a, b, c, alpha, beta, bias, activation, out_dtype)
+    plain = bias is None and activation is None and out_dtype is None
     key = None
     if c is None and beta == 0.0 and type(alpha) is float:
         key = _gemm_key(a, b, alpha)
+        if not plain:
+            key = (*key, _bias_key(bias), activation, out_dtype)
         entry = _GEMM.get(key)
         if entry is not None:
-            out = a.new_empty(entry.out_shape)
+            out = _gemm_output(a, entry.out_shape, out_dtype)
             args = _GEMM.args(entry)
             args.a, args.b, args.d = a.data_ptr(), b.data_ptr(), out.data_ptr()
+            if bias is not None:
+                args.bias = bias.data_ptr()
             args.stream = _stream(out)
             _GEMM.run(key, entry, args, a)
             return out
-    sizes = _checks.gemm_quick(a, b, c, alpha, beta) or _checks.gemm(a, b, c, alpha, beta)
-    # new_empty / empty_like: a few microseconds cheaper than torch.empty(..., device=...).
-    out = a.new_empty(sizes.out_shape)
+    if plain:
+        sizes = _checks.gemm_quick(a, b, c, alpha, beta) or _checks.gemm(a, b, c, alpha, beta)
+    else:
+        sizes = _checks.gemm(a, b, c, alpha, beta, bias, activation, out_dtype)
+    out = _gemm_output(a, sizes.out_shape, sizes.out_dtype)
     if out.numel() == 0:
         return out
-    args, operands = _gemm_args(a, b, c, alpha, beta, sizes, out.data_ptr())
+    kernel_bias = bias if bias is None or bias.stride(0) == 1 else bias.contiguous()
+    args, operands = _gemm_args(a, b, c, alpha, beta, sizes, out.data_ptr(), kernel_bias)
     args.stream = _stream(out)
     _prepared.run_with_workspace("samattn_gemm", "samattn_gemm_workspace_size", args, a)
-    if key is not None and operands[0] is a and operands[1] is b:  # read in place
-        _GEMM.put(key, args, out.shape)
+    if key is not None and operands[0] is a and operands[1] is b and kernel_bias is bias:
+        _GEMM.put(key, args, out.shape)  # every tensor read in place
     return out
 
 
-def _gemm_epilogue(
-    a: torch.Tensor,
-    b: torch.Tensor,
-    c: torch.Tensor | None,
-    alpha: float,
-    beta: float,
-    bias: torch.Tensor | None,
-    activation: str | None,
-    out_dtype: torch.dtype | None,
+def _bias_key(bias: torch.Tensor | None) -> tuple | None:
+    """What of the bias a prepared gemm's signature holds (its pointer is the call's)."""
+    if bias is None:
+        return None
+    return bias.shape, bias.stride(), bias.dtype, bias.get_device()
+
+
+def _gemm_output(
+    a: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype | None
 ) -> torch.Tensor:
-    """gemm with a bias, an activation or an fp32 output: always the full path (the
-    prepared calls cover the plain GEMM only)."""
-    sizes = _checks.gemm(a, b, c, alpha, beta, bias, activation, out_dtype)
-    out = a.new_empty(sizes.out_shape, dtype=sizes.out_dtype or a.dtype)
-    if out.numel() == 0:
-        return out
-    if bias is not None and bias.stride(0) != 1:
-        bias = bias.contiguous()
-    args, _keep = _gemm_args(a, b, c, alpha, beta, sizes, out.data_ptr(), bias)
-    args.stream = _stream(out)
-    _prepared.run_with_workspace("samattn_gemm", "samattn_gemm_workspace_size", args, a)
-    return out
+    """gemm's output: a's dtype by new_empty (a few microseconds cheaper than torch.empty
+    with a device), another through the per-device prototype."""
+    if dtype is None or dtype is a.dtype:
+        return a.new_empty(shape)
+    return _prepared.empty(a, shape, dtype)
 
 
 def gemm_plan(

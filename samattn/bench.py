@@ -471,6 +471,7 @@ def overhead_cases() -> list[OverheadCase]:
     a, b = _randn((1024, 1024), torch.bfloat16), _randn((1024, 1024), torch.bfloat16)
     a64, b64 = _randn((64, 64), torch.bfloat16), _randn((64, 64), torch.bfloat16)
     x = _randn((64, 1024), torch.float32)
+    xl, bl = _randn((64, 1024), torch.bfloat16), _randn((1024,), torch.bfloat16)
     ag, bg = a64.clone().requires_grad_(), b64.clone().requires_grad_()
     xg, dy = x.clone().requires_grad_(), _randn((64, 1024), torch.float32)
     dd = _randn((64, 64), torch.bfloat16)
@@ -478,6 +479,11 @@ def overhead_cases() -> list[OverheadCase]:
         OverheadCase("gemm", "gemm bf16 1024^3", lambda: samattn.gemm(a, b), lambda: a @ b),
         OverheadCase(
             "gemm_small", "gemm bf16 64^3", lambda: samattn.gemm(a64, b64), lambda: a64 @ b64
+        ),
+        OverheadCase(
+            "linear_gelu", "linear + bias + gelu bf16 64x1024 -> 1024",
+            lambda: samattn.linear(xl, a, bl, activation="gelu"),
+            lambda: F.gelu(F.linear(xl, a, bl)),
         ),
         OverheadCase(
             "softmax", "softmax f32 64x1024", lambda: samattn.softmax(x, -1),

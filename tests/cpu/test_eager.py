@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from samattn import _checks, _cuda, _eager, _lib
+from samattn import _checks, _cuda, _eager, _lib, _prepared
 
 STRUCTS = [_lib.GemmArgs, _lib.SoftmaxArgs, _lib.AttentionArgs]
 
@@ -179,3 +179,43 @@ def test_window_bounds_take_int_likes():
     for bad in ((3.0, 0), (3,), None, (True, 0), "ab"):
         with pytest.raises(ValueError, match="window_size must be a pair of ints"):
             _checks.window_bounds("op", bad)
+
+
+def test_prepared_gemm_with_an_epilogue(monkeypatch):
+    """A fused gemm's signature (bias layout, activation, output dtype) is cached like a
+    plain one; a repeated call writes its own pointers, the bias's included, and skips the
+    checks; a strided bias (copied for the kernel) is never cached. CPU tensors stand in
+    for CUDA ones (the device check and the launch are replaced)."""
+    launched = []
+
+    def launch(function, size_function, args, like, expected=False, known_bytes=0):
+        launched.append(_lib.GemmArgs.from_buffer_copy(args))
+        return 0
+
+    checked = []
+    check = _checks.gemm
+    monkeypatch.setattr(_cuda, "_stream", lambda t: 0)
+    monkeypatch.setattr(_prepared, "run_with_workspace", launch)
+    monkeypatch.setattr(_checks, "_check_devices", lambda op, tensors: None)
+    monkeypatch.setattr(_checks, "gemm", lambda *args: checked.append(1) or check(*args))
+    _cuda._GEMM.clear()
+    bf16 = torch.bfloat16
+
+    def call(bias, activation="gelu"):
+        a, w = _plain(16, 8, dtype=bf16), _plain(12, 8, dtype=bf16)
+        out = _cuda.gemm(a, w.mT, None, 1.0, 0.0, bias, activation, torch.float32)
+        assert out.dtype == torch.float32 and out.shape == (16, 12)
+        args = launched[-1]
+        assert (args.a, args.b, args.d) == (a.data_ptr(), w.data_ptr(), out.data_ptr())
+        assert (args.activation, args.output_fp32) == (_lib.ACTIVATION_CODES[activation], 1)
+        return args
+
+    assert call(bias := _plain(12, dtype=bf16)).bias == bias.data_ptr()
+    assert len(_cuda._GEMM.entries) == 1 and len(checked) == 1
+    assert call(bias := _plain(12, dtype=bf16)).bias == bias.data_ptr()
+    assert len(checked) == 1  # the prepared call
+    strided = _plain(24, dtype=bf16)[::2]
+    assert call(strided).bias != strided.data_ptr()  # a contiguous copy
+    assert call(_plain(12, dtype=bf16), "silu").activation == 4
+    assert len(_cuda._GEMM.entries) == 2  # the strided bias left none
+    _cuda._GEMM.clear()

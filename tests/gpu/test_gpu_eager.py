@@ -166,6 +166,17 @@ def _prepared_cases():
             lambda: (randn(96, 64, dtype=torch.float32).mT, randn(96, 80, dtype=torch.float32)),
             lambda a, b: samattn.gemm(a, b),
         ),
+        "gemm epilogue": (
+            _cuda._GEMM,
+            lambda: (
+                randn(96, 256, dtype=torch.bfloat16),
+                randn(200, 256, dtype=torch.bfloat16),
+                randn(200, dtype=torch.bfloat16),
+            ),
+            lambda x, w, bias: samattn.gemm(
+                x, w.mT, bias=bias, activation="gelu", out_dtype=torch.float32
+            ),
+        ),
         "softmax": (
             _cuda._SOFTMAX,
             lambda: (randn(7, 300, dtype=torch.float16),),
