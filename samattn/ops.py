@@ -310,8 +310,9 @@ def linear(
             f"samattn.linear: x's last dimension must be in_features = {weight.shape[1]} "
             f"(weight {tuple(weight.shape)}), got x of shape {tuple(x.shape)}"
         )
-    rows = x.reshape(-1, x.shape[-1])
-    out = gemm(rows, weight.mT, bias=bias, activation=activation)
+    if x.dim() == 2:  # no reshape: each costs a dispatcher call
+        return gemm(x, weight.mT, bias=bias, activation=activation)
+    out = gemm(x.reshape(-1, x.shape[-1]), weight.mT, bias=bias, activation=activation)
     return out.reshape(*x.shape[:-1], weight.shape[0])
 
 
