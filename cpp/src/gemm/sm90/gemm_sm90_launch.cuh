@@ -8,11 +8,11 @@
 // through setmaxnreg. Grid: persistent, one CTA per SM walking tiles in
 // swizzled raster order; clusters of 2 multicast the shared operand tile.
 // The stream-K tile scheduler splits K across CTAs when there are too few
-// output tiles to fill the GPU. Epilogue (CUTLASS's visitor tree):
-// act(alpha * acc + beta * C + bias) in fp32 with the activation chosen at
-// run time (gemm/epilogue.h) and the bias read only when given, through
-// shared memory and TMA stores, row-major (column-major for swap_ab), in
-// the input type or fp32.
+// output tiles to fill the GPU. Epilogue, through shared memory and TMA
+// stores, row-major (column-major for swap_ab): alpha * acc + beta * C
+// (Epilogue::plain), or act(alpha * acc + beta * C + bias) in CUTLASS's
+// visitor tree with the activation chosen at run time (gemm/epilogue.h) and
+// the bias read only when given (fused), with fp32 C and D (fused_f32).
 #pragma once
 
 // First: it redirects CUTLASS's driver calls (see there).
