@@ -110,13 +110,15 @@ def attention_probs(
     softcap: float,
     alibi_slopes: torch.Tensor | None,
     lengths: tuple[torch.Tensor, torch.Tensor] | None = None,
+    attn_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The attention probabilities of a fixed-length call, float32 (batch, nheads,
     seqlen_q, seqlen_k), from the forward's lse (sinks included): exp(score - lse), 0
-    where the window hides the key. For return_attn_probs on small problems. lengths:
-    (seqlen_q, seqlen_k) per batch entry, (batch,) tensors, when q and k are sequences
-    padded to their seqlen (varlen_probs): causal, the window and ALiBi then align each
-    sequence's own corner, and the padding gets 0."""
+    where the window or a bool attn_mask hides the key; a float attn_mask is added to the
+    scores after ALiBi, as the kernels add it. For return_attn_probs on small problems.
+    lengths: (seqlen_q, seqlen_k) per batch entry, (batch,) tensors, when q and k are
+    sequences padded to their seqlen (varlen_probs): causal, the window and ALiBi then
+    align each sequence's own corner, and the padding gets 0."""
     _batch, seqlen_q, nheads, _ = q.shape
     seqlen_k, nheads_k = k.shape[1], k.shape[2]
     kf = k.float().repeat_interleave(nheads // nheads_k, dim=2)
@@ -135,6 +137,11 @@ def attention_probs(
     if alibi_slopes is not None:
         slopes = alibi_slopes.float().reshape(-1, nheads, 1, 1)  # (nheads,) or (batch, nheads)
         scores = scores - slopes * (diagonal - j).abs()
+    if attn_mask is not None:  # broadcasts to (batch, nheads, seqlen_q, seqlen_k)
+        if attn_mask.dtype == torch.bool:
+            visible = visible & attn_mask
+        else:
+            scores = scores + attn_mask.float()
     right = 0 if causal else window_right
     if right >= 0:
         visible = visible & (j <= diagonal + right)

@@ -654,7 +654,7 @@ def _masked_attention(
     dropout_p: float = 0.0,
 ) -> AttentionResult:
     """_attention for fixed-length q, k, v under attn_mask (flash_attn_masked_forward).
-    With dropout, return_attn_probs gives no S_dmask (None)."""
+    With dropout, return_attn_probs also gives S_dmask, the mask applied."""
     route = _eager.route(q, k, v, attn_mask, alibi_slopes, sinks)
     if route == _eager.DISPATCH:
         for name, t in (("q", q), ("k", k), ("v", v)):
@@ -684,7 +684,17 @@ def _masked_attention(
             q, k, v, attn_mask, scale, causal, left, right, softcap, bool(deterministic),
             alibi_slopes, sinks, *dropout,
         )  # fmt: skip
-    return (out, lse, None) if return_attn_probs else out
+    if not return_attn_probs:
+        return out
+    s_dmask = None
+    if seed is not None:
+        with torch.no_grad():
+            probs = _dropout.attention_probs(
+                q, k, lse, scale, causal, left, right, softcap, alibi_slopes,
+                attn_mask=attn_mask.detach(),
+            )  # fmt: skip
+            s_dmask = _dropped_probs(probs, seed, dropout_p, q.dtype)
+    return out, lse, s_dmask
 
 
 def flash_attn_func(
@@ -736,11 +746,11 @@ def flash_attn_func(
             differentiable: it gets no gradient (as in flash-attn).
         deterministic: the backward gives bit-identical gradients run to run (dq and dsinks
             are summed in a fixed order: a little slower).
-        return_attn_probs: also return softmax_lse and S_dmask: with dropout_p > 0 (and no
-            attn_mask) the attention probabilities (batch, nheads, seqlen_q, seqlen_k) in q's
-            dtype, negated where dropout dropped them (computed apart with torch ops, for
-            small problems, as flash-attn's is for its tests); otherwise None. As in
-            flash-attn, gradients do not flow back through softmax_lse.
+        return_attn_probs: also return softmax_lse and S_dmask: with dropout_p > 0 the
+            attention probabilities (batch, nheads, seqlen_q, seqlen_k) in q's dtype (the
+            mask applied), negated where dropout dropped them (computed apart with torch
+            ops, for small problems, as flash-attn's is for its tests); otherwise None. As
+            in flash-attn, gradients do not flow back through softmax_lse.
         sinks: keyword only, not in flash-attn: None, or attention sinks (gpt-oss style),
             torch.float32 (nheads,) on q's device: one logit per query head that joins every
             softmax denominator as an extra key whose value is zero, so query i's weights

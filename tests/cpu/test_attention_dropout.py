@@ -134,6 +134,19 @@ def test_s_dmask_traces_without_a_host_read():
     assert s_dmask.shape == (2, 4, 17, 33) and s_dmask.dtype == q.dtype
 
 
+def test_masked_s_dmask_traces_without_a_host_read():
+    torch._dynamo.reset()
+    q, k, v = (meta(2, 17, 4, 64), meta(2, 33, 2, 64), meta(2, 33, 2, 64))
+    mask = torch.empty(2, 1, 17, 33, dtype=torch.bool, device="meta")
+
+    def masked(q, k, v, mask):
+        return samattn.flash_attn_func(q, k, v, 0.1, attn_mask=mask, return_attn_probs=True)
+
+    out, lse, s_dmask = torch.compile(masked, fullgraph=True, backend="eager")(q, k, v, mask)
+    assert out.shape == q.shape and lse.shape == (2, 4, 17)
+    assert s_dmask.shape == (2, 4, 17, 33) and s_dmask.dtype == q.dtype
+
+
 # ------------------------------------------------------------- S_dmask ----
 def reference_lse(q, k, scale, causal):
     """(b, h, sq) natural-log sum of exp of the scaled scores (fp64), causal bottom-right."""
@@ -172,3 +185,33 @@ def test_varlen_probs_are_each_sequences_probs():
         rows = probs[b, :, :lq, :lk].sum(-1)
         seen = torch.arange(lq).view(-1, 1) + lk - lq >= 0  # rows that see a key
         torch.testing.assert_close(rows[:, seen[:, 0]], torch.ones_like(rows[:, seen[:, 0]]))
+
+
+@pytest.mark.parametrize("mask_kind", ["bool", "float"])
+def test_probs_apply_the_mask_as_the_kernels_do(mask_kind):
+    """attention_probs with attn_mask: a False or -inf pair gets 0, a float mask is added
+    after the scale and ALiBi; rows are the softmax of the masked scores (fp64), and a row
+    whose keys are all masked (lse +inf) is all zero."""
+    torch.manual_seed(0)
+    b, sq, sk, h, d, scale = 2, 9, 13, 2, 16, 0.3
+    q, k = torch.randn(b, sq, h, d), torch.randn(b, sk, h, d)
+    slopes = torch.rand(h)
+    scores = torch.einsum("bihd,bjhd->bhij", q.double(), k.double()) * scale
+    i, j = torch.arange(sq).view(-1, 1), torch.arange(sk).view(1, -1)
+    scores = scores - slopes.double().view(1, h, 1, 1) * (i + sk - sq - j).abs()
+    if mask_kind == "bool":
+        mask = torch.rand(b, 1, sq, sk) > 0.4
+        mask[1, 0, 4] = False  # a row that sees no key
+        masked = scores.masked_fill(~mask, float("-inf"))
+    else:
+        mask = torch.randn(1, h, sq, sk) * 2
+        mask[0, 1, 2, ::2] = float("-inf")
+        masked = scores + mask.double()
+    lse = torch.logsumexp(masked, -1)
+    probs = _dropout.attention_probs(
+        q, k, lse.float(), scale, False, -1, -1, 0.0, slopes, attn_mask=mask
+    )
+    expected = torch.exp(masked - lse.unsqueeze(-1)).nan_to_num(0.0)  # -inf - inf rows: NaN
+    torch.testing.assert_close(probs.double(), expected, atol=1e-5, rtol=1e-4)
+    if mask_kind == "bool":
+        assert not probs[1, :, 4].any()

@@ -279,6 +279,23 @@ def test_s_dmask_marks_the_dropped_probabilities(seeds):
     )
 
 
+def test_masked_s_dmask_marks_the_dropped_probabilities(seeds):
+    # A bool key-padding mask: S_dmask's signs are the keep mask where the mask lets a key
+    # in, its magnitudes each row's softmax, 0 where the mask leaves the key out.
+    b, s, h, d, p = 2, 50, 2, 64, 0.3
+    q, k, v = (randn(b, s, h, d, dtype=F16) for _ in range(3))
+    mask = torch.rand(b, 1, 1, s, device=DEVICE) > 0.3
+    _, _, s_dmask = samattn.flash_attn_func(q, k, v, p, attn_mask=mask, return_attn_probs=True)
+    assert s_dmask.shape == (b, h, s, s) and s_dmask.dtype == F16
+    keep = _dropout.keep_mask(_dropout.seed_value(seeds[0]), p, b, h, s, s, DEVICE)
+    allowed = mask.expand(b, h, s, s)
+    assert not s_dmask[~allowed].any()
+    assert torch.equal(~s_dmask.signbit() | ~allowed, keep | ~allowed)
+    scores = torch.einsum("bihd,bjhd->bhij", q.double(), k.double()) * d**-0.5
+    probs = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
+    torch.testing.assert_close(s_dmask.abs().double(), probs, atol=2e-3, rtol=1e-2)
+
+
 def test_varlen_s_dmask_marks_each_sequence(seeds):
     lengths, h, d, p = [17, 40, 1], 2, 64, 0.3
     cu = torch.tensor([0, 17, 57, 58], dtype=torch.int32, device=DEVICE)
