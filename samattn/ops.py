@@ -263,18 +263,22 @@ def gemm(
         _checks.require_tensor(c, "samattn.gemm: c")
     if bias is not None:
         _checks.require_tensor(bias, "samattn.gemm: bias")
-    if activation is not None:
-        _checks.activation_code(activation, "samattn.gemm")
-        if torch.is_grad_enabled() and (
+    if (
+        activation is not None
+        and torch.is_grad_enabled()
+        and (
             a.requires_grad
             or b.requires_grad
             or (c is not None and c.requires_grad)
             or (bias is not None and bias.requires_grad)
-        ):
-            # Training: the GEMM gives the pre-activation, which the activation's
-            # backward needs; torch's activation keeps it (no recomputation).
-            z = gemm(a, b, c, alpha=alpha, beta=beta, bias=bias, out_dtype=out_dtype)
-            return _activate(z, activation)
+        )
+    ):
+        # Training: the GEMM gives the pre-activation, which the activation's
+        # backward needs; torch's activation keeps it (no recomputation). The name is
+        # checked here, before the GEMM runs; the fused call's checks do it otherwise.
+        _checks.activation_code(activation, "samattn.gemm")
+        z = gemm(a, b, c, alpha=alpha, beta=beta, bias=bias, out_dtype=out_dtype)
+        return _activate(z, activation)
     return _gemm_any(a, b, c, alpha, beta, bias, activation, out_dtype)
 
 

@@ -153,6 +153,11 @@ BAD_SOFTMAX = {
         ValueError,
         ["activation must be None or one of", "'gelu_tanh'", "'tanh'"],
     ),
+    "unknown activation, training": (
+        lambda: samattn.gemm(meta(4, 5).requires_grad_(), meta(5, 7), activation="tanh"),
+        ValueError,
+        ["activation must be None or one of", "'tanh'"],
+    ),
     "bias shape": (
         lambda: samattn.gemm(meta(4, 5), meta(5, 7), bias=meta(4)),
         ValueError,

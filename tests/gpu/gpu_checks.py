@@ -81,14 +81,16 @@ def runnable_families() -> list[str]:
     return families
 
 
-def expected_gemm_family(family: str, a, b, c=None, alpha=1.0, beta=0.0) -> str:
-    """The family samattn.gemm(a, b, c, ...) must run with `family` forced: itself, except
-    that sm90 hands what TMA cannot describe to sm80 (samattn_gemm_plan decides)."""
+def expected_gemm_family(family: str, a, b, c=None, alpha=1.0, beta=0.0, **epilogue) -> str:
+    """The family samattn.gemm(a, b, c, ..., **epilogue) must run with `family` forced:
+    itself, except that sm90 hands what TMA cannot describe, and epilogues in layouts it has
+    no kernel for, to sm80 (samattn_gemm_plan decides). epilogue: bias, activation,
+    out_dtype."""
     if family != "sm90":
         return family
     try:
         with samattn.use_family(family):
-            return samattn._cuda.gemm_plan(a, b, c, alpha, beta)[0]
+            return samattn._cuda.gemm_plan(a, b, c, alpha, beta, **epilogue)[0]
     except samattn.UnsupportedError:
         return family  # e.g. exact fp32: samattn.gemm raises too, and call_forced skips
 

@@ -16,6 +16,7 @@ from gpu_checks import (
     UNIT_ROUNDOFF,
     assert_close_to_reference,
     call_forced,
+    expected_gemm_family,
     gemm_floor,
     poison_allocator,
     randn,
@@ -47,14 +48,6 @@ def activate64(z: torch.Tensor, activation: str | None) -> torch.Tensor:
     return F.gelu(z, approximate="tanh" if activation == "gelu_tanh" else "none")
 
 
-def expected_family(family, a, b, c, alpha, beta, bias, activation, out_dtype) -> str:
-    """The family that must run with `family` forced (sm90 hands what it declines to sm80)."""
-    if family != "sm90":
-        return family
-    with samattn.use_family(family):
-        return samattn._cuda.gemm_plan(a, b, c, alpha, beta, bias, activation, out_dtype)[0]
-
-
 def operand_b(k: int, n: int, dtype: torch.dtype, layout: str) -> torch.Tensor:
     """(K, N): row-major, or a linear layer's weight (N, K) seen transposed."""
     return randn(k, n, dtype=dtype) if layout == "row" else randn(n, k, dtype=dtype).mT
@@ -73,7 +66,8 @@ def check_epilogue(family, mode, shape, activation, with_bias, out_dtype, b_layo
         alpha, beta = 0.75, -0.5
         c = randn(m, n, dtype=out) if c_kind == "full" else randn(n, dtype=out)
     poison_allocator((m, n), out)
-    expected = expected_family(family, a, b, c, alpha, beta, bias, activation, out_dtype)
+    epilogue = dict(bias=bias, activation=activation, out_dtype=out_dtype)
+    expected = expected_gemm_family(family, a, b, c, alpha, beta, **epilogue)
     got = call_forced(
         family,
         lambda: samattn.gemm(
