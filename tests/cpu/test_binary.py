@@ -24,6 +24,7 @@ summary with a planted fault (test_checks_catch_planted_faults).
 from __future__ import annotations
 
 import concurrent.futures
+import errno
 import hashlib
 import importlib.util
 import json
@@ -33,6 +34,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections import defaultdict
 from pathlib import Path
 from typing import NamedTuple
@@ -235,8 +237,20 @@ def _find_cuda_tool(name: str) -> str | None:
     return next((str(c) for c in candidates if c.is_file() and os.access(c, os.X_OK)), None)
 
 
+# Starting a process can fail for a moment under memory pressure, or in a sandbox while
+# other threads run (seen as EFAULT, "Bad address", from exec on CI machines).
+_TRANSIENT_START_ERRORS = (errno.EFAULT, errno.EAGAIN, errno.ENOMEM)
+
+
 def _run(*command: str, cwd: str | None = None) -> str:
-    result = subprocess.run(command, capture_output=True, text=True, cwd=cwd, timeout=1800)
+    for attempt in range(5):
+        try:
+            result = subprocess.run(command, capture_output=True, text=True, cwd=cwd, timeout=1800)
+            break
+        except OSError as error:
+            if error.errno not in _TRANSIENT_START_ERRORS or attempt == 4:
+                raise
+            time.sleep(0.5 * 2**attempt)
     assert result.returncode == 0, f"{' '.join(command)} failed: {result.stderr[-2000:]}"
     return result.stdout
 
