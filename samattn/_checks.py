@@ -77,6 +77,8 @@ class GemmShape(NamedTuple):
     k: int
     activation: int = 0
     out_dtype: torch.dtype | None = None
+    split_k: int = 0
+    split_k_mode: int = 0
 
 
 def activation_code(activation: str | None, op: str) -> int:
@@ -90,6 +92,26 @@ def activation_code(activation: str | None, op: str) -> int:
     return code
 
 
+def split_k_codes(split_k: int | str, split_k_mode: str, op: str) -> tuple[int, int]:
+    """samattn.gemm's split_k ("auto" or 1..64) and split_k_mode ("auto", "serial" or
+    "parallel") as the C API's codes (split_k 0 = automatic)."""
+    if split_k == "auto":
+        count = 0
+    elif isinstance(split_k, bool) or not isinstance(split_k, int):
+        raise TypeError(
+            f"{op}: split_k must be 'auto' or an int in 1..{_lib.MAX_SPLIT_K}, got {split_k!r}"
+        )
+    elif not 1 <= split_k <= _lib.MAX_SPLIT_K:
+        raise ValueError(f"{op}: split_k must be 'auto' or 1..{_lib.MAX_SPLIT_K}, got {split_k}")
+    else:
+        count = split_k
+    mode = _lib.SPLIT_K_MODE_CODES.get(split_k_mode) if isinstance(split_k_mode, str) else None
+    if mode is None:
+        names = ", ".join(repr(name) for name in _lib.SPLIT_K_MODE_CODES)
+        raise ValueError(f"{op}: split_k_mode must be one of {names}, got {split_k_mode!r}")
+    return count, mode
+
+
 def gemm(
     a: torch.Tensor,
     b: torch.Tensor,
@@ -99,6 +121,8 @@ def gemm(
     bias: torch.Tensor | None = None,
     activation: str | None = None,
     out_dtype: torch.dtype | None = None,
+    split_k: int | str = "auto",
+    split_k_mode: str = "auto",
 ) -> GemmShape:
     """Validate gemm arguments (see samattn.gemm); return the problem sizes."""
     op = "samattn.gemm"
@@ -129,6 +153,7 @@ def gemm(
     _check_dtype(a, f"{op}: a")
     _check_same_dtype(b, f"{op}: b", a, "a")
     code = activation_code(activation, op)
+    splits, mode = split_k_codes(split_k, split_k_mode, op)
     if out_dtype is not None and out_dtype not in (a.dtype, torch.float32):
         raise TypeError(
             f"{op}: out_dtype must be None, a's dtype ({a.dtype}) or torch.float32, got {out_dtype}"
@@ -162,7 +187,7 @@ def gemm(
     if bias is not None:
         tensors["bias"] = bias
     _check_devices(op, tensors)
-    return GemmShape(out_shape, batch, m, n, k, code, None if out is a.dtype else out)
+    return GemmShape(out_shape, batch, m, n, k, code, None if out is a.dtype else out, splits, mode)
 
 
 def gemm_quick(

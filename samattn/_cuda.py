@@ -72,7 +72,7 @@ def _gemm_args(
         alpha, beta,
         0, 0, 0,  # stream, workspace: set by the caller
         0 if bias is None else bias.data_ptr(), sizes.activation,
-        int(sizes.out_dtype is torch.float32),
+        int(sizes.out_dtype is torch.float32), sizes.split_k, sizes.split_k_mode,
     )  # fmt: skip
     return args, (a, b, bias)
 
@@ -100,14 +100,27 @@ def gemm(
     bias: torch.Tensor | None = None,
     activation: str | None = None,
     out_dtype: torch.dtype | None = None,
+    split_k: int | str = "auto",
+    split_k_mode: str = "auto",
 ) -> torch.Tensor:
     """D = act(alpha * a @ b + beta * c + bias) on the GPU; see samattn.gemm."""
-    plain = bias is None and activation is None and out_dtype is None
+    plain = (
+        bias is None
+        and activation is None
+        and out_dtype is None
+        and split_k == "auto"
+        and split_k_mode == "auto"
+    )
     key = None
-    if c is None and beta == 0.0 and type(alpha) is float:
+    if (
+        c is None
+        and beta == 0.0
+        and type(alpha) is float
+        and _keyable(activation, split_k, split_k_mode)
+    ):
         key = _gemm_key(a, b, alpha)
         if not plain:
-            key = (*key, _bias_key(bias), activation, out_dtype)
+            key = (*key, _bias_key(bias), activation, out_dtype, split_k, split_k_mode)
         entry = _GEMM.get(key)
         if entry is not None:
             out = _gemm_output(a, entry.out_shape, out_dtype)
@@ -121,7 +134,9 @@ def gemm(
     if plain:
         sizes = _checks.gemm_quick(a, b, c, alpha, beta) or _checks.gemm(a, b, c, alpha, beta)
     else:
-        sizes = _checks.gemm(a, b, c, alpha, beta, bias, activation, out_dtype)
+        sizes = _checks.gemm(
+            a, b, c, alpha, beta, bias, activation, out_dtype, split_k, split_k_mode
+        )
     out = _gemm_output(a, sizes.out_shape, sizes.out_dtype)
     if out.numel() == 0:
         return out
@@ -132,6 +147,12 @@ def gemm(
     if key is not None and operands[0] is a and operands[1] is b and kernel_bias is bias:
         _GEMM.put(key, args, out.shape)  # every tensor read in place
     return out
+
+
+def _keyable(*values: object) -> bool:
+    """Whether these arguments can sit in a prepared call's key (an unhashable one is left
+    to the checks, which name it)."""
+    return all(value is None or type(value) in (int, str) for value in values)
 
 
 def _bias_key(bias: torch.Tensor | None) -> tuple | None:
@@ -160,13 +181,15 @@ def gemm_plan(
     bias: torch.Tensor | None = None,
     activation: str | None = None,
     out_dtype: torch.dtype | None = None,
+    split_k: int | str = "auto",
+    split_k_mode: str = "auto",
 ) -> tuple[str, str]:
     """(family, configuration) samattn.gemm would use for these CUDA tensors (no launch).
 
     Honours the forced family (samattn.use_family / SAMATTN_FAMILY) and torch's fp32
     matmul precision like samattn.gemm. Assumes a contiguous output, as gemm allocates.
     """
-    sizes = _checks.gemm(a, b, c, alpha, beta, bias, activation, out_dtype)
+    sizes = _checks.gemm(a, b, c, alpha, beta, bias, activation, out_dtype, split_k, split_k_mode)
     # A freshly allocated output is at least 16-byte aligned: stand in 256.
     args, _keep = _gemm_args(a, b, c, alpha, beta, sizes, 256, bias)
     props = _lib.device_properties(args.device)

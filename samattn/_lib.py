@@ -30,6 +30,9 @@ F32 = 2
 
 # SAMATTN_ACTIVATION_*: the GEMM epilogue's activation.
 ACTIVATION_CODES = {None: 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}
+# SAMATTN_SPLIT_K_*: how a GEMM split along K adds its partial sums.
+SPLIT_K_MODE_CODES = {"auto": 0, "serial": 1, "parallel": 2}
+MAX_SPLIT_K = 64
 BOOL = 3  # attention masks only
 
 # Kernel families.
@@ -101,6 +104,8 @@ class GemmArgs(_Args):
         ("bias", ctypes.c_void_p),
         ("activation", ctypes.c_int32),
         ("output_fp32", ctypes.c_int32),
+        ("split_k", ctypes.c_int32),
+        ("split_k_mode", ctypes.c_int32),
     ]
 
 
@@ -418,8 +423,10 @@ def select_family(
 def gemm_plan(args: GemmArgs, cc: tuple[int, int], sm_count: int) -> tuple[str, str]:
     """(family, configuration) samattn_gemm would use for `args` on such a GPU; no GPU needed.
 
-    The configuration reads "tile=... swizzle=... transposed=..." for the sm90 family,
-    "sm90 cannot run it: <reason>" when sm90 handed the problem to sm80, else "".
+    The configuration reads "tile=... swizzle=... transposed=..." for the sm90 family
+    (then " split_k=N serial" for a forced split), "sm90 cannot run it: <reason>" when
+    sm90 handed the problem to sm80, and "split_k=N parallel" when the sm80 or sm75
+    family splits K (after a "; " when both); else "".
     """
     family = ctypes.c_int32(0)
     text = ctypes.create_string_buffer(512)

@@ -3,7 +3,8 @@
 Ops (namespace ``samattn``)::
 
     gemm(Tensor a, Tensor b, Tensor? c, float alpha, float beta, Tensor? bias=None,
-         str? activation=None, ScalarType? out_dtype=None) -> Tensor
+         str? activation=None, ScalarType? out_dtype=None, int split_k=0,
+         str split_k_mode="auto") -> Tensor
     softmax(Tensor x, int dim) -> Tensor
     softmax_backward(Tensor y, Tensor dy, int dim) -> Tensor
 
@@ -38,8 +39,12 @@ def _gemm(
     bias: Optional[torch.Tensor] = None,
     activation: Optional[str] = None,
     out_dtype: Optional[torch.dtype] = None,
+    split_k: int = 0,
+    split_k_mode: str = "auto",
 ) -> torch.Tensor:
-    return _cuda.gemm(a, b, c, alpha, beta, bias, activation, out_dtype)
+    return _cuda.gemm(
+        a, b, c, alpha, beta, bias, activation, out_dtype, _split_k(split_k), split_k_mode
+    )
 
 
 @_gemm.register_fake
@@ -52,20 +57,40 @@ def _gemm_fake(
     bias: Optional[torch.Tensor] = None,
     activation: Optional[str] = None,
     out_dtype: Optional[torch.dtype] = None,
+    split_k: int = 0,
+    split_k_mode: str = "auto",
 ) -> torch.Tensor:
-    sizes = _checks.gemm(a, b, c, alpha, beta, bias, activation, out_dtype)
+    sizes = _checks.gemm(
+        a, b, c, alpha, beta, bias, activation, out_dtype, _split_k(split_k), split_k_mode
+    )
     return a.new_empty(sizes.out_shape, dtype=sizes.out_dtype or a.dtype)
+
+
+def _split_k(count: "int | str") -> "int | str":
+    """The op's split_k (an int schema argument, 0 = automatic) as gemm's; gemm's own
+    form passes unchanged."""
+    return "auto" if count == 0 and type(count) is int else count
+
+
+def _split_k_count(split_k: "int | str") -> "int | str":
+    """gemm's split_k as the op's int (0 = automatic); anything else unchanged, for the
+    checks to name."""
+    return 0 if split_k == "auto" else split_k
 
 
 def _gemm_setup_context(ctx, inputs, output) -> None:
     a, b, c, alpha, beta = inputs[:5]
-    bias, activation, out_dtype = (*inputs[5:], None, None, None)[:3]
+    bias, activation, out_dtype, split_k, split_k_mode = (
+        *inputs[5:],
+        *(None, None, None, 0, "auto")[len(inputs) - 5 :],
+    )
     # With an activation the backward recomputes the pre-activation: it needs c and bias.
     keep = (c, bias) if activation is not None else (None, None)
     ctx.save_for_backward(a, b, *keep)
     ctx.alpha, ctx.beta = alpha, beta
     ctx.c_shape = None if c is None else c.shape
     ctx.activation, ctx.out_dtype = activation, out_dtype
+    ctx.split_k, ctx.split_k_mode = _split_k(split_k), split_k_mode
     ctx.family = _family.requested_family()
 
 
@@ -78,14 +103,20 @@ def _gemm_any(
     bias: Optional[torch.Tensor] = None,
     activation: Optional[str] = None,
     out_dtype: Optional[torch.dtype] = None,
+    split_k: "int | str" = "auto",
+    split_k_mode: str = "auto",
 ) -> torch.Tensor:
     """gemm by the cheapest route these tensors allow (samattn/_eager.py)."""
     route = _eager.route(a, b, c, bias)
     if route == _eager.DIRECT:
-        return _cuda.gemm(a, b, c, alpha, beta, bias, activation, out_dtype)
+        return _cuda.gemm(a, b, c, alpha, beta, bias, activation, out_dtype, split_k, split_k_mode)
     if route == _eager.AUTOGRAD:
-        return _GemmFunction.apply(a, b, c, alpha, beta, bias, activation, out_dtype)
-    return torch.ops.samattn.gemm(a, b, c, alpha, beta, bias, activation, out_dtype)
+        return _GemmFunction.apply(
+            a, b, c, alpha, beta, bias, activation, out_dtype, split_k, split_k_mode
+        )
+    return torch.ops.samattn.gemm(
+        a, b, c, alpha, beta, bias, activation, out_dtype, _split_k_count(split_k), split_k_mode
+    )
 
 
 def _activate(z: torch.Tensor, activation: str) -> torch.Tensor:
@@ -116,7 +147,10 @@ def _gemm_backward(ctx, grad: torch.Tensor):
     # The backward runs on autograd's thread: replay the forward's family choice.
     with _family._forced_code(ctx.family):
         if ctx.activation is not None:
-            z = _gemm_any(a, b, c, ctx.alpha, ctx.beta, bias, None, ctx.out_dtype)
+            z = _gemm_any(
+                a, b, c, ctx.alpha, ctx.beta, bias, None, ctx.out_dtype, ctx.split_k,
+                ctx.split_k_mode,
+            )  # fmt: skip
             grad = _activation_grad(grad, z, ctx.activation)
         grad_in = grad if grad.dtype == a.dtype else grad.to(a.dtype)  # an fp32 output
         if ctx.needs_input_grad[0]:
@@ -131,7 +165,7 @@ def _gemm_backward(ctx, grad: torch.Tensor):
         grad_c = (grad * ctx.beta).sum_to_size(ctx.c_shape)
     if len(ctx.needs_input_grad) > 5 and ctx.needs_input_grad[5]:
         grad_bias = grad.flatten(0, -2).sum(0, dtype=torch.float32).to(a.dtype)
-    return grad_a, grad_b, grad_c, None, None, grad_bias, None, None
+    return grad_a, grad_b, grad_c, None, None, grad_bias, None, None, None, None
 
 
 _gemm.register_autograd(_gemm_backward, setup_context=_gemm_setup_context)
@@ -149,7 +183,7 @@ class _GemmFunction(torch.autograd.Function):
         _gemm_setup_context(ctx, inputs, out)
         return out
 
-    # Eight gradients for five inputs (a plain call): autograd drops the trailing Nones.
+    # Ten gradients for five inputs (a plain call): autograd drops the trailing Nones.
     backward = staticmethod(_gemm_backward)
 
 
@@ -217,6 +251,8 @@ def gemm(
     bias: Optional[torch.Tensor] = None,
     activation: Optional[str] = None,
     out_dtype: Optional[torch.dtype] = None,
+    split_k: "int | str" = "auto",
+    split_k_mode: str = "auto",
 ) -> torch.Tensor:
     """``activation(alpha * a @ b + beta * c + bias)``, batched, with fp32 accumulation;
     the scaling, bias and activation run in fp32 in the GEMM's epilogue.
@@ -233,6 +269,16 @@ def gemm(
             ``F.gelu``, ``F.gelu(approximate="tanh")``, ``F.silu``).
         out_dtype: None (a's dtype) or torch.float32 (for float16 / bfloat16 inputs: the
             fp32 result without rounding to 16 bits).
+        split_k: "auto" (the kernel family decides: on Hopper, stream-K splits K when
+            the output tiles cannot fill the GPU), 1 (never split), or 2..64: K is cut
+            into that many ranges (fewer when K is short), computed by separate CTAs and
+            added up in fp32. For a small output with a long K.
+        split_k_mode: "auto" (the family's own), "serial" (the splits of a tile add up
+            in K order inside one kernel: the sm90 family) or "parallel" (each split
+            writes fp32 partial sums and a second kernel adds them: the sm80 and sm75
+            families, which Hopper uses for this mode). Both are deterministic: a fixed
+            split gives bit-identical results. Splitting needs tensor cores (not exact
+            float32, nor bfloat16 on Turing).
 
     a, b and bias: the same CUDA device and the same dtype, one of torch.float16,
     torch.bfloat16, torch.float32 (float32 uses TF32 tensor cores unless
@@ -251,7 +297,10 @@ def gemm(
         kernel family or build cannot run them, RuntimeError for CUDA errors.
     """
     alpha, beta = float(alpha), float(beta)
-    if bias is None and activation is None and out_dtype is None:
+    split = split_k != "auto" or split_k_mode != "auto"
+    if split:  # named by samattn's checks, before any op's schema sees them
+        _checks.split_k_codes(split_k, split_k_mode, "samattn.gemm")
+    if bias is None and activation is None and out_dtype is None and not split:
         route = _eager.route(a, b, c)
         if route == _eager.DIRECT:
             return _cuda.gemm(a, b, c, alpha, beta)
@@ -277,9 +326,12 @@ def gemm(
         # backward needs; torch's activation keeps it (no recomputation). The name is
         # checked here, before the GEMM runs; the fused call's checks do it otherwise.
         _checks.activation_code(activation, "samattn.gemm")
-        z = gemm(a, b, c, alpha=alpha, beta=beta, bias=bias, out_dtype=out_dtype)
+        z = gemm(
+            a, b, c, alpha=alpha, beta=beta, bias=bias, out_dtype=out_dtype, split_k=split_k,
+            split_k_mode=split_k_mode,
+        )  # fmt: skip
         return _activate(z, activation)
-    return _gemm_any(a, b, c, alpha, beta, bias, activation, out_dtype)
+    return _gemm_any(a, b, c, alpha, beta, bias, activation, out_dtype, split_k, split_k_mode)
 
 
 def linear(

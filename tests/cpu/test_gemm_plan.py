@@ -255,3 +255,80 @@ def test_bad_arguments_are_reported():
         plan_for(16, 16, 16, gpu=((9, 0), 0))
     with pytest.raises(ValueError, match="sizes must be >= 0"):
         plan_for(-1, 16, 16)
+
+
+# ---------------------------------------------------------------- split-K ----
+SERIAL, PARALLEL = _lib.SPLIT_K_MODE_CODES["serial"], _lib.SPLIT_K_MODE_CODES["parallel"]
+
+
+@pytest.mark.parametrize("mode", [0, SERIAL])
+def test_forced_split_runs_serially_on_a_stream_k_tile(mode):
+    # A large output would take the 128x256 tile; a split needs the stream-K scheduler.
+    family, plan = plan_for(4096, 4096, 8192, split_k=4, split_k_mode=mode)
+    assert family == "sm90"
+    assert fields(plan.replace(" serial", ""))["tile"] == "128x64_streamk"
+    assert plan.endswith("split_k=4 serial")
+
+
+def test_forced_split_keeps_swap_ab_for_decode_shapes():
+    family, plan = plan_for(16, 4096, 8192, split_k=8)
+    assert (family, plan.split()[0]) == ("sm90", "tile=128x64_swap_ab")
+    assert plan.endswith("split_k=8 serial")
+
+
+def test_no_split_request_leaves_the_sm90_plan_alone():
+    for split_k in (0, 1):
+        plan = plan_for(4096, 4096, 4096, split_k=split_k)[1]
+        assert fields(plan)["tile"] == "128x256_c2x1" and "split_k" not in plan
+
+
+@pytest.mark.parametrize(
+    ("k", "requested", "splits"),
+    [
+        (65536, 4, 4),
+        (65536, 64, 64),
+        (1000, 4, 4),  # 16 granules of 64: 4 x 4
+        (1000, 64, 16),  # only 16 granules of 64
+        (200, 3, 2),  # 4 granules: ranges of 2 granules, 2 ranges
+        (64, 8, 1),  # one granule: no split
+    ],
+)
+def test_parallel_split_runs_on_sm80_in_whole_granules(k, requested, splits):
+    family, plan = plan_for(256, 256, k, split_k=requested, split_k_mode=PARALLEL)
+    assert family == "sm80"
+    assert plan.startswith("sm90 cannot run it: parallel split-K")
+    if splits >= 2:
+        assert plan.endswith(f"split_k={splits} parallel")
+    else:
+        assert "split_k=" not in plan
+
+
+def test_older_gpus_split_in_parallel():
+    plan = plan_for(256, 256, 65536, split_k=8, gpu=((8, 0), 108))
+    assert plan == ("sm80", "split_k=8 parallel")
+    # Turing splits its fp16 tensor-core GEMMs.
+    assert plan_for(256, 256, 65536, dtype=_lib.F16, split_k=8, gpu=((7, 5), 40)) == (
+        "sm75",
+        "split_k=8 parallel",
+    )
+
+
+def test_splits_that_no_family_runs_are_refused():
+    sm80 = _lib.FAMILY_CODES["sm80"]
+    with pytest.raises(_lib.UnsupportedError, match="serial split-K runs on the sm90 family"):
+        plan_for(256, 256, 65536, split_k=8, split_k_mode=SERIAL, family=sm80)
+    # Exact fp32 runs on FMA units, which do not split.
+    with pytest.raises(_lib.UnsupportedError, match="split_k runs on tensor cores"):
+        plan_for(256, 256, 65536, dtype=_lib.F32, allow_tf32=False, split_k=8, family=sm80)
+    # Turing's bf16 likewise.
+    with pytest.raises(_lib.UnsupportedError, match="split_k runs on tensor cores"):
+        plan_for(256, 256, 65536, split_k=8, family=_lib.FAMILY_CODES["sm75"])
+
+
+def test_bad_split_arguments_are_reported():
+    with pytest.raises(ValueError, match=r"split_k must be 0 \(automatic\) or 1..64, got 65"):
+        plan_for(16, 16, 16, split_k=65)
+    with pytest.raises(ValueError, match="split_k must be 0"):
+        plan_for(16, 16, 16, split_k=-1)
+    with pytest.raises(ValueError, match="unknown split_k_mode 3"):
+        plan_for(16, 16, 16, split_k_mode=3)

@@ -57,6 +57,13 @@ enum {
   SAMATTN_ACTIVATION_SILU = 4       /* x * sigmoid(x) */
 };
 
+/* GEMM split-K reduction modes (samattn_gemm_args.split_k_mode). */
+enum {
+  SAMATTN_SPLIT_K_AUTO = 0,    /* the family's own: serial on sm90, parallel elsewhere */
+  SAMATTN_SPLIT_K_SERIAL = 1,  /* the splits of a tile add up in K order, in one kernel */
+  SAMATTN_SPLIT_K_PARALLEL = 2 /* each split writes fp32 partials; a second kernel sums them */
+};
+
 /* Ops, for family selection queries. */
 enum { SAMATTN_OP_GEMM = 0, SAMATTN_OP_SOFTMAX = 1, SAMATTN_OP_ATTENTION = 2 };
 
@@ -74,6 +81,17 @@ enum { SAMATTN_OP_GEMM = 0, SAMATTN_OP_SOFTMAX = 1, SAMATTN_OP_ATTENTION = 2 };
  * broadcast over rows and batch. activation: SAMATTN_ACTIVATION_*.
  * output_fp32 = 1 (f16 and bf16 only): C and D are fp32; otherwise they are
  * `dtype`.
+ *
+ * Split-K (appended to ABI 6 likewise): split_k = 0 lets the family choose
+ * (the sm90 family's stream-K tiles split K when the output tiles cannot
+ * fill the GPU; the others do not split); split_k = 1 never splits; n >= 2
+ * splits K n ways (at most 64; fewer when K has fewer tiles). Both modes are
+ * deterministic: the partial sums of a tile are added in K order, so a
+ * fixed split gives bit-identical results. The sm90 family runs SERIAL (as
+ * CUTLASS's stream-K scheduler does); the sm80 and sm75 families run
+ * PARALLEL on their tensor-core kernels; a mode or path a family lacks is a
+ * decline, which the sm90 family hands to sm80. Either needs a workspace
+ * (samattn_gemm_workspace_size).
  */
 typedef struct samattn_gemm_args {
   int64_t struct_size; /* sizeof(samattn_gemm_args) of the caller's header */
@@ -94,9 +112,11 @@ typedef struct samattn_gemm_args {
   void* stream; /* cudaStream_t */
   void* workspace;
   int64_t workspace_bytes;
-  const void* bias;    /* NULL = no bias */
-  int32_t activation;  /* SAMATTN_ACTIVATION_* */
-  int32_t output_fp32; /* 1: C and D are fp32 (f16 / bf16 inputs) */
+  const void* bias;     /* NULL = no bias */
+  int32_t activation;   /* SAMATTN_ACTIVATION_* */
+  int32_t output_fp32;  /* 1: C and D are fp32 (f16 / bf16 inputs) */
+  int32_t split_k;      /* 0 = the family chooses, 1 = no split, 2..64 = K split this many ways */
+  int32_t split_k_mode; /* SAMATTN_SPLIT_K_* */
 } samattn_gemm_args;
 
 /*

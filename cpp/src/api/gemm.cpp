@@ -9,6 +9,7 @@
 #include "common/problem.h"
 #include "gemm/epilogue.h"
 #include "gemm/sm90/gemm_sm90_plan.h"
+#include "gemm/split_k.h"
 
 namespace samattn {
 namespace {
@@ -69,6 +70,16 @@ int check_gemm_args(Subject* subject, const samattn_gemm_args& g, bool* empty) {
     return fail(SAMATTN_INVALID_ARGUMENT,
                 subject_text + ": output_fp32 must be 0 or 1, got " + to_text(g.output_fp32));
   }
+  if (g.split_k < 0 || g.split_k > gemm::kMaxSplitK) {
+    return fail(SAMATTN_INVALID_ARGUMENT, subject_text + ": split_k must be 0 (automatic) or 1.." +
+                                              to_text(gemm::kMaxSplitK) + ", got " +
+                                              to_text(g.split_k));
+  }
+  if (g.split_k_mode < SAMATTN_SPLIT_K_AUTO || g.split_k_mode > SAMATTN_SPLIT_K_PARALLEL) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                subject_text + ": unknown split_k_mode " + to_text(g.split_k_mode) +
+                    " (expected SAMATTN_SPLIT_K_AUTO = 0, _SERIAL = 1 or _PARALLEL = 2)");
+  }
   *empty = g.batch == 0 || g.m == 0 || g.n == 0;
   if (*empty) return SAMATTN_OK;  // D is empty: nothing to check or compute
 
@@ -127,6 +138,8 @@ GemmProblem make_gemm_problem(const samattn_gemm_args& g, int sm_count) {
   problem.activation = g.activation;
   problem.out_f32 = g.output_fp32 != 0 && problem.dtype != DType::f32;
   problem.allow_tf32 = g.allow_tf32 != 0;
+  problem.split_k = g.split_k;
+  problem.split_k_mode = g.split_k_mode;
   problem.sm_count = sm_count;
   problem.stream = static_cast<cudaStream_t>(g.stream);
   problem.workspace = g.workspace;
@@ -136,12 +149,12 @@ GemmProblem make_gemm_problem(const samattn_gemm_args& g, int sm_count) {
 }
 
 // The family that samattn_gemm_plan reports: selection as in a library built
-// with every family, whose only plan that may decline is sm90's (host code,
-// built whatever the families). `plan` gets the sm90 configuration, or why
-// sm90 declined; what it declines runs on sm80, forced or not (the
-// forced_fallback gemm_sm90.cu registers).
-int plan_complete_build(const samattn_gemm_args& g, const GpuSpec& gpu, const GemmProblem& problem,
-                        int32_t* family, gemm::sm90::Plan* plan) {
+// with every family, from the plans as host code (built whatever the
+// families): sm90's, and the split-K part of sm80's and sm75's. `plan` gets
+// the sm90 configuration, or why sm90 declined; what it declines runs on
+// sm80, forced or not (the forced_fallback gemm_sm90.cu registers).
+int plan_complete_build(const Subject& subject, const samattn_gemm_args& g, const GpuSpec& gpu,
+                        const GemmProblem& problem, int32_t* family, gemm::sm90::Plan* plan) {
   Request request;
   const bool tf32 = g.allow_tf32 != 0;
   const int status = resolve_request(SAMATTN_OP_GEMM, g.dtype, gpu, g.family, tf32,
@@ -158,6 +171,15 @@ int plan_complete_build(const samattn_gemm_args& g, const GpuSpec& gpu, const Ge
       *plan = gemm::sm90::plan(problem);
       if (!plan->eligible) {
         if (forced != SAMATTN_FAMILY_AUTO) forced = SAMATTN_FAMILY_SM80;
+        continue;
+      }
+    } else {
+      std::string why;
+      if (!gemm::plan_split_k(candidate, problem, &why)) {
+        if (forced != SAMATTN_FAMILY_AUTO) {
+          return fail(SAMATTN_UNSUPPORTED,
+                      subject + ": family " + family_name(candidate) + " cannot run it: " + why);
+        }
         continue;
       }
     }
@@ -231,15 +253,21 @@ int gemm_plan_op(const samattn_gemm_args* args, int32_t cc_major, int32_t cc_min
   gpu.cc_minor = cc_minor;
   const GemmProblem problem = make_gemm_problem(*args, sm_count);
   gemm::sm90::Plan plan;
-  status = plan_complete_build(*args, gpu, problem, family, &plan);
+  status = plan_complete_build(subject, *args, gpu, problem, family, &plan);
   if (status != SAMATTN_OK) return status;
   std::string description;
   if (*family == SAMATTN_FAMILY_SM90) {
     description = std::string("tile=") + gemm::sm90::tile_name(plan.tile) +
                   " swizzle=" + to_text(plan.swizzle) +
                   " transposed=" + (plan.transposed ? "1" : "0");
-  } else if (!plan.reason.empty()) {
-    description = "sm90 cannot run it: " + plan.reason;
+    if (plan.splits >= 2) description += " split_k=" + to_text(plan.splits) + " serial";
+  } else {
+    if (!plan.reason.empty()) description = "sm90 cannot run it: " + plan.reason;
+    const gemm::SplitK split = gemm::split_k_ranges(problem);
+    if (split.splits >= 2 && gemm::on_tensor_cores(static_cast<Family>(*family), problem)) {
+      description += std::string(description.empty() ? "" : "; ") +
+                     "split_k=" + to_text(split.splits) + " parallel";
+    }
   }
   std::snprintf(text, static_cast<size_t>(capacity), "%s", description.c_str());
   return SAMATTN_OK;

@@ -32,7 +32,10 @@ struct GemmProblem {
   int32_t activation;  // gemm::Activation
   bool out_f32;        // C and D are fp32 (f16 / bf16 inputs); else `dtype`
   bool allow_tf32;     // fp32 inputs: tf32 tensor cores (true) or exact FMA (false)
-  int sm_count;        // multiprocessors of the device, for grid sizing
+  // Split-K: 0 = the family's choice, 1 = none, n >= 2 forced (samattn.h).
+  int32_t split_k;
+  int32_t split_k_mode;  // SAMATTN_SPLIT_K_*
+  int sm_count;          // multiprocessors of the device, for grid sizing
   cudaStream_t stream;
   // Device scratch from the caller (the sm90 family's stream-K partial sums);
   // nullptr / 0 when the family's registered workspace size is 0.

@@ -2,6 +2,7 @@
 // units (Turing has no bf16 or tf32 tensor cores), always exact fp32 math.
 #include "common/registry.h"
 #include "gemm/gemm_dispatch.h"
+#include "gemm/split_k.h"
 
 namespace samattn {
 
@@ -25,8 +26,16 @@ cudaError_t gemm_sm75(const GemmProblem& problem) {
   return cudaErrorInvalidValue;
 }
 
+bool plan_sm75(const GemmProblem& problem, std::string* why) {
+  return gemm::plan_split_k(Family::sm75, problem, why);
+}
+
+size_t workspace_sm75(const GemmProblem& problem) {
+  return static_cast<size_t>(gemm::split_k_family_workspace_bytes(Family::sm75, problem));
+}
+
 [[maybe_unused]] const bool kRegistered =
-    register_kernels<Op::gemm>({Family::sm75, nullptr, nullptr, &gemm_sm75});
+    register_kernels<Op::gemm>({Family::sm75, &plan_sm75, &workspace_sm75, &gemm_sm75});
 
 }  // namespace
 }  // namespace samattn

@@ -2,6 +2,7 @@
 // on mma.sync m16n8k16, fp32 on tf32 mma.sync when allowed, else exact FMA.
 #include "common/registry.h"
 #include "gemm/gemm_dispatch.h"
+#include "gemm/split_k.h"
 
 namespace samattn {
 
@@ -24,8 +25,16 @@ cudaError_t gemm_sm80(const GemmProblem& problem) {
   return cudaErrorInvalidValue;
 }
 
+bool plan_sm80(const GemmProblem& problem, std::string* why) {
+  return gemm::plan_split_k(Family::sm80, problem, why);
+}
+
+size_t workspace_sm80(const GemmProblem& problem) {
+  return static_cast<size_t>(gemm::split_k_family_workspace_bytes(Family::sm80, problem));
+}
+
 [[maybe_unused]] const bool kRegistered =
-    register_kernels<Op::gemm>({Family::sm80, nullptr, nullptr, &gemm_sm80});
+    register_kernels<Op::gemm>({Family::sm80, &plan_sm80, &workspace_sm80, &gemm_sm80});
 
 }  // namespace
 }  // namespace samattn

@@ -241,6 +241,17 @@ typename Kernel<Config>::GemmKernel::Arguments make_arguments(const Plan& plan,
     epilogue.activation.kind = static_cast<Activation>(problem.activation);
   }
   arguments.scheduler.max_swizzle_size = plan.swizzle;
+  if constexpr (std::is_same_v<typename K::Traits::Scheduler, cutlass::gemm::StreamKScheduler>) {
+    using Decomposition = typename GemmKernel::TileScheduler::DecompositionMode;
+    if (plan.splits == 1) {
+      arguments.scheduler.decomposition_mode = Decomposition::DataParallel;
+    } else if (plan.splits >= 2) {
+      arguments.scheduler.splits = plan.splits;
+      arguments.scheduler.decomposition_mode = Decomposition::SplitK;
+    }
+    // The turnstile adds a tile's partial sums in K order: bit-reproducible.
+    arguments.scheduler.reduction_mode = GemmKernel::TileScheduler::ReductionMode::Deterministic;
+  }
   return arguments;
 }
 

@@ -9,6 +9,8 @@
 #include <cstring>
 #include <string>
 
+#include "samattn/samattn.h"
+
 namespace samattn::gemm::sm90 {
 namespace {
 
@@ -238,6 +240,11 @@ Plan plan(const GemmProblem& problem) {
     out.reason = "k == 0";
     return out;
   }
+  const bool forced_split = p.split_k >= 2;
+  if (forced_split && p.split_k_mode == SAMATTN_SPLIT_K_PARALLEL) {
+    out.reason = "parallel split-K (the sm90 kernels reduce splits serially)";
+    return out;
+  }
   if (p.m > kInt32Max || p.n > kInt32Max || p.k > kInt32Max || p.batch > kInt32Max) {
     out.reason = "a size is above 2^31 - 1";
     return out;
@@ -282,6 +289,9 @@ Plan plan(const GemmProblem& problem) {
   Tile forced;
   if (p.sm90_tile != nullptr && parse_tile(p.sm90_tile, &forced)) out.tile = forced;
   if (tf32 && out.tile == Tile::k128x64_swap_ab) out.tile = Tile::k128x64_streamk;  // 16-bit only
+  // Only the stream-K scheduler splits K.
+  if (forced_split && out.tile != Tile::k128x64_swap_ab) out.tile = Tile::k128x64_streamk;
+  out.splits = p.split_k;
   // The swap_ab kernel writes a column-major D: transpose once more.
   const bool d_col_major = d_column_major(out.tile);
   if (d_col_major) {

@@ -79,6 +79,10 @@ struct Plan {
   Operand a, b, c, d;  // c.ptr == nullptr when beta == 0
   Tile tile = Tile::k128x256_c2x1;
   int swizzle = 1;  // raster swizzle of the persistent scheduler (1, 2, 4 or 8 tiles)
+  // Split-K of the stream-K tiles (problem.split_k): 0 = the scheduler's
+  // heuristic (stream-K when few output tiles), 1 = data-parallel, n >= 2 =
+  // K split n ways, reduced serially in K order.
+  int32_t splits = 0;
   // tf32 staging: the caller's operand as a (batch, rows, cols) view with a
   // unit stride along rows, copied to cols-contiguous rows of stride
   // staged.ld at workspace offset `offset`.
@@ -101,9 +105,11 @@ constexpr bool d_column_major(Tile tile) { return tile == Tile::k128x64_swap_ab;
 // no kernel for it (exact fp32, k == 0); the API then runs the sm80 family.
 // TMA also needs the contiguous extent of each operand to be a whole number
 // of 16 bytes (CUTLASS checks this in can_implement; we check it first).
+// A forced split (problem.split_k >= 2) runs on a stream-K tile; parallel
+// split-K is declined (CUTLASS's sm90 kernels reduce serially).
 // SAMATTN_SM90_GEMM_TILE / SAMATTN_SM90_GEMM_SWIZZLE in the environment
 // override the tile and swizzle choice (for tuning; unknown values are
-// ignored).
+// ignored; a forced split still takes a stream-K tile).
 Plan plan(const GemmProblem& problem);
 
 // The heuristic alone, on the sizes oriented for a row-major D: which tile

@@ -8,7 +8,9 @@
 // out-of-range elements are zero-filled, so any M, N, K works and the K
 // residue is exact. The epilogue (gemm/epilogue.h) applies alpha, beta,
 // the bias and the activation in fp32 and stores with the problem's own
-// strides, in the input type or fp32.
+// strides, in the input type or fp32. With parallel split-K, each split
+// (blockIdx.z) covers a range of K and stores fp32 partial sums instead
+// (gemm/split_k_reduce.cuh adds them up).
 //
 // Following CuTe's convention, B is handled as an (N,K) tensor, and the
 // kernel is templated on a Traits type (see gemm_tensor_core_traits.cuh)
@@ -41,6 +43,13 @@ struct TensorCoreParams {
   Activation activation;
   bool out_f32;          // C and D are fp32 rather than the input type
   int tiles_m, tiles_n;  // CTA tiles per batch entry
+  // Parallel split-K (gemm/split_k.h): blockIdx.z is the split, which runs
+  // K range [z * k_per_split, +k_per_split) and writes its raw fp32 sums to
+  // partial + z * partial_split_stride as row-major (batch, m, n) matrices.
+  int splits;  // 1: no split, D is written here
+  int k_per_split;
+  float* partial;
+  int64_t partial_split_stride;
 };
 
 // Maps a linear CTA index to a (tile_m, tile_n) pair, walking groups of
@@ -184,13 +193,18 @@ __global__ void __launch_bounds__(Traits::kThreads)
   int tile_m, tile_n;
   swizzled_tile<8>(blockIdx.x, p.tiles_m, p.tiles_n, tile_m, tile_n);
   const int batch = blockIdx.y;
+  // This CTA's K range: all of K, or its split's (never empty).
+  const int k_begin = blockIdx.z * p.k_per_split;
+  const int k_extent = min(p.k_per_split, p.k - k_begin);
 
-  // Global tensors of this batch entry, (M,K) and (N,K), with the operand's
-  // static unit stride where its layout has one.
-  Tensor mA = make_tensor(make_gmem_ptr(static_cast<Element const*>(p.a) + batch * p.a_batch),
-                          make_shape(p.m, p.k), Traits::stride_a(p.a_m, p.a_k));
-  Tensor mB = make_tensor(make_gmem_ptr(static_cast<Element const*>(p.b) + batch * p.b_batch),
-                          make_shape(p.n, p.k), Traits::stride_b(p.b_n, p.b_k));
+  // Global tensors of this batch entry and K range, (M,K) and (N,K), with the
+  // operand's static unit stride where its layout has one.
+  Tensor mA = make_tensor(
+      make_gmem_ptr(static_cast<Element const*>(p.a) + batch * p.a_batch + k_begin * p.a_k),
+      make_shape(p.m, k_extent), Traits::stride_a(p.a_m, p.a_k));
+  Tensor mB = make_tensor(
+      make_gmem_ptr(static_cast<Element const*>(p.b) + batch * p.b_batch + k_begin * p.b_k),
+      make_shape(p.n, k_extent), Traits::stride_b(p.b_n, p.b_k));
   Tensor cA = make_identity_tensor(shape(mA));
   Tensor cB = make_identity_tensor(shape(mB));
 
@@ -218,11 +232,11 @@ __global__ void __launch_bounds__(Traits::kThreads)
   Tensor tBgB = thr_copy_b.partition_S(gB);
   Tensor tBcB = thr_copy_b.partition_S(gcB);
   Tensor tBsB = thr_copy_b.partition_D(sB);
-  auto bound_a = make_coord(p.m, p.k);
-  auto bound_b = make_coord(p.n, p.k);
+  auto bound_a = make_coord(p.m, k_extent);
+  auto bound_b = make_coord(p.n, k_extent);
 
   // Prologue: fill all stages but one.
-  const int k_tiles = (p.k + BK - 1) / BK;
+  const int k_tiles = (k_extent + BK - 1) / BK;
   int k_tile_next = 0;
   CUTE_UNROLL
   for (int stage = 0; stage < kStages - 1; ++stage) {
@@ -296,6 +310,21 @@ __global__ void __launch_bounds__(Traits::kThreads)
       }
       cute::gemm(tiled_mma, accum, tCrA(_, _, kb), tCrB(_, _, kb), accum);
     }
+  }
+
+  // A split stores its raw sums; the reduction applies the epilogue.
+  if (p.splits > 1) {
+    TensorCoreParams partial = p;
+    partial.d = p.partial + blockIdx.z * p.partial_split_stride;
+    partial.d_m = p.n;
+    partial.d_n = 1;
+    partial.d_batch = static_cast<int64_t>(p.m) * p.n;
+    partial.c = nullptr;
+    partial.bias = nullptr;
+    partial.alpha = 1.0f;
+    partial.activation = Activation::none;
+    store_tile<float, Output, BM, BN>(partial, batch, tile_m, tile_n, thr_mma, accum);
+    return;
   }
 
   // Epilogue, in the input type or fp32 (tf32 already writes fp32).

@@ -2,13 +2,50 @@
 #pragma once
 
 #include <algorithm>
+#include <type_traits>
 
 #include "common/launch_setup.h"
 #include "gemm/gemm_config.h"
+#include "gemm/split_k.h"
 #include "gemm/tensor_core/gemm_tensor_core_kernel.cuh"
 #include "gemm/tensor_core/gemm_tensor_core_traits.cuh"
+#include "gemm/tensor_core/split_k_reduce.cuh"
 
 namespace samattn::gemm {
+
+template <class Config>
+struct FamilyOf;
+template <DType T, Major A, Major B, bool V, Family F>
+struct FamilyOf<TensorCoreGemm<T, A, B, V, F>> {
+  static constexpr Family value = F;
+};
+
+// The epilogue of a split problem: the partial sums in the workspace added up
+// into D (split_k_reduce.cuh).
+template <class Out, class Bias, Family kFamily>
+cudaError_t reduce_splits(const GemmProblem& problem, int splits) {
+  SplitKReduceParams r{};
+  r.partial = static_cast<const float*>(problem.workspace);
+  r.split_stride = problem.batch * problem.m * problem.n;
+  r.splits = splits;
+  r.batch = problem.batch;
+  r.m = problem.m;
+  r.n = problem.n;
+  r.c = problem.beta != 0.0f ? problem.c.ptr : nullptr;
+  r.c_batch = problem.c.batch_stride;
+  r.c_m = problem.c.row_stride;
+  r.c_n = problem.c.col_stride;
+  r.d = problem.d;
+  r.d_batch = problem.d_batch_stride;
+  r.d_m = problem.d_row_stride;
+  r.d_n = problem.d_col_stride;
+  r.alpha = problem.alpha;
+  r.beta = problem.beta;
+  r.bias = problem.bias;
+  r.bias_per_row = problem.bias_per_row;
+  r.activation = static_cast<Activation>(problem.activation);
+  return launch_split_k_reduce<Out, Bias, kFamily>(r, problem.sm_count, problem.stream);
+}
 
 template <class Config>
 cudaError_t run_tensor_core(const GemmProblem& problem) {
@@ -46,6 +83,17 @@ cudaError_t run_tensor_core(const GemmProblem& problem) {
   p.out_f32 = problem.out_f32;
   p.tiles_m = static_cast<int>((problem.m + Traits::kBlockM - 1) / Traits::kBlockM);
   p.tiles_n = static_cast<int>((problem.n + Traits::kBlockN - 1) / Traits::kBlockN);
+  const SplitK split = split_k_ranges(problem);
+  p.splits = split.splits;
+  p.k_per_split = static_cast<int>(split.k_per_split);
+  if (split.splits > 1) {
+    if (problem.workspace == nullptr ||
+        problem.workspace_bytes < split_k_workspace_bytes(problem)) {
+      return cudaErrorInvalidValue;  // the API checked it against the registered size
+    }
+    p.partial = static_cast<float*>(problem.workspace);
+    p.partial_split_stride = problem.batch * problem.m * problem.n;
+  }
 
   // gridDim.y is limited to 65535: launch the batch in chunks.
   constexpr int64_t kMaxBatchPerLaunch = 65535;
@@ -62,12 +110,21 @@ cudaError_t run_tensor_core(const GemmProblem& problem) {
           static_cast<const char*>(problem.c.ptr) + first * problem.c.batch_stride * output_bytes;
     }
     chunk.d = static_cast<char*>(problem.d) + first * problem.d_batch_stride * output_bytes;
-    dim3 grid(p.tiles_m * p.tiles_n, static_cast<unsigned>(count));
+    if (chunk.partial != nullptr) chunk.partial += first * problem.m * problem.n;
+    dim3 grid(p.tiles_m * p.tiles_n, static_cast<unsigned>(count), static_cast<unsigned>(p.splits));
     kernel<<<grid, Traits::kThreads, kSmem, problem.stream>>>(chunk);
     cudaError_t status = cudaGetLastError();
     if (status != cudaSuccess) return status;
   }
-  return cudaSuccess;
+  if (split.splits == 1) return cudaSuccess;
+  using Output = typename Traits::Output;
+  constexpr Family kFamily = FamilyOf<Config>::value;
+  if constexpr (std::is_same_v<Output, float>) {
+    return reduce_splits<float, Output, kFamily>(problem, split.splits);
+  } else {
+    return problem.out_f32 ? reduce_splits<float, Output, kFamily>(problem, split.splits)
+                           : reduce_splits<Output, Output, kFamily>(problem, split.splits);
+  }
 }
 
 }  // namespace samattn::gemm
