@@ -94,9 +94,27 @@ class References:
         self.gemm_calls: list[dict] = []
         self.softmax_families: list[int] = []
 
-    def gemm(self, a, b, c, alpha, beta, bias=None, activation=None, out_dtype=None):
+    def gemm(
+        self,
+        a,
+        b,
+        c,
+        alpha,
+        beta,
+        bias=None,
+        activation=None,
+        out_dtype=None,
+        split_k="auto",
+        split_k_mode="auto",
+    ):
         self.gemm_calls.append(
-            {"a": a, "b": b, "family": _family.requested_family(), "activation": activation}
+            {
+                "a": a,
+                "b": b,
+                "family": _family.requested_family(),
+                "activation": activation,
+                "split_k": (split_k, split_k_mode),
+            }
         )
         out = alpha * torch.matmul(a, b)
         if c is not None and beta != 0.0:
@@ -174,6 +192,24 @@ def test_eager_autograd_function_gradients(references):
         lambda a, b, bias: ops._GemmFunction.apply(a, b, None, 1.0, 0.0, bias, "gelu", None),
         (a, b, bias),
     )
+
+
+def test_split_k_reaches_the_implementation(references):
+    """split_k and split_k_mode travel through every route: the public function (the
+    eager autograd.Function for tensors that need gradients), the op, and the backward's
+    recomputation of the pre-activation."""
+    a, b, bias = double(7, 5), double(5, 3), double(3)
+    assert torch.autograd.gradcheck(
+        lambda a, b: samattn.gemm(a, b, split_k=4, split_k_mode="parallel"), (a, b)
+    )
+    assert references.gemm_calls[0]["split_k"] == (4, "parallel")
+    references.gemm_calls.clear()
+    out = torch.ops.samattn.gemm(a, b, None, 1.0, 0.0, bias, "gelu", None, 8, "serial")
+    out.sum().backward()
+    assert [call["split_k"] for call in references.gemm_calls[:2]] == [(8, "serial")] * 2
+    references.gemm_calls.clear()
+    torch.ops.samattn.gemm(a, b, None, 1.0, 0.0)
+    assert references.gemm_calls[0]["split_k"] == ("auto", "auto")
 
 
 def test_linear_gradients(references):
