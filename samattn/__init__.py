@@ -28,7 +28,7 @@ from .attention import (  # noqa: E402
     flash_attn_with_kvcache,
     scaled_dot_product_attention,
 )
-from .ops import gemm, linear, softmax  # noqa: E402
+from .ops import gemm, grouped_gemm, linear, softmax  # noqa: E402
 
 __all__ = [
     "UnsupportedError",
@@ -42,6 +42,7 @@ __all__ = [
     "flash_attn_varlen_qkvpacked_func",
     "flash_attn_with_kvcache",
     "gemm",
+    "grouped_gemm",
     "info",
     "linear",
     "scaled_dot_product_attention",

@@ -13,6 +13,7 @@ import os
 from typing import NamedTuple
 
 import torch
+from torch._subclasses.fake_tensor import is_fake
 
 from . import _lib
 
@@ -188,6 +189,99 @@ def gemm(
         tensors["bias"] = bias
     _check_devices(op, tensors)
     return GemmShape(out_shape, batch, m, n, k, code, None if out is a.dtype else out, splits, mode)
+
+
+class GroupedShape(NamedTuple):
+    """Sizes of a grouped GEMM: `groups` groups over `rows` rows (or K), (m, n, k) of the
+    underlying GEMM as the C API takes it (see samattn.h, grouped GEMM)."""
+
+    out_shape: tuple[int, ...]
+    groups: int
+    m: int
+    n: int
+    k: int
+
+
+_GROUPED_DTYPES = (torch.float16, torch.bfloat16)
+MAX_GROUPS = 65535
+
+
+def _check_offsets(offsets: torch.Tensor, groups: int, limit: int, op: str) -> None:
+    """offsets: (groups,) int32 cumulative ends in [0, limit], on the operands' device or
+    the CPU. Values are checked only on the CPU (reading them from the GPU would wait for
+    it); the kernels clamp them either way."""
+    require_tensor(offsets, f"{op}: offsets")
+    if offsets.dtype != torch.int32:
+        raise TypeError(f"{op}: offsets must be torch.int32, got {offsets.dtype}")
+    if _shape(offsets) != (groups,):
+        raise ValueError(
+            f"{op}: offsets must have shape ({groups},), one cumulative end per group, got "
+            f"{_shape(offsets)}"
+        )
+    if offsets.device.type == "cpu" and groups > 0 and not is_fake(offsets):
+        ends = offsets.tolist()
+        bad = next((g for g in range(groups) if ends[g] < (ends[g - 1] if g else 0)), None)
+        if bad is not None:
+            raise ValueError(
+                f"{op}: offsets must be non-decreasing from 0, but offsets[{bad}] = {ends[bad]} "
+                f"follows {ends[bad - 1] if bad else 0}"
+            )
+        if ends[-1] > limit:
+            raise ValueError(
+                f"{op}: offsets[-1] = {ends[-1]} exceeds the {limit} rows of the input"
+            )
+
+
+def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> GroupedShape:
+    """Validate grouped_gemm arguments (see samattn.grouped_gemm); return the sizes."""
+    op = "samattn.grouped_gemm"
+    require_tensor(x, f"{op}: x")
+    require_tensor(w, f"{op}: w")
+    if x.dim() != 2:
+        raise ValueError(f"{op}: x must be 2-D (tokens, K), got shape {_shape(x)}")
+    if w.dim() != 3:
+        raise ValueError(f"{op}: w must be 3-D (experts, K, N), got shape {_shape(w)}")
+    tokens, k = x.shape
+    groups, k_w, n = w.shape
+    if k != k_w:
+        raise ValueError(
+            f"{op}: x has K = {k} (shape {_shape(x)}) but w has K = {k_w} (shape {_shape(w)}); "
+            "a weight stored (experts, N, K) is passed as w.mT"
+        )
+    if not 1 <= groups <= MAX_GROUPS:
+        raise ValueError(f"{op}: w must have 1..{MAX_GROUPS} experts, got {groups}")
+    if x.dtype not in _GROUPED_DTYPES:
+        raise TypeError(f"{op}: x has dtype {x.dtype}; grouped GEMMs take float16 or bfloat16")
+    _check_same_dtype(w, f"{op}: w", x, "x")
+    _check_offsets(offsets, groups, tokens, op)
+    _check_devices(op, {"x": x, "w": w})
+    if offsets.device.type != "cpu" and offsets.device != x.device:
+        raise ValueError(
+            f"{op}: offsets must be on x's device ({x.device}) or the CPU, got {offsets.device}"
+        )
+    return GroupedShape((tokens, n), groups, tokens, n, k)
+
+
+def grouped_gemm_k(a: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor) -> GroupedShape:
+    """Validate the K-grouped GEMM out[g] = a[:, ks] @ b[ks, :] (the weight gradient of
+    grouped_gemm); return the sizes."""
+    op = "samattn.grouped_gemm (weight gradient)"
+    require_tensor(a, f"{op}: a")
+    require_tensor(b, f"{op}: b")
+    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
+        raise ValueError(f"{op}: a (M, K) and b (K, N) expected, got {_shape(a)} and {_shape(b)}")
+    if a.dtype not in _GROUPED_DTYPES:
+        raise TypeError(f"{op}: a has dtype {a.dtype}; grouped GEMMs take float16 or bfloat16")
+    _check_same_dtype(b, f"{op}: b", a, "a")
+    require_tensor(offsets, f"{op}: offsets")
+    groups = offsets.shape[0] if offsets.dim() == 1 else -1
+    if not 1 <= groups <= MAX_GROUPS:
+        raise ValueError(f"{op}: offsets must be 1-D with 1..{MAX_GROUPS} ends")
+    m, k = a.shape
+    n = b.shape[1]
+    _check_offsets(offsets, groups, k, op)
+    _check_devices(op, {"a": a, "b": b})
+    return GroupedShape((groups, m, n), groups, m, n, k)
 
 
 def gemm_quick(

@@ -172,6 +172,53 @@ def _gemm_output(
     return _prepared.empty(a, shape, dtype)
 
 
+def _grouped_offsets(offsets: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """The ends as the kernels read them: contiguous int32 on the operands' device (a CPU
+    tensor, checked on the host already, is copied there)."""
+    if offsets.device != like.device:
+        offsets = offsets.to(like.device, non_blocking=True)
+    return offsets if offsets.stride(0) == 1 else offsets.contiguous()
+
+
+def _run_grouped(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    offsets: torch.Tensor,
+    sizes: _checks.GroupedShape,
+    out: torch.Tensor,
+    mode: int,
+) -> torch.Tensor:
+    """One grouped launch (samattn.h): a and b as _operand takes them, out contiguous."""
+    shape = _checks.GemmShape(out.shape, sizes.groups, sizes.m, sizes.n, sizes.k)
+    args, keep = _gemm_args(a, b, None, 1.0, 0.0, shape, out.data_ptr())
+    if mode == _lib.GROUP_ROWS:
+        args.d_batch_stride = 0  # the groups share D, each its own rows
+    ends = _grouped_offsets(offsets, a)
+    args.group_offsets, args.group_mode = ends.data_ptr(), mode
+    args.stream = _stream(out)
+    _prepared.run_with_workspace("samattn_gemm", "samattn_gemm_workspace_size", args, a)
+    del keep, ends  # alive until the launch is queued
+    return out
+
+
+def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """out[rows of g] = x[rows of g] @ w[g] on the GPU; see samattn.grouped_gemm."""
+    sizes = _checks.grouped_gemm(x, w, offsets)
+    out = x.new_empty(sizes.out_shape)
+    if out.numel() == 0:
+        return out
+    return _run_grouped(x, w, offsets, sizes, out, _lib.GROUP_ROWS)
+
+
+def grouped_gemm_k(a: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """out[g] = a[:, ks] @ b[ks, :] over group g's K range ks, on the GPU."""
+    sizes = _checks.grouped_gemm_k(a, b, offsets)
+    out = a.new_empty(sizes.out_shape)
+    if out.numel() == 0:
+        return out
+    return _run_grouped(a, b, offsets, sizes, out, _lib.GROUP_K)
+
+
 def gemm_plan(
     a: torch.Tensor,
     b: torch.Tensor,

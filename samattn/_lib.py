@@ -33,6 +33,8 @@ ACTIVATION_CODES = {None: 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}
 # SAMATTN_SPLIT_K_*: how a GEMM split along K adds its partial sums.
 SPLIT_K_MODE_CODES = {"auto": 0, "serial": 1, "parallel": 2}
 MAX_SPLIT_K = 64
+# SAMATTN_GROUP_*: how a grouped GEMM's offsets divide it.
+GROUP_NONE, GROUP_ROWS, GROUP_K = 0, 1, 2
 BOOL = 3  # attention masks only
 
 # Kernel families.
@@ -106,6 +108,9 @@ class GemmArgs(_Args):
         ("output_fp32", ctypes.c_int32),
         ("split_k", ctypes.c_int32),
         ("split_k_mode", ctypes.c_int32),
+        ("group_offsets", ctypes.c_void_p),
+        ("group_mode", ctypes.c_int32),
+        ("group_reserved", ctypes.c_int32),
     ]
 
 

@@ -1,6 +1,7 @@
 """Benchmarks of samattn against torch, measured in the same run.
 
-    python -m samattn.bench [--ops gemm,linear,softmax,attention,terms,decode,overhead]
+    python -m samattn.bench [--ops gemm,linear,split_k,grouped,softmax,attention,terms,decode,
+                             overhead]
                             [--families sm80,sm75] [--quick] [--json PATH] [--plot PATH]
 
 GEMM is reported in TFLOPS (2 * batch * M * N * K flops) against torch.matmul
@@ -29,6 +30,19 @@ bf16, LLM shapes (tokens 4096/16384 x (4096 -> 14336) and (14336 -> 4096)), agai
 F.gelu(F.linear(x, w, b)) in eager torch and compiled with torch.compile (default mode, one
 compilation per shape before timing): op "linear_epilogue", one record per baseline
 (`baseline_name`), in TFLOPS of the GEMM (2 * tokens * in * out).
+
+Split-K (--ops split_k): samattn.gemm on a small output with a long K (M = N = 256 and
+512, K = 65536, bf16; --quick: 256 only), automatic and with each forced split of
+SPLIT_K_CHOICES, against torch.matmul (cuBLAS, which splits K itself): op "gemm_split_k",
+one record per choice (fields `split_k`, `split_k_mode`, `config` from the plan); a choice
+the family cannot run goes to `skipped`.
+
+Grouped GEMM (--ops grouped): samattn.grouped_gemm for a mixture-of-experts layer, bf16,
+8 and 64 experts, top-2 routing of 4096 / 16384 tokens with skewed loads (expert e gets a
+share proportional to 1 / (e + 1)), hidden 4096 and expert dim 14336, both projections
+(up: 4096 -> 14336, down: 14336 -> 4096; --quick: 8 experts, 4096 tokens, up): op
+"grouped_gemm", one record per baseline: torch._grouped_mm where the installed torch has it
+and it runs the case, and a Python loop of torch.mm over the experts (`versus`).
 
 Score terms and masks (--ops terms): bf16, head dims 64/128/256, seqlen 1k/4k/16k on the
 attention grid, causal and not (--quick: three cases). Forward and backward of
@@ -110,7 +124,17 @@ import samattn
 
 from . import _checks, _cuda, _lib
 
-OPS = ("gemm", "linear", "softmax", "attention", "terms", "decode", "overhead")
+OPS = (
+    "gemm",
+    "linear",
+    "split_k",
+    "grouped",
+    "softmax",
+    "attention",
+    "terms",
+    "decode",
+    "overhead",
+)
 FAMILIES = ("auto", *_lib.FAMILY_CODES)  # "auto": the library's own choice for the GPU
 
 # dtype name -> (torch dtype, torch fp32 matmul precision): "f32" is exact fp32
@@ -155,6 +179,44 @@ GEMM_CASES = {
 }
 
 # (dtype, (tokens, in_features, out_features)): issue 17's MLP projections.
+SPLIT_K_CASES = {
+    "full": [("bf16", (m, m, 65536)) for m in (256, 512)],
+    "quick": [("bf16", (256, 256, 65536))],
+}
+# (split_k, split_k_mode) of samattn.gemm, measured per case.
+SPLIT_K_CHOICES = (
+    ("auto", "auto"),
+    (4, "serial"),
+    (8, "serial"),
+    (16, "serial"),
+    (8, "parallel"),
+    (16, "parallel"),
+    (32, "parallel"),
+)
+
+# (experts, tokens, projection): top-2 routing, so 2 * tokens rows reach the experts.
+GROUPED_CASES = {
+    "full": [
+        (experts, tokens, projection)
+        for experts in (8, 64)
+        for tokens in (4096, 16384)
+        for projection in ("up", "down")
+    ],
+    "quick": [(8, 4096, "up")],
+}
+GROUPED_HIDDEN, GROUPED_EXPERT_DIM = 4096, 14336
+
+
+def skewed_loads(experts: int, rows: int) -> list[int]:
+    """Rows per expert, expert e's share proportional to 1 / (e + 1); the remainder of the
+    rounding goes to expert 0."""
+    weights = [1.0 / (e + 1) for e in range(experts)]
+    total = sum(weights)
+    loads = [int(rows * w / total) for w in weights]
+    loads[0] += rows - sum(loads)
+    return loads
+
+
 LINEAR_CASES = {
     "full": [
         ("bf16", (tokens, n_in, n_out))
@@ -871,6 +933,129 @@ class Bench:
 
         self._run_case(f"linear {dtype_name} {'x'.join(map(str, shape))}", body)
 
+    # -- split-K
+    def split_k(self, dtype_name: str, shape: tuple[int, int, int]) -> None:
+        m, n, k = shape
+        dtype, _ = DTYPES[dtype_name]
+        set_bytes = (m * k + k * n) * torch.empty((), dtype=dtype).element_size()
+        count = self.timer.input_set_count(set_bytes)
+        sets = [(_randn((m, k), dtype), _randn((k, n), dtype)) for _ in range(count)]
+        tflop = 2 * m * n * k / 1e12
+
+        def body(family: str | None) -> None:
+            base_ms = self._baseline_ms(("gemm_split_k", dtype_name, shape), torch.matmul, sets)
+            for split_k, mode in SPLIT_K_CHOICES:
+
+                def run(a, b, split_k=split_k, mode=mode):
+                    return samattn.gemm(a, b, split_k=split_k, split_k_mode=mode)
+
+                with samattn.use_family(family):
+                    refused = try_call(run, *sets[0])
+                if refused is not None:
+                    self.skipped.append(
+                        {
+                            "case": f"split_k {_shape_text(shape)} [{family or 'auto'}]",
+                            "family": family or "auto",
+                            "split_k": split_k,
+                            "split_k_mode": mode,
+                            "reason": refused,
+                        }
+                    )
+                    print(f"  skipped split_k={split_k} {mode}: {refused}", flush=True)
+                    continue
+                ms, ran = self._samattn_ms(family, run, sets)
+                with samattn.use_family(family):
+                    agreement = _relative_difference(run(*sets[0]), torch.matmul(*sets[0]))
+                    config = _cuda.gemm_plan(*sets[0], split_k=split_k, split_k_mode=mode)[1]
+                self._record(
+                    op="gemm_split_k",
+                    family=ran,
+                    forced=family is not None,
+                    dtype=dtype_name,
+                    shape=list(shape),
+                    split_k=split_k,
+                    split_k_mode=mode,
+                    unit="TFLOPS",
+                    samattn=tflop / (ms / 1e3),
+                    baseline=tflop / (base_ms / 1e3),
+                    baseline_name="torch.matmul (cuBLAS)",
+                    config=config,
+                    samattn_ms=ms,
+                    baseline_ms=base_ms,
+                    difference_to_baseline=agreement,
+                )
+
+        self._run_case(f"split_k {dtype_name} {_shape_text(shape)}", body)
+
+    # -- grouped GEMM (mixture of experts)
+    def grouped(self, case: tuple[int, int, str]) -> None:
+        experts, tokens, projection = case
+        n_in, n_out = (GROUPED_HIDDEN, GROUPED_EXPERT_DIM)
+        if projection == "down":
+            n_in, n_out = n_out, n_in
+        rows = 2 * tokens
+        loads = skewed_loads(experts, rows)
+        dtype = torch.bfloat16
+        x = _randn((rows, n_in), dtype)
+        w = _randn((experts, n_in, n_out), dtype) * 0.02
+        offsets = torch.tensor(loads, dtype=torch.int32).cumsum(0).int().to(x.device)
+        sets = [(x, w, offsets)]
+        tflop = 2 * rows * n_in * n_out / 1e12
+        shape = [experts, tokens, n_in, n_out]
+
+        def loop(x, w, offsets):
+            out = x.new_empty(rows, n_out)
+            begin = 0
+            for e, count in enumerate(loads):  # the host knows the loads: no sync
+                torch.mm(x[begin : begin + count], w[e], out=out[begin : begin + count])
+                begin += count
+            return out
+
+        baselines = [("torch.mm loop", loop)]
+        grouped_mm = getattr(torch, "_grouped_mm", None)
+        if grouped_mm is not None:
+            # torch._grouped_mm wants the weights' K contiguous (w.mT of an (E, N, K) tensor).
+            w_t = w.mT.contiguous().mT
+
+            def torch_grouped(x, w, offsets):
+                return grouped_mm(x, w_t, offs=offsets)
+
+            refused = try_call(torch_grouped, *sets[0])
+            if refused is None:
+                baselines.append(("torch._grouped_mm", torch_grouped))
+            else:
+                print(f"  torch._grouped_mm refused: {refused}", flush=True)
+
+        def body(family: str | None) -> None:
+            ms, ran = self._samattn_ms(family, samattn.grouped_gemm, sets)
+            with samattn.use_family(family):
+                out = samattn.grouped_gemm(*sets[0])
+            agreement = _relative_difference(out, loop(*sets[0]))
+            for name, fn in baselines:
+                base_ms = self._baseline_ms(("grouped", name, *shape), fn, sets)
+                self._record(
+                    op="grouped_gemm",
+                    family=ran,
+                    forced=family is not None,
+                    dtype="bf16",
+                    shape=shape,
+                    experts=experts,
+                    tokens=tokens,
+                    projection=projection,
+                    loads=loads,
+                    unit="TFLOPS",
+                    samattn=tflop / (ms / 1e3),
+                    baseline=tflop / (base_ms / 1e3),
+                    baseline_name=name,
+                    versus=name,
+                    samattn_ms=ms,
+                    baseline_ms=base_ms,
+                    difference_to_baseline=agreement,
+                )
+
+        label = f"grouped {experts} experts {tokens} tokens {projection}"
+        self._run_case(label, body)
+
     # -- eager overhead
     def overhead(self, case: OverheadCase) -> None:
         def body(family: str | None) -> None:
@@ -1529,6 +1714,8 @@ def format_record(r: dict[str, Any]) -> str:
         f"{r['samattn']:>9.1f} {_number(r['baseline'], 9, 1)} {_number(r['ratio'], 6, 2)}  "
         f"{r['unit']}"
     )
+    if "split_k" in r:
+        line += f"  split_k={r['split_k']} {r['split_k_mode']}"
     if "ratio_to_copy" in r:
         line += f"  ({r['ratio_to_copy']:.2f} of copy at {r['copy']:.0f} GB/s)"
     if r["op"] == "decode":
@@ -1780,6 +1967,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "linear" in args.ops:
         for dtype_name, shape in LINEAR_CASES[size]:
             bench.linear(dtype_name, shape)
+            torch.cuda.empty_cache()
+    if "split_k" in args.ops:
+        for dtype_name, shape in SPLIT_K_CASES[size]:
+            bench.split_k(dtype_name, shape)
+    if "grouped" in args.ops:
+        for case in GROUPED_CASES[size]:
+            bench.grouped(case)
             torch.cuda.empty_cache()
     if "softmax" in args.ops:
         for dtype_name, shape in SOFTMAX_CASES[size]:

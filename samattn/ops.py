@@ -5,6 +5,8 @@ Ops (namespace ``samattn``)::
     gemm(Tensor a, Tensor b, Tensor? c, float alpha, float beta, Tensor? bias=None,
          str? activation=None, ScalarType? out_dtype=None, int split_k=0,
          str split_k_mode="auto") -> Tensor
+    grouped_gemm(Tensor x, Tensor w, Tensor offsets) -> Tensor
+    grouped_gemm_k(Tensor a, Tensor b, Tensor offsets) -> Tensor
     softmax(Tensor x, int dim) -> Tensor
     softmax_backward(Tensor y, Tensor dy, int dim) -> Tensor
 
@@ -23,7 +25,7 @@ import torch.nn.functional as F
 
 from . import _checks, _cuda, _eager, _family
 
-__all__ = ["gemm", "linear", "softmax"]
+__all__ = ["gemm", "grouped_gemm", "linear", "softmax"]
 
 
 # ------------------------------------------------------------------ gemm ----
@@ -187,6 +189,50 @@ class _GemmFunction(torch.autograd.Function):
     backward = staticmethod(_gemm_backward)
 
 
+# ---------------------------------------------------------- grouped gemm ----
+@torch.library.custom_op("samattn::grouped_gemm", mutates_args=())
+def _grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    return _cuda.grouped_gemm(x, w, offsets)
+
+
+@_grouped_gemm.register_fake
+def _grouped_gemm_fake(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    return x.new_empty(_checks.grouped_gemm(x, w, offsets).out_shape)
+
+
+@torch.library.custom_op("samattn::grouped_gemm_k", mutates_args=())
+def _grouped_gemm_k(a: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    return _cuda.grouped_gemm_k(a, b, offsets)
+
+
+@_grouped_gemm_k.register_fake
+def _grouped_gemm_k_fake(a: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    return a.new_empty(_checks.grouped_gemm_k(a, b, offsets).out_shape)
+
+
+def _grouped_gemm_setup_context(ctx, inputs, output) -> None:
+    x, w, offsets = inputs
+    ctx.save_for_backward(x, w, offsets)
+    ctx.family = _family.requested_family()
+
+
+def _grouped_gemm_backward(ctx, grad: torch.Tensor):
+    """dx[rows of g] = dy[rows of g] @ w[g]^T (the rows after the last end: 0, as they
+    never reached the output); dw[g] = x[rows of g]^T @ dy[rows of g] (a K-grouped GEMM:
+    the rows are its K)."""
+    x, w, offsets = ctx.saved_tensors
+    grad_x = grad_w = None
+    with _family._forced_code(ctx.family):
+        if ctx.needs_input_grad[0]:
+            grad_x = torch.ops.samattn.grouped_gemm(grad, w.mT, offsets)
+        if ctx.needs_input_grad[1]:
+            grad_w = torch.ops.samattn.grouped_gemm_k(x.mT, grad, offsets)
+    return grad_x, grad_w, None
+
+
+_grouped_gemm.register_autograd(_grouped_gemm_backward, setup_context=_grouped_gemm_setup_context)
+
+
 # --------------------------------------------------------------- softmax ----
 @torch.library.custom_op("samattn::softmax", mutates_args=())
 def _softmax(x: torch.Tensor, dim: int) -> torch.Tensor:
@@ -332,6 +378,32 @@ def gemm(
         )  # fmt: skip
         return _activate(z, activation)
     return _gemm_any(a, b, c, alpha, beta, bias, activation, out_dtype, split_k, split_k_mode)
+
+
+def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """A mixture-of-experts GEMM in one launch: ``out[rows of e] = x[rows of e] @ w[e]``,
+    where expert e owns rows ``offsets[e-1] .. offsets[e]`` of x (``offsets[-1]`` = 0).
+
+    Args:
+        x: (tokens, K), float16 or bfloat16, rows sorted by expert.
+        w: (experts, K, N), x's dtype. A weight stored (experts, N, K), as
+            ``nn.Linear`` keeps it, is passed as ``w.mT`` (read in place).
+        offsets: (experts,) torch.int32 cumulative row ends, non-decreasing, at most
+            tokens: ``offsets = counts.cumsum(0).int()``. Experts with no rows are
+            allowed. On x's device (the kernels read it there: no synchronization), or
+            on the CPU (checked, then copied).
+
+    Returns:
+        (tokens, N) in x's dtype; rows after ``offsets[-1]`` are zeros. fp32 accumulation.
+        Differentiable in x and w.
+
+    Offsets on the GPU are not checked (that would wait for the GPU): the kernels clamp
+    them into [0, tokens], so bad ones never address memory outside x, w or the output,
+    but the rows of the experts involved are then undefined. Runs on the tensor cores of
+    the sm80 family (and sm75 for float16); on Hopper too, as the sm90 family has no
+    grouped kernel yet.
+    """
+    return torch.ops.samattn.grouped_gemm(x, w, offsets)
 
 
 def linear(

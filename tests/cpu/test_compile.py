@@ -128,6 +128,20 @@ class References:
     def softmax(self, x, dim):
         return torch.softmax(x, dim)
 
+    @staticmethod
+    def _groups(offsets):
+        ends = offsets.tolist()
+        return zip([0, *ends[:-1]], ends)
+
+    def grouped_gemm(self, x, w, offsets):
+        out = torch.zeros(x.shape[0], w.shape[2], dtype=x.dtype)
+        for e, (begin, end) in enumerate(self._groups(offsets)):
+            out[begin:end] = x[begin:end] @ w[e]
+        return out
+
+    def grouped_gemm_k(self, a, b, offsets):
+        return torch.stack([a[:, begin:end] @ b[begin:end] for begin, end in self._groups(offsets)])
+
     def softmax_backward(self, y, dy, dim):
         self.softmax_families.append(_family.requested_family())
         return y * (dy - (dy * y).sum(dim, keepdim=True))
@@ -136,7 +150,7 @@ class References:
 @pytest.fixture
 def references(monkeypatch) -> References:
     refs = References()
-    for name in ("gemm", "softmax", "softmax_backward"):
+    for name in ("gemm", "softmax", "softmax_backward", "grouped_gemm", "grouped_gemm_k"):
         monkeypatch.setattr(_cuda, name, getattr(refs, name))
     return refs
 
@@ -210,6 +224,28 @@ def test_split_k_reaches_the_implementation(references):
     references.gemm_calls.clear()
     torch.ops.samattn.gemm(a, b, None, 1.0, 0.0)
     assert references.gemm_calls[0]["split_k"] == ("auto", "auto")
+
+
+@pytest.mark.parametrize(
+    "counts", [(3, 0, 5, 1), (9,), (0, 0, 4), (2, 2, 0)], ids=["skewed", "one", "empty", "tail"]
+)
+def test_grouped_gemm_gradients(references, counts):
+    """The grouped GEMM's backward: dx by a rows-grouped GEMM against w^T, dw by the
+    K-grouped one; rows after the last end (the "tail" case has 2) get no gradient."""
+    tokens = sum(counts) + (2 if counts == (2, 2, 0) else 0)
+    x, w = double(tokens, 4), double(len(counts), 4, 3)
+    offsets = torch.tensor(counts, dtype=torch.int32).cumsum(0).int()
+    assert torch.autograd.gradcheck(lambda x, w: samattn.grouped_gemm(x, w, offsets), (x, w))
+
+
+def test_grouped_gemm_under_compile():
+    torch._dynamo.reset()
+    x, w = meta(10, 8, grad=True), meta(4, 8, 6, grad=True)
+    offsets = torch.empty(4, dtype=torch.int32, device="meta")
+    out = torch.compile(samattn.grouped_gemm, fullgraph=True, backend="aot_eager")(x, w, offsets)
+    assert out.shape == (10, 6) and out.device.type == "meta"
+    out.sum().backward()
+    assert x.grad.shape == x.shape and w.grad.shape == w.shape
 
 
 def test_linear_gradients(references):

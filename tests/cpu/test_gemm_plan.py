@@ -332,3 +332,60 @@ def test_bad_split_arguments_are_reported():
         plan_for(16, 16, 16, split_k=-1)
     with pytest.raises(ValueError, match="unknown split_k_mode 3"):
         plan_for(16, 16, 16, split_k_mode=3)
+
+
+# ---------------------------------------------------------------- grouped ----
+def grouped_plan(mode: int, **changes) -> tuple[str, str]:
+    """A mixture-of-experts GEMM (rows: x (4096, 512) against 8 experts' (512, 1024)) or
+    its weight gradient (K: 8 experts' (512, 1024) over 4096 rows) with fake offsets."""
+    if mode == _lib.GROUP_ROWS:
+        fields_ = dict(a_batch_stride=0, d_batch_stride=0, b_batch_stride=512 * 1024)
+        sizes = (4096, 1024, 512)
+    else:
+        fields_ = dict(
+            a_batch_stride=0, b_batch_stride=0, a_layout="col", d_batch_stride=512 * 1024
+        )
+        sizes = (512, 1024, 4096)
+    fields_.update(batch=8, group_offsets=ALIGNED, group_mode=mode)
+    fields_.update(changes)
+    return plan_for(*sizes, **fields_)
+
+
+@pytest.mark.parametrize("mode", [_lib.GROUP_ROWS, _lib.GROUP_K])
+def test_grouped_gemms_run_on_sm80(mode):
+    assert grouped_plan(mode) == (
+        "sm80",
+        "sm90 cannot run it: grouped GEMMs run on the sm80 family",
+    )
+    assert grouped_plan(mode, gpu=((8, 9), 128)) == ("sm80", "")
+    turing = grouped_plan(mode, dtype=_lib.F16, gpu=((7, 5), 40))
+    assert turing == ("sm75", "")
+
+
+def test_grouped_gemms_need_tensor_cores():
+    with pytest.raises(_lib.UnsupportedError, match="grouped GEMMs run on tensor cores"):
+        grouped_plan(_lib.GROUP_ROWS, family=_lib.FAMILY_CODES["sm75"])  # bf16: FMA units
+    with pytest.raises(_lib.UnsupportedError, match="grouped GEMMs run on tensor cores"):
+        grouped_plan(
+            _lib.GROUP_ROWS, dtype=_lib.F32, allow_tf32=False, family=_lib.FAMILY_CODES["sm80"]
+        )
+
+
+@pytest.mark.parametrize(
+    ("mode", "changes", "text"),
+    [
+        (_lib.GROUP_ROWS, dict(group_offsets=0), "a grouped GEMM needs group_offsets"),
+        (_lib.GROUP_ROWS, dict(group_offsets=ALIGNED + 2), "group_offsets is not aligned"),
+        (_lib.GROUP_ROWS, dict(group_mode=3), "unknown group_mode 3"),
+        (_lib.GROUP_ROWS, dict(group_reserved=1), "group_reserved must be 0"),
+        (_lib.GROUP_ROWS, dict(batch=70000), r"1..65535 groups \(batch\), got 70000"),
+        (_lib.GROUP_ROWS, dict(split_k=2), "does not split K"),
+        (_lib.GROUP_ROWS, dict(a_batch_stride=4096 * 512), "shares a, c and d"),
+        (_lib.GROUP_ROWS, dict(d_batch_stride=4096 * 1024), "shares a, c and d"),
+        (_lib.GROUP_K, dict(b_batch_stride=4096 * 1024), "shares a and b"),
+        (_lib.GROUP_NONE, dict(), "group_offsets is set but group_mode is SAMATTN_GROUP_NONE"),
+    ],
+)
+def test_bad_group_arguments_are_reported(mode, changes, text):
+    with pytest.raises(ValueError, match=text):
+        grouped_plan(mode, **changes)

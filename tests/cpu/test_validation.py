@@ -216,9 +216,86 @@ BAD_SOFTMAX = {
 }
 
 
-@pytest.mark.parametrize("case", list(BAD_GEMM) + list(BAD_SOFTMAX))
+def ends(*values: int, device: str = "meta") -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.int32).to(device)
+
+
+BAD_MODES = {
+    "split_k zero": (
+        lambda: samattn.gemm(meta(4, 5), meta(5, 7), split_k=0),
+        ValueError,
+        ["split_k must be 'auto' or 1..64, got 0"],
+    ),
+    "split_k float": (
+        lambda: samattn.gemm(meta(4, 5), meta(5, 7), split_k=2.0),
+        TypeError,
+        ["split_k must be 'auto' or an int in 1..64, got 2.0"],
+    ),
+    "split_k_mode": (
+        lambda: samattn.gemm(meta(4, 5), meta(5, 7), split_k=2, split_k_mode="atomic"),
+        ValueError,
+        ["split_k_mode must be one of 'auto', 'serial', 'parallel', got 'atomic'"],
+    ),
+    "grouped x 3-D": (
+        lambda: samattn.grouped_gemm(meta(2, 4, 5), meta(3, 5, 7), ends(1, 2, 4)),
+        ValueError,
+        ["x must be 2-D (tokens, K)", "(2, 4, 5)"],
+    ),
+    "grouped w 2-D": (
+        lambda: samattn.grouped_gemm(meta(4, 5), meta(5, 7), ends(4)),
+        ValueError,
+        ["w must be 3-D (experts, K, N)"],
+    ),
+    "grouped K": (
+        lambda: samattn.grouped_gemm(meta(4, 5), meta(3, 7, 5), ends(1, 2, 4)),
+        ValueError,
+        ["x has K = 5", "w has K = 7", "passed as w.mT"],
+    ),
+    "grouped fp32": (
+        lambda: samattn.grouped_gemm(
+            meta(4, 5, dtype=torch.float32), meta(3, 5, 7, dtype=torch.float32), ends(1, 2, 4)
+        ),
+        TypeError,
+        ["grouped GEMMs take float16 or bfloat16"],
+    ),
+    "grouped offsets dtype": (
+        lambda: samattn.grouped_gemm(
+            meta(4, 5), meta(3, 5, 7), torch.tensor([1, 2, 4], device="meta")
+        ),
+        TypeError,
+        ["offsets must be torch.int32, got torch.int64"],
+    ),
+    "grouped offsets shape": (
+        lambda: samattn.grouped_gemm(meta(4, 5), meta(3, 5, 7), ends(1, 4)),
+        ValueError,
+        ["offsets must have shape (3,)", "got (2,)"],
+    ),
+    "grouped offsets decrease": (
+        lambda: samattn.grouped_gemm(meta(4, 5), meta(3, 5, 7), ends(2, 1, 4, device="cpu")),
+        ValueError,
+        ["offsets must be non-decreasing", "offsets[1] = 1 follows 2"],
+    ),
+    "grouped offsets negative": (
+        lambda: samattn.grouped_gemm(meta(4, 5), meta(3, 5, 7), ends(-1, 1, 4, device="cpu")),
+        ValueError,
+        ["offsets[0] = -1 follows 0"],
+    ),
+    "grouped offsets beyond": (
+        lambda: samattn.grouped_gemm(meta(4, 5), meta(3, 5, 7), ends(1, 2, 5, device="cpu")),
+        ValueError,
+        ["offsets[-1] = 5 exceeds the 4 rows"],
+    ),
+    "grouped cpu": (
+        lambda: samattn.grouped_gemm(cpu(4, 5), cpu(3, 5, 7), ends(1, 2, 4, device="cpu")),
+        ValueError,
+        ["need CUDA tensors"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_GEMM) + list(BAD_SOFTMAX) + list(BAD_MODES))
 def test_bad_arguments(case):
-    call, error, fragments = {**BAD_GEMM, **BAD_SOFTMAX}[case]
+    call, error, fragments = {**BAD_GEMM, **BAD_SOFTMAX, **BAD_MODES}[case]
     with pytest.raises(error) as raised:
         call()
     message = str(raised.value)
@@ -275,6 +352,17 @@ def test_gemm_epilogue_output(activation):
     out = samattn.gemm(a, b, meta(7, dtype=torch.float32), beta=1.0, out_dtype=torch.float32)
     assert out.shape == (3, 4, 7) and out.dtype == torch.float32
     assert samattn.gemm(a, b, out_dtype=torch.bfloat16).dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_grouped_gemm_output_shape(dtype):
+    out = samattn.grouped_gemm(meta(9, 5, dtype=dtype), meta(3, 5, 7, dtype=dtype), ends(2, 2, 9))
+    assert out.shape == (9, 7) and out.dtype == dtype
+    # A weight stored (experts, N, K), read through .mT.
+    w = meta(3, 7, 5, dtype=dtype).mT
+    assert samattn.grouped_gemm(meta(9, 5, dtype=dtype), w, ends(2, 2, 9)).shape == (9, 7)
+    grad_w = torch.ops.samattn.grouped_gemm_k(meta(5, 9), meta(9, 7), ends(2, 2, 9))
+    assert grad_w.shape == (3, 5, 7)
 
 
 @pytest.mark.parametrize("x_shape", [(5,), (4, 5), (2, 3, 5), (0, 5)])

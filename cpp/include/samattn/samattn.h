@@ -64,6 +64,13 @@ enum {
   SAMATTN_SPLIT_K_PARALLEL = 2 /* each split writes fp32 partials; a second kernel sums them */
 };
 
+/* GEMM grouping (samattn_gemm_args.group_mode). */
+enum {
+  SAMATTN_GROUP_NONE = 0,
+  SAMATTN_GROUP_ROWS = 1, /* group g owns rows [end[g-1], end[g]) of A, C and D */
+  SAMATTN_GROUP_K = 2     /* group g reduces over [end[g-1], end[g]) of K into D[g] */
+};
+
 /* Ops, for family selection queries. */
 enum { SAMATTN_OP_GEMM = 0, SAMATTN_OP_SOFTMAX = 1, SAMATTN_OP_ATTENTION = 2 };
 
@@ -92,6 +99,19 @@ enum { SAMATTN_OP_GEMM = 0, SAMATTN_OP_SOFTMAX = 1, SAMATTN_OP_ATTENTION = 2 };
  * PARALLEL on their tensor-core kernels; a mode or path a family lacks is a
  * decline, which the sm90 family hands to sm80. Either needs a workspace
  * (samattn_gemm_workspace_size).
+ *
+ * Grouped GEMM (appended likewise; f16 / bf16 / tf32 tensor cores, sm80 and
+ * sm75 families): group_offsets is a device array of `batch` int32
+ * cumulative ends, read by the kernels (never by the host); group g spans
+ * [end[g-1], end[g]) with end[-1] = 0.
+ *   SAMATTN_GROUP_ROWS (mixture of experts): the spans are rows of A, C and
+ *   D, and B advances by b_batch_stride per group; a, c and d batch strides
+ *   must be 0. Rows after end[batch-1] are written as epilogue(0).
+ *   SAMATTN_GROUP_K: the spans are ranges of K, shared by A and B (batch
+ *   strides 0); D advances by d_batch_stride per group.
+ * Ends outside [0, m] (rows) or [0, k] (K) are clamped and a decreasing end
+ * gives an empty group: no access leaves the operands, but the result is
+ * then undefined. split_k must be 0 or 1.
  */
 typedef struct samattn_gemm_args {
   int64_t struct_size; /* sizeof(samattn_gemm_args) of the caller's header */
@@ -117,6 +137,9 @@ typedef struct samattn_gemm_args {
   int32_t output_fp32;  /* 1: C and D are fp32 (f16 / bf16 inputs) */
   int32_t split_k;      /* 0 = the family chooses, 1 = no split, 2..64 = K split this many ways */
   int32_t split_k_mode; /* SAMATTN_SPLIT_K_* */
+  const int32_t* group_offsets; /* device, `batch` cumulative ends; NULL = not grouped */
+  int32_t group_mode;           /* SAMATTN_GROUP_* */
+  int32_t group_reserved;       /* 0 */
 } samattn_gemm_args;
 
 /*

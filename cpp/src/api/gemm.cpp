@@ -1,4 +1,5 @@
 // samattn_gemm and its queries: argument checks and the GEMM's problem.
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -8,11 +9,65 @@
 #include "api/validate.h"
 #include "common/problem.h"
 #include "gemm/epilogue.h"
+#include "gemm/group.h"
 #include "gemm/sm90/gemm_sm90_plan.h"
 #include "gemm/split_k.h"
 
 namespace samattn {
 namespace {
+
+// The grouping fields (gemm/group.h); the ends themselves live on the
+// device, where the kernels clamp them.
+int check_group_args(const Subject& subject, const samattn_gemm_args& g) {
+  if (g.group_reserved != 0) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                subject + ": group_reserved must be 0, got " + to_text(g.group_reserved));
+  }
+  if (g.group_mode < SAMATTN_GROUP_NONE || g.group_mode > SAMATTN_GROUP_K) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                subject + ": unknown group_mode " + to_text(g.group_mode) +
+                    " (expected SAMATTN_GROUP_NONE = 0, _ROWS = 1 or _K = 2)");
+  }
+  if (g.group_mode == SAMATTN_GROUP_NONE) {
+    if (g.group_offsets != nullptr) {
+      return fail(SAMATTN_INVALID_ARGUMENT,
+                  subject + ": group_offsets is set but group_mode is SAMATTN_GROUP_NONE");
+    }
+    return SAMATTN_OK;
+  }
+  if (g.group_offsets == nullptr) {
+    return fail(SAMATTN_INVALID_ARGUMENT, subject + ": a grouped GEMM needs group_offsets");
+  }
+  if (!aligned(g.group_offsets, 4)) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                subject + ": group_offsets is not aligned to its 4-byte elements");
+  }
+  if (g.batch < 1 || g.batch > gemm::group::kMaxGroups) {
+    return fail(SAMATTN_INVALID_ARGUMENT, subject + ": a grouped GEMM has 1.." +
+                                              to_text(gemm::group::kMaxGroups) +
+                                              " groups (batch), got " + to_text(g.batch));
+  }
+  if (g.split_k > 1) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                subject + ": a grouped GEMM does not split K (split_k must be 0 or 1)");
+  }
+  const bool rows = g.group_mode == SAMATTN_GROUP_ROWS;
+  const bool shared_ok = rows ? g.a_batch_stride == 0 && g.d_batch_stride == 0 &&
+                                    (g.beta == 0.0f || g.c_batch_stride == 0)
+                              : g.a_batch_stride == 0 && g.b_batch_stride == 0;
+  if (!shared_ok) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                subject + (rows ? ": SAMATTN_GROUP_ROWS shares a, c and d between the groups "
+                                  "(their batch strides must be 0)"
+                                : ": SAMATTN_GROUP_K shares a and b between the groups (their "
+                                  "batch strides must be 0)"));
+  }
+  if (g.m > INT32_MAX || g.n > INT32_MAX || g.k > INT32_MAX) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                subject + ": a grouped GEMM's m, n and k must be below 2^31");
+  }
+  return SAMATTN_OK;
+}
 
 // Checks a GEMM's arguments (no device access). `empty`: D has no elements,
 // so there is nothing to compute.
@@ -80,6 +135,8 @@ int check_gemm_args(Subject* subject, const samattn_gemm_args& g, bool* empty) {
                 subject_text + ": unknown split_k_mode " + to_text(g.split_k_mode) +
                     " (expected SAMATTN_SPLIT_K_AUTO = 0, _SERIAL = 1 or _PARALLEL = 2)");
   }
+  status = check_group_args(subject_text, g);
+  if (status != SAMATTN_OK) return status;
   *empty = g.batch == 0 || g.m == 0 || g.n == 0;
   if (*empty) return SAMATTN_OK;  // D is empty: nothing to check or compute
 
@@ -140,6 +197,8 @@ GemmProblem make_gemm_problem(const samattn_gemm_args& g, int sm_count) {
   problem.allow_tf32 = g.allow_tf32 != 0;
   problem.split_k = g.split_k;
   problem.split_k_mode = g.split_k_mode;
+  problem.group_offsets = g.group_offsets;
+  problem.group_mode = g.group_mode;
   problem.sm_count = sm_count;
   problem.stream = static_cast<cudaStream_t>(g.stream);
   problem.workspace = g.workspace;
@@ -150,7 +209,8 @@ GemmProblem make_gemm_problem(const samattn_gemm_args& g, int sm_count) {
 
 // The family that samattn_gemm_plan reports: selection as in a library built
 // with every family, from the plans as host code (built whatever the
-// families): sm90's, and the split-K part of sm80's and sm75's. `plan` gets
+// families): sm90's, and the split-K and grouping parts of sm80's and
+// sm75's. `plan` gets
 // the sm90 configuration, or why sm90 declined; what it declines runs on
 // sm80, forced or not (the forced_fallback gemm_sm90.cu registers).
 int plan_complete_build(const Subject& subject, const samattn_gemm_args& g, const GpuSpec& gpu,
@@ -161,6 +221,7 @@ int plan_complete_build(const Subject& subject, const samattn_gemm_args& g, cons
                                      /*assume_complete_build=*/true, &request);
   if (status != SAMATTN_OK) return status;
   int32_t forced = request.family;
+  std::string declines;  // the sm80 / sm75 reasons, for an automatic choice that finds none
   for (Family candidate : kFamiliesNewestFirst) {
     if (forced != SAMATTN_FAMILY_AUTO
             ? static_cast<int32_t>(candidate) != forced
@@ -175,16 +236,21 @@ int plan_complete_build(const Subject& subject, const samattn_gemm_args& g, cons
       }
     } else {
       std::string why;
-      if (!gemm::plan_split_k(candidate, problem, &why)) {
+      if (!gemm::plan_tensor_core_modes(candidate, problem, &why)) {
         if (forced != SAMATTN_FAMILY_AUTO) {
           return fail(SAMATTN_UNSUPPORTED,
                       subject + ": family " + family_name(candidate) + " cannot run it: " + why);
         }
+        declines += (declines.empty() ? "family " : "; family ") +
+                    std::string(family_name(candidate)) + ": " + why;
         continue;
       }
     }
     *family = static_cast<int32_t>(candidate);
     return SAMATTN_OK;
+  }
+  if (!declines.empty()) {
+    return fail(SAMATTN_UNSUPPORTED, subject + ": no family runs this problem: " + declines);
   }
   return no_family(SAMATTN_OP_GEMM, g.dtype, gpu, tf32);
 }

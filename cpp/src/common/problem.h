@@ -35,7 +35,10 @@ struct GemmProblem {
   // Split-K: 0 = the family's choice, 1 = none, n >= 2 forced (samattn.h).
   int32_t split_k;
   int32_t split_k_mode;  // SAMATTN_SPLIT_K_*
-  int sm_count;          // multiprocessors of the device, for grid sizing
+  // Grouped GEMM (gemm/group.h): `batch` cumulative ends on the device.
+  const int32_t* group_offsets;  // nullptr: not grouped
+  int32_t group_mode;            // SAMATTN_GROUP_*
+  int sm_count;                  // multiprocessors of the device, for grid sizing
   cudaStream_t stream;
   // Device scratch from the caller (the sm90 family's stream-K partial sums);
   // nullptr / 0 when the family's registered workspace size is 0.

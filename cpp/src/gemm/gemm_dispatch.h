@@ -4,6 +4,7 @@
 #pragma once
 
 #include "gemm/gemm_config.h"
+#include "gemm/group.h"
 
 namespace samattn::gemm {
 
@@ -80,16 +81,24 @@ template <template <DType, Major, Major, bool, Family> class Kernel, DType T, Fa
           bool kNMajorB = true>
 cudaError_t run_gemm(const GemmProblem& original, int element_bytes) {
   const GemmProblem problem = canonical(original);
-  const OperandPlan a = plan_operand(problem.a, problem.m, problem.k, /*k_along_cols=*/true,
-                                     problem.batch, element_bytes);
-  const OperandPlan b = plan_operand(problem.b, problem.k, problem.n, /*k_along_cols=*/false,
-                                     problem.batch, element_bytes);
+  OperandPlan a = plan_operand(problem.a, problem.m, problem.k, /*k_along_cols=*/true,
+                               problem.batch, element_bytes);
+  OperandPlan b = plan_operand(problem.b, problem.k, problem.n, /*k_along_cols=*/false,
+                               problem.batch, element_bytes);
+  // A group starts at any row (rows) or any K (K): 16-byte vectors stay
+  // aligned only along the modes that do not move.
+  const bool group_rows = problem.group_mode == group::kGroupRows;
+  if (group_rows && a.major == Major::MN) a.vectorized = false;
+  if (problem.group_mode == group::kGroupK) {
+    if (a.major == Major::K) a.vectorized = false;
+    if (b.major == Major::K) b.vectorized = false;
+  }
   if (!a.vectorized || !b.vectorized) {
     return launch(Kernel<T, Major::K, Major::K, false, F>{}, problem);
   }
   if constexpr (!kNMajorB) {
-    if (b.major == Major::MN) {
-      return a.major == Major::K
+    if (b.major == Major::MN) {  // transposed, unless its rows are groups
+      return a.major == Major::K && !group_rows
                  ? launch(Kernel<T, Major::MN, Major::K, true, F>{}, transposed(problem))
                  : launch(Kernel<T, Major::K, Major::K, false, F>{}, problem);
     }

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "common/problem.h"
+#include "gemm/group.h"
 #include "samattn/samattn.h"
 
 namespace samattn::gemm {
@@ -65,6 +66,15 @@ inline bool on_tensor_cores(Family family, const GemmProblem& problem) {
 
 // The split-K part of the sm80 and sm75 families' plans (parallel mode
 // only): whether the family runs `problem`'s split request, and if not, why.
+inline bool plan_split_k(Family family, const GemmProblem& problem, std::string* why);
+
+// The sm80 and sm75 families' plans: their tensor-core kernels split K and
+// run grouped GEMMs; their FMA-unit kernels run neither.
+inline bool plan_tensor_core_modes(Family family, const GemmProblem& problem, std::string* why) {
+  return plan_split_k(family, problem, why) &&
+         group::plan_group(family, problem, on_tensor_cores(family, problem), why);
+}
+
 inline bool plan_split_k(Family family, const GemmProblem& problem, std::string* why) {
   if (problem.split_k < 2) return true;
   const char* name = family_name(family);

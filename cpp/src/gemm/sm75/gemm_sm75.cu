@@ -27,7 +27,7 @@ cudaError_t gemm_sm75(const GemmProblem& problem) {
 }
 
 bool plan_sm75(const GemmProblem& problem, std::string* why) {
-  return gemm::plan_split_k(Family::sm75, problem, why);
+  return gemm::plan_tensor_core_modes(Family::sm75, problem, why);
 }
 
 size_t workspace_sm75(const GemmProblem& problem) {

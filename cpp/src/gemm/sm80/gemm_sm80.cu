@@ -26,7 +26,7 @@ cudaError_t gemm_sm80(const GemmProblem& problem) {
 }
 
 bool plan_sm80(const GemmProblem& problem, std::string* why) {
-  return gemm::plan_split_k(Family::sm80, problem, why);
+  return gemm::plan_tensor_core_modes(Family::sm80, problem, why);
 }
 
 size_t workspace_sm80(const GemmProblem& problem) {

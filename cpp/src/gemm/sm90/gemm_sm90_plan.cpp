@@ -240,6 +240,10 @@ Plan plan(const GemmProblem& problem) {
     out.reason = "k == 0";
     return out;
   }
+  if (p.group_mode != SAMATTN_GROUP_NONE) {
+    out.reason = "grouped GEMMs run on the sm80 family";
+    return out;
+  }
   const bool forced_split = p.split_k >= 2;
   if (forced_split && p.split_k_mode == SAMATTN_SPLIT_K_PARALLEL) {
     out.reason = "parallel split-K (the sm90 kernels reduce splits serially)";

@@ -23,6 +23,7 @@
 #include <type_traits>
 
 #include "gemm/epilogue.h"
+#include "gemm/group.h"
 
 namespace samattn::gemm {
 
@@ -50,6 +51,23 @@ struct TensorCoreParams {
   int k_per_split;
   float* partial;
   int64_t partial_split_stride;
+  // Grouped GEMM (gemm/group.h): `batch` groups whose extents come from
+  // group_offsets, `batch` cumulative ends read on the device. Rows: group g
+  // owns rows [end[g-1], end[g]) of A, C and D (B advances by its batch
+  // stride per group) and the rows after the last end are written as zeros;
+  // blockIdx.x walks the groups' row tiles. K: group g reduces over
+  // [end[g-1], end[g]) of K into its own D.
+  const int32_t* group_offsets;  // nullptr: not grouped
+  int group_mode;                // SAMATTN_GROUP_*
+};
+
+// What one CTA computes: a BM x BN tile of D over a range of K.
+struct TileJob {
+  int tile_m, tile_n;
+  int batch;      // batch entry or group: operands advance by their batch strides
+  int row_begin;  // first row of A, C and D this job's rows count from
+  int m;          // rows from row_begin
+  int k_begin, k_extent;
 };
 
 // Maps a linear CTA index to a (tile_m, tile_n) pair, walking groups of
@@ -121,33 +139,37 @@ __device__ inline void round_to_tf32(Fragment&& fragment) {
 }
 
 // D = act(alpha * accum + beta * C + bias) with bounds checks, D and C of
-// type Out, the bias of type Bias (the input type). Accumulator elements 2i
-// and 2i+1 are adjacent columns of one row (the mma.sync C layout), so a
-// row-major D takes them as one paired store.
+// type Out, the bias of type Bias (the input type); raw: D = accum (a
+// split's partial sums, in fp32). `d` is this job's D (batch and rows
+// applied) with its strides. Accumulator elements 2i and 2i+1 are adjacent
+// columns of one row (the mma.sync C layout), so a row-major D takes them as
+// one paired store. Forced inline: a call that is not inlined takes the
+// accumulator by reference, which moves it from registers to the stack.
 template <class Out, class Bias, int BM, int BN, class ThrMma, class Accum>
-__device__ inline void store_tile(TensorCoreParams const& p, int batch, int tile_m, int tile_n,
-                                  ThrMma const& thr_mma, Accum const& accum) {
+__device__ __forceinline__ void store_tile(TensorCoreParams const& p, TileJob const& job, Out* d,
+                                           int64_t d_m, int64_t d_n, bool raw,
+                                           ThrMma const& thr_mma, Accum const& accum) {
   using namespace cute;
-  Tensor cD = make_identity_tensor(make_shape(p.m, p.n));
-  Tensor gcD = local_tile(cD, Shape<Int<BM>, Int<BN>>{}, make_coord(tile_m, tile_n));
+  Tensor cD = make_identity_tensor(make_shape(job.m, p.n));
+  Tensor gcD = local_tile(cD, Shape<Int<BM>, Int<BN>>{}, make_coord(job.tile_m, job.tile_n));
   Tensor tCcD = thr_mma.partition_C(gcD);
-  Out* d = static_cast<Out*>(p.d) + batch * p.d_batch;
-  Out const* c = static_cast<Out const*>(p.c);
-  if (c != nullptr) c += batch * p.c_batch;
-  Bias const* bias = static_cast<Bias const*>(p.bias);
-  const Activation activation = p.activation;
-  const float alpha = p.alpha;
+  Out const* c = raw ? nullptr : static_cast<Out const*>(p.c);
+  if (c != nullptr) c += job.batch * p.c_batch + job.row_begin * p.c_m;
+  Bias const* bias = raw ? nullptr : static_cast<Bias const*>(p.bias);
+  if (bias != nullptr && p.bias_per_row) bias += job.row_begin;
+  const Activation activation = raw ? Activation::none : p.activation;
+  const float alpha = raw ? 1.0f : p.alpha;
   const float beta = p.beta;
   using Pair = cute::array_aligned<Out, 2>;
   const bool paired_d =
-      p.d_n == 1 && p.d_m % 2 == 0 && reinterpret_cast<uintptr_t>(d) % sizeof(Pair) == 0;
+      d_n == 1 && d_m % 2 == 0 && reinterpret_cast<uintptr_t>(d) % sizeof(Pair) == 0;
   const bool paired_c = c == nullptr || (p.c_n == 1 && p.c_m % 2 == 0 &&
                                          reinterpret_cast<uintptr_t>(c) % sizeof(Pair) == 0);
   CUTE_UNROLL
   for (int i = 0; i < size(accum); i += 2) {
     const int row = get<0>(tCcD(i));
     const int col = get<1>(tCcD(i));
-    if (row >= p.m) continue;
+    if (row >= job.m) continue;
     float v0 = alpha * accum(i);
     float v1 = alpha * accum(i + 1);
     if (paired_d && paired_c && col + 1 < p.n) {
@@ -163,20 +185,55 @@ __device__ inline void store_tile(TensorCoreParams const& p, int batch, int tile
       Pair d_pair;
       d_pair[0] = static_cast<Out>(activate(activation, v0));
       d_pair[1] = static_cast<Out>(activate(activation, v1));
-      *reinterpret_cast<Pair*>(d + row * p.d_m + col) = d_pair;
+      *reinterpret_cast<Pair*>(d + row * d_m + col) = d_pair;
     } else {
       if (col < p.n) {
         if (c != nullptr) v0 += beta * static_cast<float>(c[row * p.c_m + col * p.c_n]);
         if (bias != nullptr) v0 += static_cast<float>(bias[p.bias_per_row ? row : col]);
-        d[row * p.d_m + col * p.d_n] = static_cast<Out>(activate(activation, v0));
+        d[row * d_m + col * d_n] = static_cast<Out>(activate(activation, v0));
       }
       if (col + 1 < p.n) {
         if (c != nullptr) v1 += beta * static_cast<float>(c[row * p.c_m + (col + 1) * p.c_n]);
         if (bias != nullptr) v1 += static_cast<float>(bias[p.bias_per_row ? row : col + 1]);
-        d[row * p.d_m + (col + 1) * p.d_n] = static_cast<Out>(activate(activation, v1));
+        d[row * d_m + (col + 1) * d_n] = static_cast<Out>(activate(activation, v1));
       }
     }
   }
+}
+
+// The job of this CTA; false for a grouped grid's CTA beyond the last tile.
+template <int BM>
+__device__ inline bool find_job(TensorCoreParams const& p, TileJob& job) {
+  job.row_begin = 0;
+  job.m = p.m;
+  if (p.group_offsets == nullptr) {
+    swizzled_tile<8>(blockIdx.x, p.tiles_m, p.tiles_n, job.tile_m, job.tile_n);
+    job.batch = blockIdx.y;
+    // All of K, or this split's range (never empty).
+    job.k_begin = blockIdx.z * p.k_per_split;
+    job.k_extent = min(p.k_per_split, p.k - job.k_begin);
+    return true;
+  }
+  if (p.group_mode == group::kGroupK) {
+    swizzled_tile<8>(blockIdx.x, p.tiles_m, p.tiles_n, job.tile_m, job.tile_n);
+    job.batch = blockIdx.y;
+    const group::Range range = group::range(p.group_offsets, job.batch, p.k);
+    job.k_begin = range.begin;
+    job.k_extent = range.end - range.begin;  // 0 for an empty group: D = epilogue(0)
+    return true;
+  }
+  job.tile_n = blockIdx.y;
+  job.k_begin = 0;
+  job.k_extent = p.k;
+  group::RowTile tile;
+  if (!group::find_row_tile(p.group_offsets, p.batch, p.m, BM, blockIdx.x, &tile)) return false;
+  // The rows after the last group's end (group `batch`) are zeros: no K.
+  job.batch = min(tile.group, p.batch - 1);
+  if (tile.group == p.batch) job.k_extent = 0;
+  job.tile_m = tile.tile;
+  job.row_begin = tile.rows.begin;
+  job.m = tile.rows.end - tile.rows.begin;
+  return true;
 }
 
 template <class Traits>
@@ -190,21 +247,18 @@ __global__ void __launch_bounds__(Traits::kThreads)
   constexpr int BK = Traits::kBlockK;
   constexpr int kStages = Traits::kStages;
 
-  int tile_m, tile_n;
-  swizzled_tile<8>(blockIdx.x, p.tiles_m, p.tiles_n, tile_m, tile_n);
-  const int batch = blockIdx.y;
-  // This CTA's K range: all of K, or its split's (never empty).
-  const int k_begin = blockIdx.z * p.k_per_split;
-  const int k_extent = min(p.k_per_split, p.k - k_begin);
+  TileJob job;
+  if (!find_job<BM>(p, job)) return;  // a grouped grid's spare CTA
+  const int tile_m = job.tile_m, tile_n = job.tile_n;
 
-  // Global tensors of this batch entry and K range, (M,K) and (N,K), with the
+  // Global tensors of this job's rows and K range, (M,K) and (N,K), with the
   // operand's static unit stride where its layout has one.
-  Tensor mA = make_tensor(
-      make_gmem_ptr(static_cast<Element const*>(p.a) + batch * p.a_batch + k_begin * p.a_k),
-      make_shape(p.m, k_extent), Traits::stride_a(p.a_m, p.a_k));
+  Tensor mA = make_tensor(make_gmem_ptr(static_cast<Element const*>(p.a) + job.batch * p.a_batch +
+                                        job.row_begin * p.a_m + job.k_begin * p.a_k),
+                          make_shape(job.m, job.k_extent), Traits::stride_a(p.a_m, p.a_k));
   Tensor mB = make_tensor(
-      make_gmem_ptr(static_cast<Element const*>(p.b) + batch * p.b_batch + k_begin * p.b_k),
-      make_shape(p.n, k_extent), Traits::stride_b(p.b_n, p.b_k));
+      make_gmem_ptr(static_cast<Element const*>(p.b) + job.batch * p.b_batch + job.k_begin * p.b_k),
+      make_shape(p.n, job.k_extent), Traits::stride_b(p.b_n, p.b_k));
   Tensor cA = make_identity_tensor(shape(mA));
   Tensor cB = make_identity_tensor(shape(mB));
 
@@ -232,11 +286,11 @@ __global__ void __launch_bounds__(Traits::kThreads)
   Tensor tBgB = thr_copy_b.partition_S(gB);
   Tensor tBcB = thr_copy_b.partition_S(gcB);
   Tensor tBsB = thr_copy_b.partition_D(sB);
-  auto bound_a = make_coord(p.m, k_extent);
-  auto bound_b = make_coord(p.n, k_extent);
+  auto bound_a = make_coord(job.m, job.k_extent);
+  auto bound_b = make_coord(p.n, job.k_extent);
 
   // Prologue: fill all stages but one.
-  const int k_tiles = (k_extent + BK - 1) / BK;
+  const int k_tiles = (job.k_extent + BK - 1) / BK;
   int k_tile_next = 0;
   CUTE_UNROLL
   for (int stage = 0; stage < kStages - 1; ++stage) {
@@ -312,28 +366,23 @@ __global__ void __launch_bounds__(Traits::kThreads)
     }
   }
 
-  // A split stores its raw sums; the reduction applies the epilogue.
+  // A split stores its raw sums, (batch, m, n) row-major; the reduction
+  // applies the epilogue.
   if (p.splits > 1) {
-    TensorCoreParams partial = p;
-    partial.d = p.partial + blockIdx.z * p.partial_split_stride;
-    partial.d_m = p.n;
-    partial.d_n = 1;
-    partial.d_batch = static_cast<int64_t>(p.m) * p.n;
-    partial.c = nullptr;
-    partial.bias = nullptr;
-    partial.alpha = 1.0f;
-    partial.activation = Activation::none;
-    store_tile<float, Output, BM, BN>(partial, batch, tile_m, tile_n, thr_mma, accum);
+    float* partial = p.partial + blockIdx.z * p.partial_split_stride +
+                     static_cast<int64_t>(job.batch) * p.m * p.n;
+    store_tile<float, Output, BM, BN>(p, job, partial, p.n, 1, true, thr_mma, accum);
     return;
   }
 
   // Epilogue, in the input type or fp32 (tf32 already writes fp32).
-  if constexpr (std::is_same_v<Output, float>) {
-    store_tile<float, Output, BM, BN>(p, batch, tile_m, tile_n, thr_mma, accum);
-  } else if (p.out_f32) {
-    store_tile<float, Output, BM, BN>(p, batch, tile_m, tile_n, thr_mma, accum);
+  const int64_t d_offset = job.batch * p.d_batch + job.row_begin * p.d_m;
+  if (std::is_same_v<Output, float> || p.out_f32) {
+    float* d = static_cast<float*>(p.d) + d_offset;
+    store_tile<float, Output, BM, BN>(p, job, d, p.d_m, p.d_n, false, thr_mma, accum);
   } else {
-    store_tile<Output, Output, BM, BN>(p, batch, tile_m, tile_n, thr_mma, accum);
+    Output* d = static_cast<Output*>(p.d) + d_offset;
+    store_tile<Output, Output, BM, BN>(p, job, d, p.d_m, p.d_n, false, thr_mma, accum);
   }
 }
 

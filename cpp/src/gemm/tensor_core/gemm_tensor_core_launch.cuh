@@ -6,6 +6,7 @@
 
 #include "common/launch_setup.h"
 #include "gemm/gemm_config.h"
+#include "gemm/group.h"
 #include "gemm/split_k.h"
 #include "gemm/tensor_core/gemm_tensor_core_kernel.cuh"
 #include "gemm/tensor_core/gemm_tensor_core_traits.cuh"
@@ -93,6 +94,23 @@ cudaError_t run_tensor_core(const GemmProblem& problem) {
     }
     p.partial = static_cast<float*>(problem.workspace);
     p.partial_split_stride = problem.batch * problem.m * problem.n;
+  }
+
+  p.group_offsets = problem.group_offsets;
+  p.group_mode = problem.group_mode;
+  if (problem.group_offsets != nullptr) {
+    // One launch: the groups (at most 65535, checked by the API) index the ends.
+    p.batch = static_cast<int>(problem.batch);
+    p.d = problem.d;
+    const dim3 grid = problem.group_mode == group::kGroupRows
+                          ? dim3(static_cast<unsigned>(group::row_tile_bound(
+                                     problem.m, problem.batch, Traits::kBlockM)),
+                                 static_cast<unsigned>(p.tiles_n))
+                          : dim3(static_cast<unsigned>(p.tiles_m * p.tiles_n),
+                                 static_cast<unsigned>(problem.batch));
+    if (grid.y > 65535) return cudaErrorInvalidConfiguration;
+    kernel<<<grid, Traits::kThreads, kSmem, problem.stream>>>(p);
+    return cudaGetLastError();
   }
 
   // gridDim.y is limited to 65535: launch the batch in chunks.
