@@ -1,10 +1,12 @@
-"""The CPU emulation of the SIMT GEMM kernel (cpp/src/gemm/simt/emulation), built with g++
-and run here: no GPU, no nvcc, about 30 s on 2 cores.
+"""CPU emulations of GPU code, built with g++ and run here: no GPU, no nvcc.
 
-It runs the kernel body with one host thread per CUDA thread, holds cp.async writes back
-until their wait, and bounds- and alignment-checks every global access. A missing wait or
-an out-of-bounds read passes on a GPU whenever the timing or the neighbouring memory is
-kind, so the GPU tier cannot see them.
+The SIMT GEMM kernel (cpp/src/gemm/simt/emulation), about 30 s on 2 cores: it runs the
+kernel body with one host thread per CUDA thread, holds cp.async writes back until their
+wait, and bounds- and alignment-checks every global access. A missing wait or an
+out-of-bounds read passes on a GPU whenever the timing or the neighbouring memory is kind,
+so the GPU tier cannot see them.
+
+The grouped GEMM's schedule (cpp/src/gemm/emulation), about 15 s: a warp of host threads.
 """
 
 from __future__ import annotations
@@ -33,4 +35,27 @@ def test_simt_gemm_emulation(tmp_path):
         cwd=ROOT, env=env, capture_output=True, text=True,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    assert result.stdout.rstrip().endswith("all passed")
+
+
+def test_group_schedule_emulation(tmp_path):
+    """The grouped GEMM's device-side schedule (cpp/src/gemm/group.h), its warp of 32 lanes
+    run as host threads (cpp/src/gemm/emulation/group_schedule_emulation.cpp): every row
+    tile of every expert found exactly once within the grid for valid offsets, every answer
+    inside the rows for invalid ones."""
+    cuda = cuda_home()
+    if shutil.which("g++") is None:
+        pytest.skip("needs g++")
+    if cuda is None:
+        pytest.skip("needs the CUDA runtime headers (CUDA_HOME or nvcc on PATH)")
+    binary = tmp_path / "group_schedule_emulation"
+    build = subprocess.run(
+        ["g++", "-std=c++17", "-O1", "-pthread", "-Icpp/src", "-Icpp/include",
+         f"-I{cuda / 'include'}", "cpp/src/gemm/emulation/group_schedule_emulation.cpp",
+         "-o", str(binary)],
+        cwd=ROOT, capture_output=True, text=True,
+    )  # fmt: skip
+    assert build.returncode == 0, build.stderr[-4000:]
+    result = subprocess.run([str(binary)], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-4000:]
     assert result.stdout.rstrip().endswith("all passed")

@@ -46,18 +46,26 @@ inline bool plan_group(Family family, const GemmProblem& problem, bool tensor_co
   return false;
 }
 
+#if defined(__CUDACC__) || defined(SAMATTN_GROUP_EMULATION)
+// Device code; the CPU emulation (emulation/group_schedule_emulation.cpp)
+// compiles it as host code, with a warp of host threads behind the
+// intrinsics.
 #if defined(__CUDACC__)
+#define SAMATTN_GROUP_DEVICE __device__ __forceinline__
+#else
+#define SAMATTN_GROUP_DEVICE inline
+#endif
 
 struct Range {
   int begin, end;
 };
 
-__device__ inline int clamped_end(const int32_t* ends, int g, int limit) {
+SAMATTN_GROUP_DEVICE int clamped_end(const int32_t* ends, int g, int limit) {
   return min(max(__ldg(ends + g), 0), limit);
 }
 
 // Group g's range of [0, limit).
-__device__ inline Range range(const int32_t* ends, int g, int limit) {
+SAMATTN_GROUP_DEVICE Range range(const int32_t* ends, int g, int limit) {
   const int begin = g == 0 ? 0 : clamped_end(ends, g - 1, limit);
   return {begin, max(clamped_end(ends, g, limit), begin)};
 }
@@ -73,8 +81,8 @@ struct RowTile {
 // groups (32 at a time, tile counts summed with shuffles): no shared memory,
 // no barrier. Groups 0..groups-1 are the ends' groups; group `groups` is
 // [end[groups-1], rows).
-__device__ inline bool find_row_tile(const int32_t* ends, int groups, int rows, int block_m,
-                                     int linear, RowTile* out) {
+SAMATTN_GROUP_DEVICE bool find_row_tile(const int32_t* ends, int groups, int rows, int block_m,
+                                        int linear, RowTile* out) {
   constexpr unsigned kAll = 0xffffffffu;
   const int lane = static_cast<int>(threadIdx.x % 32);
   int tiles_before = 0;
@@ -109,6 +117,6 @@ __device__ inline bool find_row_tile(const int32_t* ends, int groups, int rows, 
   return false;
 }
 
-#endif  // __CUDACC__
+#endif  // __CUDACC__ || SAMATTN_GROUP_EMULATION
 
 }  // namespace samattn::gemm::group
