@@ -73,6 +73,7 @@ def _gemm_args(
         0, 0, 0,  # stream, workspace: set by the caller
         0 if bias is None else bias.data_ptr(), sizes.activation,
         int(sizes.out_dtype is torch.float32), sizes.split_k, sizes.split_k_mode,
+        0, _lib.GROUP_NONE, 0,  # group_offsets, group_mode: set by the grouped calls
     )  # fmt: skip
     return args, (a, b, bias)
 

@@ -145,7 +145,9 @@ int check_gemm_args(Subject* subject, const samattn_gemm_args& g, bool* empty) {
     return fail(SAMATTN_INVALID_ARGUMENT, subject_text + ": a is NULL");
   if (g.k > 0 && g.b == nullptr)
     return fail(SAMATTN_INVALID_ARGUMENT, subject_text + ": b is NULL");
-  if ((g.batch > 1 && g.d_batch_stride == 0) || (g.m > 1 && g.d_row_stride == 0) ||
+  // Rows-grouped GEMMs share D between the groups, each writing its own rows.
+  const bool d_shared = g.group_mode == SAMATTN_GROUP_ROWS;
+  if ((g.batch > 1 && g.d_batch_stride == 0 && !d_shared) || (g.m > 1 && g.d_row_stride == 0) ||
       (g.n > 1 && g.d_col_stride == 0)) {
     return fail(SAMATTN_INVALID_ARGUMENT,
                 subject_text + ": d strides " +
