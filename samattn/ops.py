@@ -319,12 +319,12 @@ def gemm(
             the output tiles cannot fill the GPU), 1 (never split), or 2..64: K is cut
             into that many ranges (fewer when K is short), computed by separate CTAs and
             added up in fp32. For a small output with a long K.
-        split_k_mode: "auto" (the family's own), "serial" (the splits of a tile add up
-            in K order inside one kernel: the sm90 family) or "parallel" (each split
-            writes fp32 partial sums and a second kernel adds them: the sm80 and sm75
-            families, which Hopper uses for this mode). Both are deterministic: a fixed
-            split gives bit-identical results. Splitting needs tensor cores (not exact
-            float32, nor bfloat16 on Turing).
+        split_k_mode: for a forced split (split_k >= 2): "auto" (the family's own),
+            "serial" (the splits of a tile add up in K order inside one kernel: the sm90
+            family) or "parallel" (each split writes fp32 partial sums and a second
+            kernel adds them: the sm80 and sm75 families, which Hopper uses for this
+            mode). Both are deterministic: a fixed split gives bit-identical results.
+            Splitting needs tensor cores (not exact float32, nor bfloat16 on Turing).
 
     a, b and bias: the same CUDA device and the same dtype, one of torch.float16,
     torch.bfloat16, torch.float32 (float32 uses TF32 tensor cores unless
