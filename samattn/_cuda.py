@@ -117,7 +117,7 @@ def gemm(
         c is None
         and beta == 0.0
         and type(alpha) is float
-        and _keyable(activation, split_k, split_k_mode)
+        and (plain or _keyable(activation, split_k, split_k_mode))
     ):
         key = _gemm_key(a, b, alpha)
         if not plain:
