@@ -1,7 +1,7 @@
 // Split-K for the GEMM families that run it themselves (the sm80 and sm75
 // tensor-core kernels): how K is cut and what the parallel reduction needs.
-// Host and device code with no CUDA headers, so that the plan, the
-// workspace size and the kernels share one rule.
+// Host code, shared by the plans, the workspace size and the launch, so that
+// they cut K by one rule.
 //
 // Parallel split-K: split s multiplies A[:, ks] @ B[ks, :] over its K range
 // ks and writes the raw fp32 sums to partial[s]; a second kernel adds the
