@@ -186,10 +186,13 @@ def _run_grouped(
     b: torch.Tensor,
     offsets: torch.Tensor,
     sizes: _checks.GroupedShape,
-    out: torch.Tensor,
     mode: int,
 ) -> torch.Tensor:
-    """One grouped launch (samattn.h): a and b as _operand takes them, out contiguous."""
+    """One grouped launch (samattn.h) into a new contiguous output; a and b as _operand
+    takes them."""
+    out = a.new_empty(sizes.out_shape)
+    if out.numel() == 0:
+        return out
     shape = _checks.GemmShape(out.shape, sizes.groups, sizes.m, sizes.n, sizes.k)
     args, keep = _gemm_args(a, b, None, 1.0, 0.0, shape, out.data_ptr())
     if mode == _lib.GROUP_ROWS:
@@ -204,20 +207,12 @@ def _run_grouped(
 
 def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
     """out[rows of g] = x[rows of g] @ w[g] on the GPU; see samattn.grouped_gemm."""
-    sizes = _checks.grouped_gemm(x, w, offsets)
-    out = x.new_empty(sizes.out_shape)
-    if out.numel() == 0:
-        return out
-    return _run_grouped(x, w, offsets, sizes, out, _lib.GROUP_ROWS)
+    return _run_grouped(x, w, offsets, _checks.grouped_gemm(x, w, offsets), _lib.GROUP_ROWS)
 
 
 def grouped_gemm_k(a: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
     """out[g] = a[:, ks] @ b[ks, :] over group g's K range ks, on the GPU."""
-    sizes = _checks.grouped_gemm_k(a, b, offsets)
-    out = a.new_empty(sizes.out_shape)
-    if out.numel() == 0:
-        return out
-    return _run_grouped(a, b, offsets, sizes, out, _lib.GROUP_K)
+    return _run_grouped(a, b, offsets, _checks.grouped_gemm_k(a, b, offsets), _lib.GROUP_K)
 
 
 def gemm_plan(

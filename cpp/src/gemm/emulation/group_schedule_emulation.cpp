@@ -14,42 +14,21 @@
 // Built and run by tests/cpu/test_host_emulation.py (g++, the CUDA runtime
 // headers for common/problem.h; no GPU, no nvcc).
 #include <algorithm>
-#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
-#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "common/host_barrier.h"
 
 // ------------------------------------------------------------ the warp ----
 namespace {
 
 constexpr int kWarp = 32;
 
-class Barrier {
- public:
-  void arrive_and_wait() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    const long generation = generation_;
-    if (++arrived_ == kWarp) {
-      arrived_ = 0;
-      ++generation_;
-      cv_.notify_all();
-    } else {
-      cv_.wait(lock, [&] { return generation_ != generation; });
-    }
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  int arrived_ = 0;
-  long generation_ = 0;
-};
-
-Barrier g_barrier;
+samattn::HostBarrier g_barrier(kWarp);
 int g_slots[kWarp];
 
 }  // namespace

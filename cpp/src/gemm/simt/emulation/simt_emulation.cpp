@@ -14,16 +14,15 @@
 #include <array>
 #include <atomic>
 #include <cmath>
-#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <deque>
-#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "common/host_barrier.h"
 #include "gemm/simt/gemm_simt_kernel.cuh"
 
 namespace samattn::gemm::simt {
@@ -60,27 +59,7 @@ void check_global_access(const void* ptr, int bytes, bool write) {
 }
 
 // ---------------------------------------------------------- block threading ----
-class Barrier {
- public:
-  explicit Barrier(int count) : count_(count) {}
-  void arrive_and_wait() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    const long generation = generation_;
-    if (++arrived_ == count_) {
-      arrived_ = 0;
-      ++generation_;
-      cv_.notify_all();
-    } else {
-      cv_.wait(lock, [&] { return generation_ != generation; });
-    }
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  int count_, arrived_ = 0;
-  long generation_ = 0;
-};
+using Barrier = ::samattn::HostBarrier;
 
 enum class CopyTiming { early, late };
 
