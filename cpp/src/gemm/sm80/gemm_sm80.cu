@@ -18,7 +18,7 @@ cudaError_t gemm_sm80(const GemmProblem& problem) {
     case DType::bf16:
       return gemm::run_gemm<TensorCoreGemm, DType::bf16, Family::sm80>(problem, 2);
     case DType::f32:
-      return problem.allow_tf32
+      return gemm::on_tensor_cores(Family::sm80, problem)  // tf32 allowed
                  ? gemm::run_gemm<TensorCoreGemm, DType::f32, Family::sm80>(problem, 4)
                  : gemm::run_gemm<SimtGemm, DType::f32, Family::sm80>(problem, 4);
   }
