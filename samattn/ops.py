@@ -399,9 +399,10 @@ def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> tor
 
     Offsets on the GPU are not checked (that would wait for the GPU): the kernels clamp
     them into [0, tokens], so bad ones never address memory outside x, w or the output,
-    but the rows of the experts involved are then undefined. Runs on the tensor cores of
-    the sm80 family (and sm75 for float16); on Hopper too, as the sm90 family has no
-    grouped kernel yet.
+    but the rows of the experts involved are then undefined. On Hopper, runs on the sm90
+    family's grouped wgmma kernel when K and N are multiples of 8 and x is row-major;
+    otherwise (and for the weight gradient) on the tensor cores of the sm80 family (sm75
+    for float16 on Turing).
     """
     return torch.ops.samattn.grouped_gemm(x, w, offsets)
 

@@ -348,15 +348,61 @@ def grouped_plan(mode: int, **changes) -> tuple[str, str]:
         sizes = (512, 1024, 4096)
     fields_.update(batch=8, group_offsets=ALIGNED, group_mode=mode)
     fields_.update(changes)
-    return plan_for(*sizes, **fields_)
+    m, n, k = (fields_.pop(name, size) for name, size in zip("mnk", sizes))
+    return plan_for(m, n, k, **fields_)
+
+
+def test_rows_grouped_gemms_run_on_the_sm90_grouped_kernel():
+    for dtype in (_lib.BF16, _lib.F16):
+        assert grouped_plan(_lib.GROUP_ROWS, dtype=dtype) == (
+            "sm90",
+            "tile=grouped_128x256_c1x2 raster=m",
+        )
+    # Both weight layouts: (experts, K, N), and w.mT of (experts, N, K).
+    w_mt = dict(b_row_stride=1, b_col_stride=512)
+    assert grouped_plan(_lib.GROUP_ROWS, **w_mt)[0] == "sm90"
+    # A single row leaves x's layout open.
+    single = grouped_plan(_lib.GROUP_ROWS, m=1, a_batch_stride=0, a_row_stride=1, a_col_stride=1)
+    assert single[0] == "sm90"
+
+
+@pytest.mark.parametrize(
+    ("changes", "reason"),
+    [
+        (dict(dtype=_lib.F32), "grouped GEMMs in float32 run on the sm80 family"),
+        (dict(n=1020, b_batch_stride=512 * 1020, d_row_stride=1020), "contiguous extent 1020"),
+        (dict(k=500, a_row_stride=500, b_batch_stride=500 * 1024), "contiguous extent 500"),
+        (dict(a_row_stride=1, a_col_stride=4096), "row-major a and d"),
+        (dict(a=ALIGNED + 2), "a is not 16-byte aligned"),
+        (dict(b_batch_stride=512 * 1024 + 4), "b's batch stride"),
+    ],
+)
+def test_what_the_grouped_kernel_declines_runs_on_sm80(changes, reason):
+    family, plan = grouped_plan(_lib.GROUP_ROWS, **changes)
+    assert family == "sm80"
+    assert plan.startswith("sm90 cannot run it: ") and reason in plan
+
+
+@pytest.mark.parametrize(
+    ("groups", "n", "k", "raster"),
+    [(64, 1024, 4096, "n"), (8, 1024, 4096, "m"), (64, 4096, 1024, "m"), (64, 1024, 1024, "m")],
+)
+def test_grouped_raster_order(groups, n, k, raster):
+    """Along N only for the narrow-N projection of many experts (measured)."""
+    changes = dict(batch=groups, n=n, k=k, b_batch_stride=k * n, a_row_stride=k, d_row_stride=n)
+    changes.update(b_row_stride=n)
+    assert grouped_plan(_lib.GROUP_ROWS, **changes)[1].endswith(f"raster={raster}")
+
+
+def test_weight_gradients_run_on_sm80():
+    assert grouped_plan(_lib.GROUP_K) == (
+        "sm80",
+        "sm90 cannot run it: K-grouped GEMMs (the weight gradient) run on the sm80 family",
+    )
 
 
 @pytest.mark.parametrize("mode", [_lib.GROUP_ROWS, _lib.GROUP_K])
-def test_grouped_gemms_run_on_sm80(mode):
-    assert grouped_plan(mode) == (
-        "sm80",
-        "sm90 cannot run it: grouped GEMMs run on the sm80 family",
-    )
+def test_grouped_gemms_before_hopper(mode):
     assert grouped_plan(mode, gpu=((8, 9), 128)) == ("sm80", "")
     turing = grouped_plan(mode, dtype=_lib.F16, gpu=((7, 5), 40))
     assert turing == ("sm75", "")

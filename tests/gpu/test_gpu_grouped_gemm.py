@@ -35,11 +35,12 @@ LOADS = {
 }
 
 
-def _expected(family: str, dtype: torch.dtype) -> str | None:
+def _expected(family: str, dtype: torch.dtype, aligned: bool = True) -> str | None:
     """The family that runs a grouped GEMM with `family` forced; None: refused (Turing's
-    bf16 runs on FMA units, which have no grouped kernel)."""
+    bf16 runs on FMA units, which have no grouped kernel). sm90's grouped kernel takes
+    K and N of whole 16 bytes (TMA) and hands other sizes to sm80."""
     if family == "sm90":
-        return "sm80"  # no sm90 grouped kernel: sm90 hands it over
+        return "sm90" if aligned else "sm80"
     if family == "sm75" and dtype != torch.float16:
         return None
     return family
@@ -68,8 +69,8 @@ def _torch_loop(x: torch.Tensor, w: torch.Tensor, loads: list[int], tokens: int)
     return out
 
 
-def _run(family: str, dtype: torch.dtype, fn):
-    expected = _expected(family, dtype)
+def _run(family: str, dtype: torch.dtype, fn, expected: str | tuple[str, ...] | None = None):
+    expected = expected or _expected(family, dtype)
     if expected is None:
         refused = pytest.raises(samattn.UnsupportedError, match="grouped GEMMs run on tensor")
         with refused, samattn.use_family(family):
@@ -103,6 +104,31 @@ def test_grouped_gemm_matches_the_reference(family, dtype, loads, layout, tail):
     assert torch.all(got[sum(counts) :] == 0), "rows after the last offset must be zeros"
 
 
+@pytest.mark.parametrize(("k", "n"), [(264, 202), (100, 200), (72, 24)])
+def test_sizes_and_strides_each_family_takes(family, k, n):
+    """x as a view with a row stride wider than K; sizes that are not whole 16 bytes
+    along K or N (sm90's TMA cannot describe them: sm80 runs them)."""
+    counts = [130, 0, 257, 9]
+    tokens = sum(counts) + 3
+    x = randn(tokens, k + 24, dtype=torch.bfloat16, scale=1 / math.sqrt(k))[:, 8 : 8 + k]
+    w = randn(len(counts), k, n, dtype=torch.bfloat16)
+    aligned = k % 8 == 0 and n % 8 == 0
+    expected = _expected(family, torch.bfloat16, aligned)
+    poison_allocator((tokens, n), torch.bfloat16)
+    got = _run(
+        family,
+        torch.bfloat16,
+        lambda: samattn.grouped_gemm(x, w, _offsets(counts)),
+        expected=expected,
+    )
+    if got is None:
+        return
+    ref = _reference(x, w, counts, tokens)
+    floor = gemm_floor(torch.bfloat16, k, tf32=False) + 16 * UNIT_ROUNDOFF[torch.float32]
+    assert_close_to_reference(got, ref, _torch_loop(x, w, counts, tokens), floor, f"{k}x{n}")
+    assert torch.all(got[sum(counts) :] == 0)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_grouped_gemm_gradients(family, dtype):
     dtype_ = DTYPES[dtype]
@@ -117,7 +143,9 @@ def test_grouped_gemm_gradients(family, dtype):
         out = samattn.grouped_gemm(x, w, offsets)
         return torch.autograd.grad(out, (x, w), dy)
 
-    grads = _run(family, dtype_, step)
+    # The weight gradient (K-grouped) runs on sm80 whatever is forced from sm90 up.
+    expected = ("sm90", "sm80") if family == "sm90" else None
+    grads = _run(family, dtype_, step, expected=expected)
     if grads is None:
         return
     x64 = x.detach().double().requires_grad_()

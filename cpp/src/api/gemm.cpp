@@ -11,6 +11,7 @@
 #include "gemm/epilogue.h"
 #include "gemm/group.h"
 #include "gemm/sm90/gemm_sm90_plan.h"
+#include "gemm/sm90/grouped_sm90_plan.h"
 #include "gemm/split_k.h"
 
 namespace samattn {
@@ -211,9 +212,9 @@ GemmProblem make_gemm_problem(const samattn_gemm_args& g, int sm_count) {
 
 // The family that samattn_gemm_plan reports: selection as in a library built
 // with every family, from the plans as host code (built whatever the
-// families): sm90's, and the split-K and grouping parts of sm80's and
-// sm75's. `plan` gets
-// the sm90 configuration, or why sm90 declined; what it declines runs on
+// families): sm90's (plain or grouped), and the split-K and grouping parts of
+// sm80's and sm75's. `plan` gets the sm90 configuration (for a grouped GEMM
+// only its eligibility), or why sm90 declined; what it declines runs on
 // sm80, forced or not (the forced_fallback gemm_sm90.cu registers).
 int plan_complete_build(const Subject& subject, const samattn_gemm_args& g, const GpuSpec& gpu,
                         const GemmProblem& problem, int32_t* family, gemm::sm90::Plan* plan) {
@@ -231,7 +232,13 @@ int plan_complete_build(const Subject& subject, const samattn_gemm_args& g, cons
       continue;
     }
     if (candidate == Family::sm90) {
-      *plan = gemm::sm90::plan(problem);
+      if (problem.group_mode != SAMATTN_GROUP_NONE) {
+        gemm::sm90::GroupedPlan grouped = gemm::sm90::plan_grouped(problem);
+        plan->eligible = grouped.eligible;
+        plan->reason = std::move(grouped.reason);
+      } else {
+        *plan = gemm::sm90::plan(problem);
+      }
       if (!plan->eligible) {
         if (forced != SAMATTN_FAMILY_AUTO) forced = SAMATTN_FAMILY_SM80;
         continue;
@@ -324,7 +331,11 @@ int gemm_plan_op(const samattn_gemm_args* args, int32_t cc_major, int32_t cc_min
   status = plan_complete_build(subject, *args, gpu, problem, family, &plan);
   if (status != SAMATTN_OK) return status;
   std::string description;
-  if (*family == SAMATTN_FAMILY_SM90) {
+  if (*family == SAMATTN_FAMILY_SM90 && problem.group_mode != SAMATTN_GROUP_NONE) {
+    const gemm::sm90::GroupedPlan grouped = gemm::sm90::plan_grouped(problem);
+    description = std::string("tile=") + gemm::sm90::grouped_tile_name(grouped.tile) +
+                  " raster=" + (grouped.raster_along_n ? "n" : "m");
+  } else if (*family == SAMATTN_FAMILY_SM90) {
     description = std::string("tile=") + gemm::sm90::tile_name(plan.tile) +
                   " swizzle=" + to_text(plan.swizzle) +
                   " transposed=" + (plan.transposed ? "1" : "0");

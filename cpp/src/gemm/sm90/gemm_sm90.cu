@@ -1,7 +1,8 @@
 // GEMM, sm90 family (Hopper, sm_90a): fp16, bf16, and fp32 as tf32, on TMA
-// and wgmma. The plan (gemm_sm90_plan.h) orients the problem and picks the
-// tile; this file stages tf32 operands that are not K-major and maps the
-// plan to the one instantiation that runs it.
+// and wgmma, and the rows-grouped GEMM (16-bit). The plan (gemm_sm90_plan.h)
+// orients the problem and picks the tile; this file stages tf32 operands
+// that are not K-major and maps the plan to the one instantiation that runs
+// it.
 #include <cuda_runtime_api.h>
 
 #include <string>
@@ -10,6 +11,7 @@
 #include "common/problem.h"
 #include "common/registry.h"
 #include "gemm/sm90/gemm_sm90_config.h"
+#include "gemm/sm90/grouped_sm90_config.h"
 #include "samattn/samattn.h"
 
 namespace samattn {
@@ -18,6 +20,7 @@ namespace {
 using gemm::Major;
 using gemm::Sm90Gemm;
 using gemm::sm90::Epilogue;
+using gemm::sm90::GroupedPlan;
 using gemm::sm90::Plan;
 using gemm::sm90::Tile;
 
@@ -129,7 +132,35 @@ auto with_config(DType dtype, const Plan& plan, Action&& action) {
   return with_epilogue<DType::f32>(plan, action);
 }
 
+// Calls action(Sm90Grouped<...>{}) for the grouped instantiation of `plan`.
+template <DType T, Major B, class Action>
+auto with_grouped_tile(const GroupedPlan& plan, Action&& action) {
+  using gemm::Sm90Grouped;
+  using gemm::sm90::GroupedTile;
+  (void)plan;  // one tile today
+  return action(Sm90Grouped<T, B, GroupedTile::k128x256_c1x2>{});
+}
+
+template <class Action>
+auto with_grouped_config(DType dtype, const GroupedPlan& plan, Action&& action) {
+  if (dtype == DType::bf16) {
+    return plan.b.k_major ? with_grouped_tile<DType::bf16, Major::K>(plan, action)
+                          : with_grouped_tile<DType::bf16, Major::MN>(plan, action);
+  }
+  return plan.b.k_major ? with_grouped_tile<DType::f16, Major::K>(plan, action)
+                        : with_grouped_tile<DType::f16, Major::MN>(plan, action);
+}
+
+bool grouped(const GemmProblem& problem) { return problem.group_mode != SAMATTN_GROUP_NONE; }
+
 size_t gemm_sm90_workspace_bytes(const GemmProblem& problem) {
+  if (grouped(problem)) {
+    const GroupedPlan plan = gemm::sm90::plan_grouped(problem);
+    if (!plan.eligible) return 0;
+    return with_grouped_config(problem.dtype, plan, [&](auto config) {
+      return gemm::sm90_grouped_workspace_bytes<decltype(config)>(plan, problem);
+    });
+  }
   const Plan plan = gemm::sm90::plan(problem);
   if (!plan.eligible) return 0;
   return plan.staging_bytes + with_config(problem.dtype, plan, [&](auto config) {
@@ -138,6 +169,13 @@ size_t gemm_sm90_workspace_bytes(const GemmProblem& problem) {
 }
 
 cudaError_t gemm_sm90(const GemmProblem& problem) {
+  if (grouped(problem)) {
+    const GroupedPlan plan = gemm::sm90::plan_grouped(problem);
+    if (!plan.eligible) return cudaErrorNotSupported;
+    return with_grouped_config(problem.dtype, plan, [&](auto config) {
+      return gemm::run_sm90_grouped<decltype(config)>(plan, problem);
+    });
+  }
   const Plan plan = gemm::sm90::plan(problem);
   if (!plan.eligible) return cudaErrorNotSupported;  // the registered plan declined it
   if (plan.staging_bytes > problem.workspace_bytes) return cudaErrorInvalidValue;
@@ -153,6 +191,11 @@ cudaError_t gemm_sm90(const GemmProblem& problem) {
 // What TMA cannot describe is declined: automatic selection runs it on sm80,
 // and so does a forced sm90 (forced_fallback).
 bool plan_sm90(const GemmProblem& problem, std::string* why) {
+  if (grouped(problem)) {
+    GroupedPlan plan = gemm::sm90::plan_grouped(problem);
+    if (!plan.eligible && why != nullptr) *why = std::move(plan.reason);
+    return plan.eligible;
+  }
   Plan plan = gemm::sm90::plan(problem);
   if (!plan.eligible && why != nullptr) *why = std::move(plan.reason);
   return plan.eligible;
