@@ -32,10 +32,10 @@ compilation per shape before timing): op "linear_epilogue", one record per basel
 (`baseline_name`), in TFLOPS of the GEMM (2 * tokens * in * out).
 
 Split-K (--ops split_k): samattn.gemm on a small output with a long K (M = N = 256 and
-512, K = 65536, bf16; --quick: 256 only), automatic and with each forced split of
-SPLIT_K_CHOICES, against torch.matmul (cuBLAS, which splits K itself): op "gemm_split_k",
-one record per choice (fields `split_k`, `split_k_mode`, `config` from the plan); a choice
-the family cannot run goes to `skipped`.
+512, K = 65536, and three other long-K shapes, bf16; --quick: 256 only), automatic and
+with each forced split of SPLIT_K_CHOICES, against torch.matmul (cuBLAS, which splits K
+itself): op "gemm_split_k", one record per choice (fields `split_k`, `split_k_mode`,
+`config` from the plan); a choice the family cannot run goes to `skipped`.
 
 Grouped GEMM (--ops grouped): samattn.grouped_gemm for a mixture-of-experts layer, bf16,
 8 and 64 experts, top-2 routing of 4096 / 16384 tokens with skewed loads (expert e gets a
@@ -180,7 +180,9 @@ GEMM_CASES = {
 
 # (dtype, (tokens, in_features, out_features)): issue 17's MLP projections.
 SPLIT_K_CASES = {
-    "full": [("bf16", (m, m, 65536)) for m in (256, 512)],
+    # Issue 17's M = N = 256 and 512, then other long-K shapes the automatic split meets.
+    "full": [("bf16", (m, m, 65536)) for m in (256, 512)]
+    + [("bf16", shape) for shape in ((384, 1536, 49152), (1024, 1024, 32768), (64, 8192, 65536))],
     "quick": [("bf16", (256, 256, 65536))],
 }
 # (split_k, split_k_mode) of samattn.gemm, measured per case.

@@ -54,7 +54,7 @@ def test_split_k_records(monkeypatch):
 
 
 def test_split_k_cases_follow_the_issue():
-    assert {shape for _, shape in bench.SPLIT_K_CASES["full"]} == {
+    assert {shape for _, shape in bench.SPLIT_K_CASES["full"]} >= {
         (256, 256, 65536),
         (512, 512, 65536),
     }

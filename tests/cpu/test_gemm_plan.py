@@ -250,6 +250,28 @@ def test_tuning_overrides(monkeypatch):
     assert fields(plan_for(4096, 4096, 4096)[1])["tile"] == "128x256_c2x1"
 
 
+@pytest.mark.parametrize(
+    ("m", "n", "k", "splits"),
+    [
+        (256, 256, 65536, 8),  # 8 tiles of 128x64: 8 splits of 8192
+        (512, 512, 65536, 4),  # 32 tiles: one wave at 4 splits
+        (256, 256, 16384, 2),
+        (1024, 1024, 32768, None),  # 128 tiles already fill the GPU
+        (256, 256, 12288, None),  # too short a K to split in two of >= 8192
+        (64, 8192, 65536, 2),  # swap_ab: 64 tiles of D^T
+    ],
+)
+def test_automatic_split_k_of_a_long_k(m, n, k, splits):
+    family, plan = plan_for(m, n, k)
+    assert family == "sm90"
+    if splits is None:
+        assert "split_k=" not in plan
+    else:
+        assert plan.endswith(f"split_k={splits} serial")
+    # A forced split_k=1 is never split.
+    assert "split_k=" not in plan_for(m, n, k, split_k=1)[1]
+
+
 def test_bad_arguments_are_reported():
     with pytest.raises(ValueError, match="sm_count must be >= 1"):
         plan_for(16, 16, 16, gpu=((9, 0), 0))

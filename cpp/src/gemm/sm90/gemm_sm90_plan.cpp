@@ -150,6 +150,24 @@ bool stage_operand(const View& v, int64_t batch, const char* name, Plan::Staging
   return true;
 }
 
+// Automatic split-K of a long K on the stream-K tiles: the most splits (a
+// power of 2) that keep one wave of CTAs and at least kMinSplitK of K per
+// split, so that the serial fixup of a tile's partial sums stays short next
+// to its mainloop; 0 (CUTLASS's own stream-K heuristic) when that is below 2.
+// Measured on the H100 at M = N = 256 and 512, K = 65536 (bf16, 128x64
+// tiles): 8 and 4 splits were the fastest forced splits, 1.4x and 2.6x
+// CUTLASS's heuristic (benchmarks/results/h100_gemm_modes.json).
+constexpr int64_t kMinSplitK = 8192;
+int32_t auto_splits(Tile tile, int64_t batch, int64_t m, int64_t n, int64_t k, int sm_count) {
+  if (tile != Tile::k128x64_streamk && tile != Tile::k128x64_swap_ab) return 0;
+  const int64_t tiles = tile_count(tile, batch, m, n);
+  int32_t splits = 1;
+  while (splits < 64 && tiles * splits * 2 <= sm_count && k / (splits * 2) >= kMinSplitK) {
+    splits *= 2;
+  }
+  return splits >= 2 ? splits : 0;
+}
+
 int swizzle_override(const char* text, int fallback) {
   if (text == nullptr || *text == '\0') return fallback;
   char* end = nullptr;
@@ -296,7 +314,8 @@ Plan plan(const GemmProblem& problem) {
   if (tf32 && out.tile == Tile::k128x64_swap_ab) out.tile = Tile::k128x64_streamk;  // 16-bit only
   // Only the stream-K scheduler splits K.
   if (forced_split && out.tile != Tile::k128x64_swap_ab) out.tile = Tile::k128x64_streamk;
-  out.splits = p.split_k;
+  out.splits =
+      p.split_k == 0 ? auto_splits(out.tile, batch, a.rows, b.cols, a.cols, p.sm_count) : p.split_k;
   // The swap_ab kernel writes a column-major D: transpose once more.
   const bool d_col_major = d_column_major(out.tile);
   if (d_col_major) {
