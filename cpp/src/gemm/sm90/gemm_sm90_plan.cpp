@@ -410,9 +410,9 @@ Plan plan(const GemmProblem& problem) {
 // Raster order of the grouped kernel: along N for the narrow-N ("down")
 // projection of many experts, else along M. Measured on the H100 (bf16,
 // hidden 4096, expert dim 14336, top-2 of 4096 / 16384 tokens, skewed loads;
-// benchmarks/results/h100_gemm_modes.json): along N ran 1.10x along M on
-// 64 experts' down projection, 0.80-0.96x on every up projection and on
-// 8 experts' down projection at 4096 tokens (1.01x at 16384).
+// benchmarks/results/h100_grouped_tuning.json): along N ran 1.10x along M on
+// 64 experts' down projections, 0.99x on 8 experts' and 0.80-0.96x on every
+// up projection.
 constexpr int64_t kRasterAlongNMinGroups = 32;
 
 // The rows-grouped GEMM: A (m, k) and D (m, n) shared by the groups and
