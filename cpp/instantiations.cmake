@@ -73,8 +73,9 @@ samattn_family_sources(gemm sm75 cpp/src/gemm/sm75/gemm_sm75.cu)
 # tf32 has the K-major layout alone (other operands are staged K-major
 # first), and no swap_ab tile. Exact fp32 stays on sm80's FMA kernel.
 # Epilogues (gemm_sm90_plan.h): plain in every layout; fused (bias and
-# activation) where A or B is K-major; fused_f32 (fp32 C and D) K-major
-# only; the plan hands the rest to sm80.
+# activation) where A or B is K-major; fused_f32 (fp32 C and D) with a
+# K-major A (also the partial sums of sm90's parallel split-K); the plan hands
+# the rest to sm80.
 function(_sm90_gemm dtype epilogue tiles)
   set(args "const samattn::gemm::sm90::Plan&, const samattn::GemmProblem&")
   foreach(layout IN LISTS ARGN)
@@ -99,7 +100,7 @@ set(_sm90_tf32_tiles k128x256_c2x1 k128x128_c1x2 k128x64_streamk)
 foreach(dtype f16 bf16)
   _sm90_gemm(${dtype} plain "${_sm90_tiles}" "k,k" "k,mn" "mn,k" "mn,mn")
   _sm90_gemm(${dtype} fused "${_sm90_tiles}" "k,k" "k,mn" "mn,k")
-  _sm90_gemm(${dtype} fused_f32 "${_sm90_tiles}" "k,k")
+  _sm90_gemm(${dtype} fused_f32 "${_sm90_tiles}" "k,k" "k,mn")
 endforeach()
 _sm90_gemm(f32 plain "${_sm90_tf32_tiles}" "k,k")
 _sm90_gemm(f32 fused "${_sm90_tf32_tiles}" "k,k")

@@ -197,12 +197,14 @@ def test_c_must_match_d():
     assert family == "sm80" and "c and d differ" in plan
 
 
-def test_fp32_output_runs_k_major_operands_on_sm90():
+def test_fp32_output_runs_a_k_major_a_on_sm90():
     # A linear layer: row-major x, weight.mT (column-major B). Decode-like M too (swap_ab).
     for m in (4096, 16):
         family, plan = plan_for(m, 4096, 4096, b_layout="col", output_fp32=1)
         assert family == "sm90", plan
     family, plan = plan_for(4096, 4096, 4096, output_fp32=1)  # row-major B: N-major
+    assert family == "sm90", plan
+    family, plan = plan_for(4096, 4096, 4096, a_layout="col", output_fp32=1)
     assert family == "sm80" and "fp32 output needs a row-major a" in plan
     # The output's alignment is counted in fp32 elements: 4 per 16 bytes.
     family, _ = plan_for(4096, 4100, 4096, b_layout="col", output_fp32=1)
@@ -251,25 +253,39 @@ def test_tuning_overrides(monkeypatch):
 
 
 @pytest.mark.parametrize(
-    ("m", "n", "k", "splits"),
+    ("m", "n", "k", "split"),
     [
-        (256, 256, 65536, 8),  # 8 tiles of 128x64: 8 splits of 8192
-        (512, 512, 65536, 4),  # 32 tiles: one wave at 4 splits
-        (256, 256, 16384, 2),
-        (1024, 1024, 32768, None),  # 128 tiles already fill the GPU
-        (256, 256, 12288, None),  # too short a K to split in two of >= 8192
-        (64, 8192, 65536, 2),  # swap_ab: 64 tiles of D^T
+        # Long K, output tiles that leave SMs idle: parallel, ~4096 of K per range.
+        (256, 256, 65536, "16 parallel"),
+        (512, 512, 65536, "16 parallel"),
+        (1024, 1024, 32768, "8 parallel"),
+        (384, 1536, 49152, "8 parallel"),
+        (256, 256, 16384, "4 parallel"),
+        # Decode-like M with an N-major B: no fp32-output kernel for its transposed
+        # batched GEMM, so the serial stream-K split: one wave at 2 splits of 32768.
+        (64, 8192, 65536, "2 serial"),
+        (256, 256, 12288, None),  # K below 16384, too short for two serial splits of 8192
+        (4096, 4096, 65536, None),  # the output fills the GPU
     ],
 )
-def test_automatic_split_k_of_a_long_k(m, n, k, splits):
+def test_automatic_split_k_of_a_long_k(m, n, k, split):
     family, plan = plan_for(m, n, k)
     assert family == "sm90"
-    if splits is None:
+    if split is None:
         assert "split_k=" not in plan
     else:
-        assert plan.endswith(f"split_k={splits} serial")
+        assert plan.endswith(f"split_k={split}"), plan
     # A forced split_k=1 is never split.
     assert "split_k=" not in plan_for(m, n, k, split_k=1)[1]
+
+
+def test_automatic_parallel_split_falls_back_to_serial():
+    # A column-major A has no fp32-output kernel: the serial rule (8 tiles of 128x64: 8
+    # splits of 8192).
+    assert plan_for(256, 256, 65536, a_layout="col")[1].endswith("split_k=8 serial")
+    # Batched, or float32: serial too.
+    assert plan_for(256, 256, 65536, batch=2)[1].endswith(" serial")
+    assert plan_for(256, 256, 65536, dtype=_lib.F32)[1].endswith(" serial")
 
 
 def test_bad_arguments_are_reported():
@@ -305,17 +321,26 @@ def test_no_split_request_leaves_the_sm90_plan_alone():
 
 
 @pytest.mark.parametrize(
+    ("k", "requested", "splits"), [(65536, 4, 4), (65536, 64, 64), (4096, 16, 16)]
+)
+def test_parallel_split_runs_on_sm90_as_a_batched_gemm(k, requested, splits):
+    # K in equal ranges: a batched GEMM into fp32 partials (128x128 tiles for 32 splits of
+    # a 256 x 256 output), then the reduction.
+    family, plan = plan_for(256, 256, k, split_k=requested, split_k_mode=PARALLEL)
+    assert family == "sm90", plan
+    assert plan.endswith(f"split_k={splits} parallel")
+
+
+@pytest.mark.parametrize(
     ("k", "requested", "splits"),
     [
-        (65536, 4, 4),
-        (65536, 64, 64),
-        (1000, 4, 4),  # 16 granules of 64: 4 x 4
+        (1000, 4, 4),  # 16 granules of 64: 4 x 4, but 1000 is no multiple of 256
         (1000, 64, 16),  # only 16 granules of 64
         (200, 3, 2),  # 4 granules: ranges of 2 granules, 2 ranges
         (64, 8, 1),  # one granule: no split
     ],
 )
-def test_parallel_split_runs_on_sm80_in_whole_granules(k, requested, splits):
+def test_uneven_parallel_splits_run_on_sm80_in_whole_granules(k, requested, splits):
     family, plan = plan_for(256, 256, k, split_k=requested, split_k_mode=PARALLEL)
     assert family == "sm80"
     assert plan.startswith("sm90 cannot run it: parallel split-K")
@@ -323,6 +348,23 @@ def test_parallel_split_runs_on_sm80_in_whole_granules(k, requested, splits):
         assert plan.endswith(f"split_k={splits} parallel")
     else:
         assert "split_k=" not in plan
+
+
+@pytest.mark.parametrize(
+    ("changes", "reason"),
+    [
+        (dict(a_layout="col"), "fp32 output needs a row-major a"),
+        (dict(batch=2), "batched GEMM runs on the sm80 family"),
+        (dict(dtype=_lib.F32), "float32 runs on the sm80 family"),
+        (dict(m=64), "fp32 output needs a row-major a"),  # swap_ab: B^T is its A
+    ],
+)
+def test_what_sm90_splits_in_parallel_and_what_it_hands_to_sm80(changes, reason):
+    m = changes.pop("m", 256)
+    family, plan = plan_for(m, 256, 65536, split_k=8, split_k_mode=PARALLEL, **changes)
+    assert family == "sm80" and reason in plan, plan
+    # A decode-like M with a column-major B (a linear layer's weight.mT) stays on sm90.
+    assert plan_for(64, 256, 65536, b_layout="col", split_k=8, split_k_mode=PARALLEL)[0] == "sm90"
 
 
 def test_older_gpus_split_in_parallel():

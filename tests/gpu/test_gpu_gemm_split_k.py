@@ -2,9 +2,10 @@
 against fp64 references, bit-identical replays of a fixed split, CUDA graphs,
 torch.compile, and the splits no family runs.
 
-The sm90 family splits serially on its stream-K tiles (CUTLASS's scheduler); the sm80 and
-sm75 families, and sm90's hand-over for "parallel", write fp32 partial sums that a second
-kernel adds up (cpp/src/gemm/tensor_core/split_k_reduce.cuh).
+The sm90 family splits serially on its stream-K tiles (CUTLASS's scheduler), and in
+parallel as a batched GEMM of the K ranges into fp32 partial sums; the sm80 and sm75
+families write such partials from their own kernel. A second kernel adds them up
+(cpp/src/gemm/tensor_core/split_k_reduce.cuh).
 """
 
 from __future__ import annotations
@@ -58,7 +59,9 @@ def _split_family(family, mode, split_k, split_mode, a, b, c=None, alpha=1.0, be
     if split_mode == "serial":
         return base if base == "sm90" else None
     if split_mode == "parallel" and base == "sm90":
-        return "sm80"
+        # sm90 runs it when K is equal ranges and its batched GEMM fits its kernels
+        # (tests/cpu/test_gemm_plan.py pins the rule); sm80 otherwise.
+        return ("sm90", "sm80")
     return base
 
 
@@ -172,6 +175,35 @@ def test_graph_replay_and_compile(family):
     assert_close_to_reference(
         got, a.double() @ b.double(), torch.matmul(a, b), floor, "compiled parallel split"
     )
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("layout", ["b_row_major", "b_column_major"])
+def test_sm90_parallel_split(dtype, layout):
+    """The issue's shape class on sm90's parallel split, bit-reproducible, with the
+    epilogue in the reduction."""
+    torch_dtype = DTYPES[dtype]
+    m, n, k = 256, 264, 16384
+    a = randn(m, k, dtype=torch_dtype, scale=1 / math.sqrt(k))
+    b = randn(k, n, dtype=torch_dtype)
+    if layout == "b_column_major":
+        b = b.mT.contiguous().mT
+    c, bias = randn(m, n, dtype=torch_dtype), randn(n, dtype=torch_dtype)
+    poison_allocator((16, m, n), torch.float32)
+    poison_allocator((m, n), torch_dtype)
+
+    def run():
+        return samattn.gemm(
+            a, b, c, alpha=0.5, beta=2.0, bias=bias, activation="silu", split_k=16,
+            split_k_mode="parallel",
+        )  # fmt: skip
+
+    first = call_forced("sm90", run, expected="sm90")
+    assert torch.equal(call_forced("sm90", run, expected="sm90"), first)
+    z = torch.nn.functional.silu(0.5 * (a.double() @ b.double()) + 2.0 * c.double() + bias)
+    base = torch.nn.functional.silu(0.5 * torch.matmul(a, b) + 2.0 * c + bias)
+    floor = gemm_floor(torch_dtype, k, tf32=False) + 16 * UNIT_ROUNDOFF[torch.float32]
+    assert_close_to_reference(first, z, base, floor, f"sm90 parallel {dtype} {layout}")
 
 
 def test_fma_paths_do_not_split(family):

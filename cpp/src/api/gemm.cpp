@@ -12,6 +12,7 @@
 #include "gemm/group.h"
 #include "gemm/sm90/gemm_sm90_plan.h"
 #include "gemm/sm90/grouped_sm90_plan.h"
+#include "gemm/sm90/split_sm90_plan.h"
 #include "gemm/split_k.h"
 
 namespace samattn {
@@ -236,6 +237,12 @@ int plan_complete_build(const Subject& subject, const samattn_gemm_args& g, cons
         gemm::sm90::GroupedPlan grouped = gemm::sm90::plan_grouped(problem);
         plan->eligible = grouped.eligible;
         plan->reason = std::move(grouped.reason);
+      } else if (const int32_t splits = gemm::sm90::parallel_splits(problem); splits >= 2) {
+        gemm::sm90::ParallelSplitPlan split = gemm::sm90::plan_parallel_split(problem, splits);
+        *plan = std::move(split.inner_plan);
+        plan->splits = split.splits;
+        plan->eligible = split.eligible;
+        if (!split.eligible) plan->reason = "parallel split-K: " + split.reason;
       } else {
         *plan = gemm::sm90::plan(problem);
       }
@@ -339,7 +346,10 @@ int gemm_plan_op(const samattn_gemm_args* args, int32_t cc_major, int32_t cc_min
     description = std::string("tile=") + gemm::sm90::tile_name(plan.tile) +
                   " swizzle=" + to_text(plan.swizzle) +
                   " transposed=" + (plan.transposed ? "1" : "0");
-    if (plan.splits >= 2) description += " split_k=" + to_text(plan.splits) + " serial";
+    if (plan.splits >= 2) {
+      description += " split_k=" + to_text(plan.splits) +
+                     (gemm::sm90::parallel_splits(problem) >= 2 ? " parallel" : " serial");
+    }
   } else {
     if (!plan.reason.empty()) description = "sm90 cannot run it: " + plan.reason;
     const gemm::SplitK split = gemm::split_k_ranges(problem);

@@ -8,10 +8,14 @@
 #include <string>
 #include <utility>
 
+#include <cutlass/numeric_types.h>
+
 #include "common/problem.h"
 #include "common/registry.h"
 #include "gemm/sm90/gemm_sm90_config.h"
 #include "gemm/sm90/grouped_sm90_config.h"
+#include "gemm/sm90/split_sm90_plan.h"
+#include "gemm/tensor_core/split_k_reduce.cuh"
 #include "samattn/samattn.h"
 
 namespace samattn {
@@ -21,6 +25,7 @@ using gemm::Major;
 using gemm::Sm90Gemm;
 using gemm::sm90::Epilogue;
 using gemm::sm90::GroupedPlan;
+using gemm::sm90::ParallelSplitPlan;
 using gemm::sm90::Plan;
 using gemm::sm90::Tile;
 
@@ -91,8 +96,11 @@ auto with_tile(const Plan& plan, Action&& action) {
 template <DType T, Epilogue kEpilogue, class Action>
 auto with_layout(const Plan& plan, Action&& action) {
   constexpr Major K = Major::K, MN = Major::MN;
-  if constexpr (T == DType::f32 || kEpilogue == Epilogue::fused_f32) {
+  if constexpr (T == DType::f32) {
     return with_tile<T, K, K, kEpilogue>(plan, action);  // tf32: staged K-major
+  } else if constexpr (kEpilogue == Epilogue::fused_f32) {
+    return plan.b.k_major ? with_tile<T, K, K, kEpilogue>(plan, action)
+                          : with_tile<T, K, MN, kEpilogue>(plan, action);
   } else {
     if (plan.a.k_major) {
       return plan.b.k_major ? with_tile<T, K, K, kEpilogue>(plan, action)
@@ -153,7 +161,39 @@ auto with_grouped_config(DType dtype, const GroupedPlan& plan, Action&& action) 
 
 bool grouped(const GemmProblem& problem) { return problem.group_mode != SAMATTN_GROUP_NONE; }
 
+// Parallel split-K: the batched GEMM of the K ranges into the fp32 partials,
+// then the reduction (split order, then the caller's epilogue) into D.
+template <class Out>
+cudaError_t reduce_splits(const ParallelSplitPlan& split, const GemmProblem& p) {
+  const gemm::SplitKReduceParams r = gemm::split_k_reduce_params(p, split.splits);
+  if (p.dtype == DType::bf16) {
+    return gemm::launch_split_k_reduce<Out, cutlass::bfloat16_t, Family::sm90>(r, p.sm_count,
+                                                                               p.stream);
+  }
+  return gemm::launch_split_k_reduce<Out, cutlass::half_t, Family::sm90>(r, p.sm_count, p.stream);
+}
+
+cudaError_t run_parallel_split(const GemmProblem& problem, int32_t splits) {
+  if (problem.workspace == nullptr) return cudaErrorInvalidValue;
+  const ParallelSplitPlan split = gemm::sm90::plan_parallel_split(problem, splits);
+  if (!split.eligible) return cudaErrorNotSupported;
+  cudaError_t error = with_config(split.inner.dtype, split.inner_plan, [&](auto config) {
+    return gemm::run_sm90<decltype(config)>(split.inner_plan, split.inner);
+  });
+  if (error != cudaSuccess) return error;
+  if (problem.out_f32) return reduce_splits<float>(split, problem);
+  if (problem.dtype == DType::bf16) return reduce_splits<cutlass::bfloat16_t>(split, problem);
+  return reduce_splits<cutlass::half_t>(split, problem);
+}
+
 size_t gemm_sm90_workspace_bytes(const GemmProblem& problem) {
+  if (const int32_t splits = gemm::sm90::parallel_splits(problem); splits >= 2) {
+    const ParallelSplitPlan split = gemm::sm90::plan_parallel_split(problem, splits);
+    if (!split.eligible) return 0;
+    return split.partial_bytes + with_config(split.inner.dtype, split.inner_plan, [&](auto config) {
+             return gemm::sm90_workspace_bytes<decltype(config)>(split.inner_plan, split.inner);
+           });
+  }
   if (grouped(problem)) {
     const GroupedPlan plan = gemm::sm90::plan_grouped(problem);
     if (!plan.eligible) return 0;
@@ -169,6 +209,9 @@ size_t gemm_sm90_workspace_bytes(const GemmProblem& problem) {
 }
 
 cudaError_t gemm_sm90(const GemmProblem& problem) {
+  if (const int32_t splits = gemm::sm90::parallel_splits(problem); splits >= 2) {
+    return run_parallel_split(problem, splits);
+  }
   if (grouped(problem)) {
     const GroupedPlan plan = gemm::sm90::plan_grouped(problem);
     if (!plan.eligible) return cudaErrorNotSupported;
@@ -191,6 +234,11 @@ cudaError_t gemm_sm90(const GemmProblem& problem) {
 // What TMA cannot describe is declined: automatic selection runs it on sm80,
 // and so does a forced sm90 (forced_fallback).
 bool plan_sm90(const GemmProblem& problem, std::string* why) {
+  if (const int32_t splits = gemm::sm90::parallel_splits(problem); splits >= 2) {
+    ParallelSplitPlan split = gemm::sm90::plan_parallel_split(problem, splits);
+    if (!split.eligible && why != nullptr) *why = "parallel split-K: " + std::move(split.reason);
+    return split.eligible;
+  }
   if (grouped(problem)) {
     GroupedPlan plan = gemm::sm90::plan_grouped(problem);
     if (!plan.eligible && why != nullptr) *why = std::move(plan.reason);

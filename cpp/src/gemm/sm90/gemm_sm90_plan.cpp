@@ -2,9 +2,12 @@
 // tile heuristic.
 #include "gemm/sm90/gemm_sm90_plan.h"
 #include "gemm/sm90/grouped_sm90_plan.h"
+#include "gemm/sm90/split_sm90_plan.h"
+#include "gemm/split_k.h"
 
 #include <unistd.h>  // environ
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -359,10 +362,8 @@ Plan plan(const GemmProblem& problem) {
   } else if (p.bias != nullptr || p.activation != 0) {
     out.epilogue = Epilogue::fused;
   }
-  if (out.epilogue == Epilogue::fused_f32 && !(out.a.k_major && out.b.k_major)) {
-    out.reason =
-        "fp32 output needs a row-major a and a column-major b (b.mT of a row-major "
-        "tensor)";
+  if (out.epilogue == Epilogue::fused_f32 && !out.a.k_major) {
+    out.reason = "fp32 output needs a row-major a";
     return out;
   }
   if (out.epilogue == Epilogue::fused && !out.a.k_major && !out.b.k_major) {
@@ -476,6 +477,82 @@ const char* grouped_tile_name(GroupedTile tile) {
       return "grouped_128x256_c1x2";
   }
   return nullptr;
+}
+
+ParallelSplitPlan plan_parallel_split(const GemmProblem& p, int32_t splits) {
+  ParallelSplitPlan out;
+  if (p.dtype == DType::f32) {
+    out.reason = "parallel split-K in float32 runs on the sm80 family";
+    return out;
+  }
+  if (p.batch != 1) {
+    out.reason = "parallel split-K of a batched GEMM runs on the sm80 family";
+    return out;
+  }
+  const SplitK cut = split_k_ranges(p.k, splits);
+  if (cut.splits < 2 || p.k % cut.k_per_split != 0) {
+    out.reason = "K " + std::to_string(p.k) + " is not " + std::to_string(splits) +
+                 " ranges of one whole number of 64 elements";
+    return out;
+  }
+  out.splits = cut.splits;
+  out.k_per_split = cut.k_per_split;
+  out.partial_bytes = round_up(int64_t{cut.splits} * p.m * p.n * 4, kWorkspaceAlignment);
+  // Split s reads A's columns and B's rows [s * k_per_split, (s + 1) * k_per_split).
+  GemmProblem& in = out.inner;
+  in = p;
+  in.batch = cut.splits;
+  in.k = cut.k_per_split;
+  in.a.batch_stride = cut.k_per_split * p.a.col_stride;
+  in.b.batch_stride = cut.k_per_split * p.b.row_stride;
+  in.c = MatrixView{};
+  in.beta = 0.0f;
+  in.alpha = 1.0f;
+  in.bias = nullptr;
+  in.bias_per_row = false;
+  in.activation = 0;
+  in.out_f32 = true;
+  in.split_k = 1;
+  in.split_k_mode = SAMATTN_SPLIT_K_AUTO;
+  in.d = p.workspace;
+  in.d_batch_stride = p.m * p.n;
+  in.d_row_stride = p.n;
+  in.d_col_stride = 1;
+  in.workspace =
+      p.workspace != nullptr ? static_cast<char*>(p.workspace) + out.partial_bytes : nullptr;
+  in.workspace_bytes = std::max<int64_t>(p.workspace_bytes - out.partial_bytes, 0);
+  // The partials' address is known only with the workspace; plan with a
+  // stand-in aligned one until then.
+  if (in.d == nullptr) in.d = reinterpret_cast<void*>(uintptr_t{256});
+  out.inner_plan = plan(in);
+  if (!out.inner_plan.eligible) {
+    out.reason = "its batched GEMM: " + out.inner_plan.reason;
+    return out;
+  }
+  out.eligible = true;
+  return out;
+}
+
+// Automatic parallel split: about 4096 of K per range. Measured on the H100
+// (bf16, forced 8, 16 and 32 ranges; benchmarks/results/h100_gemm_modes.json):
+// the rule's count was the fastest parallel split at M x N x K = 256 x 256 x
+// 65536 and 1024 x 1024 x 32768, within 4% and 8% of it at 512 x 512 x 65536
+// and 384 x 1536 x 49152, and ran 1.07-1.35x the serial path's own choice in
+// the same run (the serial split at 512 x 512 varied from 0.74 to 0.88 of
+// cuBLAS between runs, the parallel one by 2%).
+constexpr int64_t kAutoParallelMinK = 16384;
+constexpr int64_t kAutoParallelKPerSplit = 4096;
+
+int32_t parallel_splits(const GemmProblem& p) {
+  if (p.group_mode != SAMATTN_GROUP_NONE) return 0;
+  if (p.split_k >= 2) return p.split_k_mode == SAMATTN_SPLIT_K_PARALLEL ? p.split_k : 0;
+  if (p.split_k != 0 || p.dtype == DType::f32 || p.batch != 1 || p.k < kAutoParallelMinK) {
+    return 0;
+  }
+  if (ceil_div(p.m, 128) * ceil_div(p.n, 128) >= p.sm_count) return 0;
+  int32_t splits = 2;
+  while (splits < kMaxSplitK && p.k / (int64_t{splits} * 2) >= kAutoParallelKPerSplit) splits *= 2;
+  return plan_parallel_split(p, splits).eligible ? splits : 0;
 }
 
 }  // namespace samattn::gemm::sm90

@@ -25,27 +25,8 @@ struct FamilyOf<TensorCoreGemm<T, A, B, V, F>> {
 // into D (split_k_reduce.cuh).
 template <class Out, class Bias, Family kFamily>
 cudaError_t reduce_splits(const GemmProblem& problem, int splits) {
-  SplitKReduceParams r{};
-  r.partial = static_cast<const float*>(problem.workspace);
-  r.split_stride = problem.batch * problem.m * problem.n;
-  r.splits = splits;
-  r.batch = problem.batch;
-  r.m = problem.m;
-  r.n = problem.n;
-  r.c = problem.beta != 0.0f ? problem.c.ptr : nullptr;
-  r.c_batch = problem.c.batch_stride;
-  r.c_m = problem.c.row_stride;
-  r.c_n = problem.c.col_stride;
-  r.d = problem.d;
-  r.d_batch = problem.d_batch_stride;
-  r.d_m = problem.d_row_stride;
-  r.d_n = problem.d_col_stride;
-  r.alpha = problem.alpha;
-  r.beta = problem.beta;
-  r.bias = problem.bias;
-  r.bias_per_row = problem.bias_per_row;
-  r.activation = static_cast<Activation>(problem.activation);
-  return launch_split_k_reduce<Out, Bias, kFamily>(r, problem.sm_count, problem.stream);
+  return launch_split_k_reduce<Out, Bias, kFamily>(split_k_reduce_params(problem, splits),
+                                                   problem.sm_count, problem.stream);
 }
 
 template <class Config>

@@ -55,6 +55,32 @@ __global__ void __launch_bounds__(256) split_k_reduce_kernel(SplitKReduceParams 
   }
 }
 
+// The reduction of `splits` partial sums at problem.workspace into the
+// problem's D, with its epilogue.
+inline SplitKReduceParams split_k_reduce_params(const GemmProblem& problem, int splits) {
+  SplitKReduceParams r{};
+  r.partial = static_cast<const float*>(problem.workspace);
+  r.split_stride = problem.batch * problem.m * problem.n;
+  r.splits = splits;
+  r.batch = problem.batch;
+  r.m = problem.m;
+  r.n = problem.n;
+  r.c = problem.beta != 0.0f ? problem.c.ptr : nullptr;
+  r.c_batch = problem.c.batch_stride;
+  r.c_m = problem.c.row_stride;
+  r.c_n = problem.c.col_stride;
+  r.d = problem.d;
+  r.d_batch = problem.d_batch_stride;
+  r.d_m = problem.d_row_stride;
+  r.d_n = problem.d_col_stride;
+  r.alpha = problem.alpha;
+  r.beta = problem.beta;
+  r.bias = problem.bias;
+  r.bias_per_row = problem.bias_per_row;
+  r.activation = static_cast<Activation>(problem.activation);
+  return r;
+}
+
 template <class Out, class Bias, Family kFamily>
 cudaError_t launch_split_k_reduce(const SplitKReduceParams& p, int sm_count, cudaStream_t stream) {
   constexpr int kThreads = 256;
