@@ -377,6 +377,36 @@ def test_older_gpus_split_in_parallel():
     )
 
 
+@pytest.mark.parametrize(
+    ("m", "n", "k", "gpu", "splits"),
+    [
+        (256, 256, 65536, ((8, 0), 108), 32),  # 4 tiles: ~2 CTAs per SM at 32 ranges
+        (512, 512, 65536, ((8, 0), 108), 8),
+        (256, 256, 4096, ((8, 0), 108), None),  # K below 8192
+        (1024, 1024, 65536, ((8, 0), 108), None),  # 64 tiles: more than half the SMs
+        (256, 256, 2048 * 3, ((8, 9), 128), None),
+        (128, 128, 16384, ((8, 9), 128), 16),  # one tile: 16 ranges of 1024
+    ],
+)
+def test_sm80_splits_a_long_k_automatically(m, n, k, gpu, splits):
+    family, plan = plan_for(m, n, k, gpu=gpu)
+    assert family == "sm80"
+    assert plan == ("" if splits is None else f"split_k={splits} parallel")
+
+
+def test_automatic_split_k_is_sm80_only():
+    # Turing splits only when asked (fp16 on its tensor cores).
+    assert plan_for(256, 256, 65536, dtype=_lib.F16, gpu=((7, 5), 40)) == ("sm75", "")
+    # Exact fp32 runs on the FMA units, grouped GEMMs have their own schedule.
+    assert plan_for(256, 256, 65536, dtype=_lib.F32, allow_tf32=False, gpu=((8, 0), 108)) == (
+        "sm80",
+        "",
+    )
+    # sm80 forced on an H100 (132 SMs): 64 ranges of 1024.
+    sm80 = _lib.FAMILY_CODES["sm80"]
+    assert plan_for(256, 256, 65536, family=sm80)[1].endswith("split_k=64 parallel")
+
+
 def test_splits_that_no_family_runs_are_refused():
     sm80 = _lib.FAMILY_CODES["sm80"]
     with pytest.raises(_lib.UnsupportedError, match="serial split-K runs on the sm90 family"):

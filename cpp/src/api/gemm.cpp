@@ -352,7 +352,7 @@ int gemm_plan_op(const samattn_gemm_args* args, int32_t cc_major, int32_t cc_min
     }
   } else {
     if (!plan.reason.empty()) description = "sm90 cannot run it: " + plan.reason;
-    const gemm::SplitK split = gemm::split_k_ranges(problem);
+    const gemm::SplitK split = gemm::split_k_ranges(static_cast<Family>(*family), problem);
     if (split.splits >= 2 && gemm::on_tensor_cores(static_cast<Family>(*family), problem)) {
       description += std::string(description.empty() ? "" : "; ") +
                      "split_k=" + to_text(split.splits) + " parallel";

@@ -45,23 +45,50 @@ inline SplitK split_k_ranges(int64_t k, int32_t requested) {
   return out;
 }
 
-// The cut a family that splits only when asked uses for `problem`.
-inline SplitK split_k_ranges(const GemmProblem& problem) {
-  return split_k_ranges(problem.k, problem.split_k >= 2 ? problem.split_k : 1);
-}
-
-// Bytes of fp32 partial sums of the parallel reduction (0: no split).
-inline int64_t split_k_workspace_bytes(const GemmProblem& problem) {
-  const SplitK split = split_k_ranges(problem);
-  if (split.splits <= 1) return 0;
-  return static_cast<int64_t>(split.splits) * problem.batch * problem.m * problem.n * 4;
-}
-
 // Whether the sm80 or sm75 family computes `problem` on its tensor-core
 // kernels, the ones that split K (the FMA-unit kernels do not).
 inline bool on_tensor_cores(Family family, const GemmProblem& problem) {
   if (family == Family::sm75) return problem.dtype == DType::f16;
   return problem.dtype != DType::f32 || problem.allow_tf32;
+}
+
+// split_k = "auto" on the sm80 family's tensor cores: a K of at least 8192
+// whose output, counted in 128x128 tiles, fills at most half the SMs is cut
+// into the most ranges (a power of 2, at most 64) that keep about two CTAs
+// per SM with at least 1024 of K each. Without it such a GEMM ran at 0.02-0.27
+// of cuBLAS with the sm80 family forced on the H100, and forced parallel
+// splits at 0.4-0.97 (benchmarks/results/h100_gemm_modes.json). The sm75
+// family splits only when asked (unmeasured).
+inline int32_t auto_split_k(Family family, const GemmProblem& problem) {
+  constexpr int64_t kMinK = 8192, kMinKPerSplit = 1024, kTile = 128;
+  if (family != Family::sm80 || problem.split_k != 0 || problem.group_mode != group::kGroupNone ||
+      !on_tensor_cores(family, problem) || problem.k < kMinK) {
+    return 1;
+  }
+  const int64_t tiles =
+      problem.batch * ((problem.m + kTile - 1) / kTile) * ((problem.n + kTile - 1) / kTile);
+  const int64_t slots = 2 * static_cast<int64_t>(problem.sm_count);
+  if (tiles * 4 > slots) return 1;
+  int32_t splits = 1;
+  while (splits < kMaxSplitK && tiles * splits * 2 <= slots &&
+         problem.k / (splits * 2) >= kMinKPerSplit) {
+    splits *= 2;
+  }
+  return splits;
+}
+
+// The cut the sm80 or sm75 family uses for `problem`: the forced split, or
+// its automatic one.
+inline SplitK split_k_ranges(Family family, const GemmProblem& problem) {
+  return split_k_ranges(problem.k,
+                        problem.split_k >= 2 ? problem.split_k : auto_split_k(family, problem));
+}
+
+// Bytes of fp32 partial sums of the parallel reduction (0: no split).
+inline int64_t split_k_workspace_bytes(Family family, const GemmProblem& problem) {
+  const SplitK split = split_k_ranges(family, problem);
+  if (split.splits <= 1) return 0;
+  return static_cast<int64_t>(split.splits) * problem.batch * problem.m * problem.n * 4;
 }
 
 // The split-K part of the sm80 and sm75 families' plans (parallel mode
@@ -97,7 +124,7 @@ inline bool plan_split_k(Family family, const GemmProblem& problem, std::string*
 
 // The sm80 and sm75 families' workspace: the partial sums of a split.
 inline int64_t split_k_family_workspace_bytes(Family family, const GemmProblem& problem) {
-  return on_tensor_cores(family, problem) ? split_k_workspace_bytes(problem) : 0;
+  return on_tensor_cores(family, problem) ? split_k_workspace_bytes(family, problem) : 0;
 }
 
 }  // namespace samattn::gemm

@@ -65,12 +65,12 @@ cudaError_t run_tensor_core(const GemmProblem& problem) {
   p.out_f32 = problem.out_f32;
   p.tiles_m = static_cast<int>((problem.m + Traits::kBlockM - 1) / Traits::kBlockM);
   p.tiles_n = static_cast<int>((problem.n + Traits::kBlockN - 1) / Traits::kBlockN);
-  const SplitK split = split_k_ranges(problem);
+  const SplitK split = split_k_ranges(FamilyOf<Config>::value, problem);
   p.splits = split.splits;
   p.k_per_split = static_cast<int>(split.k_per_split);
   if (split.splits > 1) {
     if (problem.workspace == nullptr ||
-        problem.workspace_bytes < split_k_workspace_bytes(problem)) {
+        problem.workspace_bytes < split_k_workspace_bytes(FamilyOf<Config>::value, problem)) {
       return cudaErrorInvalidValue;  // the API checked it against the registered size
     }
     p.partial = static_cast<float*>(problem.workspace);
