@@ -538,7 +538,7 @@ ParallelSplitPlan plan_parallel_split(const GemmProblem& p, int32_t splits) {
 // the rule's count was the fastest parallel split at M x N x K = 256 x 256 x
 // 65536 and 1024 x 1024 x 32768, within 4% and 8% of it at 512 x 512 x 65536
 // and 384 x 1536 x 49152, and ran 1.07-1.35x the serial path's own choice in
-// the same run (the serial split at 512 x 512 varied from 0.74 to 0.88 of
+// the same run (the serial split at 512 x 512 varied from 0.71 to 0.89 of
 // cuBLAS between runs, the parallel one by 2%).
 constexpr int64_t kAutoParallelMinK = 16384;
 constexpr int64_t kAutoParallelKPerSplit = 4096;
