@@ -1,8 +1,9 @@
 // GEMM, sm90 family (Hopper, sm_90a): fp16, bf16, and fp32 as tf32, on TMA
-// and wgmma, and the rows-grouped GEMM (16-bit). The plan (gemm_sm90_plan.h)
-// orients the problem and picks the tile; this file stages tf32 operands
-// that are not K-major and maps the plan to the one instantiation that runs
-// it.
+// and wgmma; parallel split-K (split_sm90_plan.h) and the rows-grouped GEMM
+// (grouped_sm90_plan.h, 16-bit). The plan (gemm_sm90_plan.h) orients the
+// problem and picks the tile; this file stages tf32 operands that are not
+// K-major, maps each plan to the one instantiation that runs it, and runs
+// the split-K reduction.
 #include <cuda_runtime_api.h>
 
 #include <string>
