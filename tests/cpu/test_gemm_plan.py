@@ -394,7 +394,7 @@ def test_sm80_splits_a_long_k_automatically(m, n, k, gpu, splits):
     assert plan == ("" if splits is None else f"split_k={splits} parallel")
 
 
-def test_automatic_split_k_is_sm80_only():
+def test_sm75_and_the_fma_units_do_not_split_automatically():
     # Turing splits only when asked (fp16 on its tensor cores).
     assert plan_for(256, 256, 65536, dtype=_lib.F16, gpu=((7, 5), 40)) == ("sm75", "")
     # Exact fp32 runs on the FMA units, grouped GEMMs have their own schedule.
