@@ -105,17 +105,14 @@ endforeach()
 _sm90_gemm(f32 plain "${_sm90_tf32_tiles}" "k,k")
 _sm90_gemm(f32 fused "${_sm90_tf32_tiles}" "k,k")
 # The rows-grouped GEMM (mixture of experts): one pointer-array kernel per
-# 16-bit dtype, weight layout (B K-major: an (experts, N, K) weight; MN:
-# (experts, K, N)) and tile (grouped_sm90_plan.h).
+# 16-bit dtype and weight layout (B K-major: an (experts, N, K) weight; MN:
+# (experts, K, N)).
 foreach(dtype f16 bf16)
   foreach(b k mn)
-    foreach(tile k128x256_c1x2)
-      string(REGEX REPLACE "^k" "" tile_id "${tile}")
-      set(cfg "samattn::gemm::Sm90Grouped<${_dtypes_cpp_${dtype}}, ${_major_${b}}, samattn::gemm::sm90::GroupedTile::${tile}>")
-      set(args "const samattn::gemm::sm90::GroupedPlan&, const samattn::GemmProblem&")
-      samattn_instantiate(gemm sm90 "grouped_gemm_sm90_${dtype}_b${b}_${tile_id}" "gemm/sm90/grouped_sm90_launch.cuh"
-                          "template cudaError_t samattn::gemm::run_sm90_grouped<${cfg}>(${args});\ntemplate size_t samattn::gemm::sm90_grouped_workspace_bytes<${cfg}>(${args});")
-    endforeach()
+    set(cfg "samattn::gemm::Sm90Grouped<${_dtypes_cpp_${dtype}}, ${_major_${b}}>")
+    set(args "const samattn::gemm::sm90::GroupedPlan&, const samattn::GemmProblem&")
+    samattn_instantiate(gemm sm90 "grouped_gemm_sm90_${dtype}_b${b}" "gemm/sm90/grouped_sm90_launch.cuh"
+                        "template cudaError_t samattn::gemm::run_sm90_grouped<${cfg}>(${args});\ntemplate size_t samattn::gemm::sm90_grouped_workspace_bytes<${cfg}>(${args});")
   endforeach()
 endforeach()
 samattn_family_sources(gemm sm90 cpp/src/gemm/sm90/gemm_sm90.cu)

@@ -237,8 +237,8 @@ int plan_complete_build(const Subject& subject, const samattn_gemm_args& g, cons
         gemm::sm90::GroupedPlan grouped = gemm::sm90::plan_grouped(problem);
         plan->eligible = grouped.eligible;
         plan->reason = std::move(grouped.reason);
-      } else if (const int32_t splits = gemm::sm90::parallel_splits(problem); splits >= 2) {
-        gemm::sm90::ParallelSplitPlan split = gemm::sm90::plan_parallel_split(problem, splits);
+      } else if (gemm::sm90::ParallelSplitPlan split = gemm::sm90::parallel_split(problem);
+                 split.applies) {
         *plan = std::move(split.inner_plan);
         plan->splits = split.splits;
         plan->eligible = split.eligible;
@@ -340,7 +340,7 @@ int gemm_plan_op(const samattn_gemm_args* args, int32_t cc_major, int32_t cc_min
   std::string description;
   if (*family == SAMATTN_FAMILY_SM90 && problem.group_mode != SAMATTN_GROUP_NONE) {
     const gemm::sm90::GroupedPlan grouped = gemm::sm90::plan_grouped(problem);
-    description = std::string("tile=") + gemm::sm90::grouped_tile_name(grouped.tile) +
+    description = std::string("tile=") + gemm::sm90::kGroupedTileName +
                   " raster=" + (grouped.raster_along_n ? "n" : "m");
   } else if (*family == SAMATTN_FAMILY_SM90) {
     description = std::string("tile=") + gemm::sm90::tile_name(plan.tile) +
@@ -348,7 +348,7 @@ int gemm_plan_op(const samattn_gemm_args* args, int32_t cc_major, int32_t cc_min
                   " transposed=" + (plan.transposed ? "1" : "0");
     if (plan.splits >= 2) {
       description += " split_k=" + to_text(plan.splits) +
-                     (gemm::sm90::parallel_splits(problem) >= 2 ? " parallel" : " serial");
+                     (gemm::sm90::parallel_split(problem).applies ? " parallel" : " serial");
     }
   } else {
     if (!plan.reason.empty()) description = "sm90 cannot run it: " + plan.reason;

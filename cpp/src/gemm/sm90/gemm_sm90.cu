@@ -142,22 +142,15 @@ auto with_config(DType dtype, const Plan& plan, Action&& action) {
 }
 
 // Calls action(Sm90Grouped<...>{}) for the grouped instantiation of `plan`.
-template <DType T, Major B, class Action>
-auto with_grouped_tile(const GroupedPlan& plan, Action&& action) {
-  using gemm::Sm90Grouped;
-  using gemm::sm90::GroupedTile;
-  (void)plan;  // one tile today
-  return action(Sm90Grouped<T, B, GroupedTile::k128x256_c1x2>{});
-}
-
 template <class Action>
 auto with_grouped_config(DType dtype, const GroupedPlan& plan, Action&& action) {
+  using gemm::Sm90Grouped;
   if (dtype == DType::bf16) {
-    return plan.b.k_major ? with_grouped_tile<DType::bf16, Major::K>(plan, action)
-                          : with_grouped_tile<DType::bf16, Major::MN>(plan, action);
+    return plan.b.k_major ? action(Sm90Grouped<DType::bf16, Major::K>{})
+                          : action(Sm90Grouped<DType::bf16, Major::MN>{});
   }
-  return plan.b.k_major ? with_grouped_tile<DType::f16, Major::K>(plan, action)
-                        : with_grouped_tile<DType::f16, Major::MN>(plan, action);
+  return plan.b.k_major ? action(Sm90Grouped<DType::f16, Major::K>{})
+                        : action(Sm90Grouped<DType::f16, Major::MN>{});
 }
 
 bool grouped(const GemmProblem& problem) { return problem.group_mode != SAMATTN_GROUP_NONE; }
@@ -174,10 +167,9 @@ cudaError_t reduce_splits(const ParallelSplitPlan& split, const GemmProblem& p) 
   return gemm::launch_split_k_reduce<Out, cutlass::half_t, Family::sm90>(r, p.sm_count, p.stream);
 }
 
-cudaError_t run_parallel_split(const GemmProblem& problem, int32_t splits) {
-  if (problem.workspace == nullptr) return cudaErrorInvalidValue;
-  const ParallelSplitPlan split = gemm::sm90::plan_parallel_split(problem, splits);
+cudaError_t run_parallel_split(const ParallelSplitPlan& split, const GemmProblem& problem) {
   if (!split.eligible) return cudaErrorNotSupported;
+  if (problem.workspace == nullptr) return cudaErrorInvalidValue;
   cudaError_t error = with_config(split.inner.dtype, split.inner_plan, [&](auto config) {
     return gemm::run_sm90<decltype(config)>(split.inner_plan, split.inner);
   });
@@ -188,8 +180,7 @@ cudaError_t run_parallel_split(const GemmProblem& problem, int32_t splits) {
 }
 
 size_t gemm_sm90_workspace_bytes(const GemmProblem& problem) {
-  if (const int32_t splits = gemm::sm90::parallel_splits(problem); splits >= 2) {
-    const ParallelSplitPlan split = gemm::sm90::plan_parallel_split(problem, splits);
+  if (const ParallelSplitPlan split = gemm::sm90::parallel_split(problem); split.applies) {
     if (!split.eligible) return 0;
     return split.partial_bytes + with_config(split.inner.dtype, split.inner_plan, [&](auto config) {
              return gemm::sm90_workspace_bytes<decltype(config)>(split.inner_plan, split.inner);
@@ -210,8 +201,8 @@ size_t gemm_sm90_workspace_bytes(const GemmProblem& problem) {
 }
 
 cudaError_t gemm_sm90(const GemmProblem& problem) {
-  if (const int32_t splits = gemm::sm90::parallel_splits(problem); splits >= 2) {
-    return run_parallel_split(problem, splits);
+  if (const ParallelSplitPlan split = gemm::sm90::parallel_split(problem); split.applies) {
+    return run_parallel_split(split, problem);
   }
   if (grouped(problem)) {
     const GroupedPlan plan = gemm::sm90::plan_grouped(problem);
@@ -235,8 +226,7 @@ cudaError_t gemm_sm90(const GemmProblem& problem) {
 // What TMA cannot describe is declined: automatic selection runs it on sm80,
 // and so does a forced sm90 (forced_fallback).
 bool plan_sm90(const GemmProblem& problem, std::string* why) {
-  if (const int32_t splits = gemm::sm90::parallel_splits(problem); splits >= 2) {
-    ParallelSplitPlan split = gemm::sm90::plan_parallel_split(problem, splits);
+  if (ParallelSplitPlan split = gemm::sm90::parallel_split(problem); split.applies) {
     if (!split.eligible && why != nullptr) *why = "parallel split-K: " + std::move(split.reason);
     return split.eligible;
   }

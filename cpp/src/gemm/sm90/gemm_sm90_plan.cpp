@@ -471,14 +471,9 @@ GroupedPlan plan_grouped(const GemmProblem& p) {
   return out;
 }
 
-const char* grouped_tile_name(GroupedTile tile) {
-  switch (tile) {
-    case GroupedTile::k128x256_c1x2:
-      return "grouped_128x256_c1x2";
-  }
-  return nullptr;
-}
+namespace {
 
+// The split of `p` into `splits` K ranges (parallel_split).
 ParallelSplitPlan plan_parallel_split(const GemmProblem& p, int32_t splits) {
   ParallelSplitPlan out;
   if (p.dtype == DType::f32) {
@@ -543,16 +538,25 @@ ParallelSplitPlan plan_parallel_split(const GemmProblem& p, int32_t splits) {
 constexpr int64_t kAutoParallelMinK = 16384;
 constexpr int64_t kAutoParallelKPerSplit = 4096;
 
-int32_t parallel_splits(const GemmProblem& p) {
-  if (p.group_mode != SAMATTN_GROUP_NONE) return 0;
-  if (p.split_k >= 2) return p.split_k_mode == SAMATTN_SPLIT_K_PARALLEL ? p.split_k : 0;
-  if (p.split_k != 0 || p.dtype == DType::f32 || p.batch != 1 || p.k < kAutoParallelMinK) {
-    return 0;
+}  // namespace
+
+ParallelSplitPlan parallel_split(const GemmProblem& p) {
+  if (p.group_mode != SAMATTN_GROUP_NONE) return {};
+  if (p.split_k >= 2) {
+    if (p.split_k_mode != SAMATTN_SPLIT_K_PARALLEL) return {};
+    ParallelSplitPlan forced = plan_parallel_split(p, p.split_k);
+    forced.applies = true;
+    return forced;
   }
-  if (ceil_div(p.m, 128) * ceil_div(p.n, 128) >= p.sm_count) return 0;
+  if (p.split_k != 0 || p.dtype == DType::f32 || p.batch != 1 || p.k < kAutoParallelMinK) {
+    return {};
+  }
+  if (ceil_div(p.m, 128) * ceil_div(p.n, 128) >= p.sm_count) return {};
   int32_t splits = 2;
   while (splits < kMaxSplitK && p.k / (int64_t{splits} * 2) >= kAutoParallelKPerSplit) splits *= 2;
-  return plan_parallel_split(p, splits).eligible ? splits : 0;
+  ParallelSplitPlan automatic = plan_parallel_split(p, splits);
+  automatic.applies = automatic.eligible;
+  return automatic;
 }
 
 }  // namespace samattn::gemm::sm90

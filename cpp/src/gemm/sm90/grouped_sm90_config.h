@@ -15,7 +15,7 @@ namespace samattn::gemm {
 
 // The rows-grouped GEMM: A (rows, K) row-major, B per group K-major (an
 // (experts, N, K) weight) or N-major ((experts, K, N)), D row-major.
-template <DType T, Major B, sm90::GroupedTile kTile>
+template <DType T, Major B>
 struct Sm90Grouped {};
 
 // Defined in grouped_sm90_launch.cuh. `plan` is sm90::plan_grouped(problem),

@@ -10,9 +10,9 @@
 // launch writes the zero rows after the last group, which no group covers.
 //
 // Mainloop as the plain sm90 GEMM (TMA, 128-byte swizzle, warp-specialized
-// wgmma, fp32 accumulators), cluster 1x2: the two CTAs of a cluster share the
-// group's A tile (N, the expert dimension, is wide) and multicast it; tiles
-// in grouped_sm90_plan.h. Epilogue alpha * acc, with no C (void source).
+// wgmma, fp32 accumulators), cooperative 128x256 tile, cluster 1x2: the two
+// CTAs of a cluster share the group's A tile (N, the expert dimension, is
+// wide) and multicast it. Epilogue alpha * acc, with no C (void source).
 #pragma once
 
 #include "gemm/sm90/gemm_sm90_launch.cuh"
@@ -24,21 +24,11 @@
 
 namespace samattn::gemm::sm90 {
 
-// Tile shape, cluster and schedules of each GroupedTile.
-template <GroupedTile kTile>
-struct GroupedTileTraits;
-template <>
-struct GroupedTileTraits<GroupedTile::k128x256_c1x2> {
-  using TileShape = cute::Shape<cute::_128, cute::_256, cute::_64>;
-  using MainloopSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
-  using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
-};
-
 template <class Config>
 struct GroupedKernel;
 
-template <DType T, Major B, GroupedTile kTile>
-struct GroupedKernel<Sm90Grouped<T, B, kTile>> {
+template <DType T, Major B>
+struct GroupedKernel<Sm90Grouped<T, B>> {
   static_assert(T != DType::f32, "grouped GEMMs take 16-bit operands");
   using ElementT = typename Element<T>::type;
   using ProblemShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;
@@ -50,14 +40,13 @@ struct GroupedKernel<Sm90Grouped<T, B, kTile>> {
       std::conditional_t<B == Major::K, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
   using LayoutD = cutlass::layout::RowMajor;
   static constexpr int kAlignment = 16 / sizeof(ElementT);
-  using Traits = GroupedTileTraits<kTile>;
-  using TileShape = typename Traits::TileShape;
+  using TileShape = cute::Shape<cute::_128, cute::_256, cute::_64>;  // kGroupedTileName
   using Cluster = cute::Shape<cute::_1, cute::_2, cute::_1>;
 
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, Cluster,
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD*, kAlignment,
-      ElementT, LayoutD*, kAlignment, typename Traits::EpilogueSchedule,
+      ElementT, LayoutD*, kAlignment, cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative,
       cutlass::epilogue::fusion::LinearCombination<ElementT, float, void, float>>::CollectiveOp;
 
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
@@ -65,7 +54,7 @@ struct GroupedKernel<Sm90Grouped<T, B, kTile>> {
       LayoutB*, kAlignment, float, TileShape, Cluster,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
           sizeof(typename CollectiveEpilogue::SharedStorage))>,
-      typename Traits::MainloopSchedule>::CollectiveOp;
+      cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative>::CollectiveOp;
 
   using GemmKernel =
       cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, CollectiveEpilogue>;

@@ -11,18 +11,12 @@
 
 namespace samattn::gemm::sm90 {
 
-// Tile configurations of the grouped kernel. One today: 128x256, both
-// consumer warpgroups on one tile ("cooperative"), cluster 1x2 (the two CTAs
-// share, and multicast, the group's A tile). (Measured and dropped: 64x256
-// "ping-pong", cluster 1x2, ran at 0.46-0.67 of it on the MoE shapes of
-// samattn.bench on the H100.)
-enum class GroupedTile : int32_t {
-  k128x256_c1x2 = 0,
-};
-
-// Name of a grouped tile as samattn_gemm_plan reports it and
-// SAMATTN_SM90_GEMM_TILE overrides it ("grouped_128x256_c1x2").
-const char* grouped_tile_name(GroupedTile tile);
+// The grouped kernel's one configuration, as samattn_gemm_plan names it:
+// 128x256, both consumer warpgroups on one tile ("cooperative"), cluster 1x2
+// (the two CTAs share, and multicast, the group's A tile). (Measured and
+// dropped: 64x256 "ping-pong", cluster 1x2, ran at 0.46-0.67 of it on the
+// MoE shapes of samattn.bench on the H100.)
+inline constexpr const char* kGroupedTileName = "grouped_128x256_c1x2";
 
 // A rows-grouped GEMM: `groups` groups share A's m rows and D (row-major);
 // b is group g's (k, n) matrix at b.ptr + g * b.batch_stride, K-major or
@@ -32,7 +26,6 @@ struct GroupedPlan {
   std::string reason;  // why not, when !eligible
   int64_t groups = 0, m = 0, n = 0, k = 0;
   Operand a, b, d;
-  GroupedTile tile = GroupedTile::k128x256_c1x2;
   // The order in which the persistent grid walks a group's output tiles:
   // along N (a band of row tiles sweeps every column tile: A read once, B once
   // per band) or along M (a column of tiles at a time: B read once).

@@ -14,8 +14,11 @@
 namespace samattn::gemm::sm90 {
 
 struct ParallelSplitPlan {
+  // Whether sm90 runs the problem as a parallel split: then it runs `inner`
+  // when eligible, and declines the problem (sm80 runs it) when not.
+  bool applies = false;
   bool eligible = false;
-  std::string reason;  // why not, when !eligible
+  std::string reason;  // why not, when applies && !eligible
   int32_t splits = 0;
   int64_t k_per_split = 0;
   int64_t partial_bytes = 0;  // the fp32 partial sums, at the front of the workspace
@@ -25,18 +28,14 @@ struct ParallelSplitPlan {
   Plan inner_plan;
 };
 
-// The parallel split of `problem` into `splits` K ranges: eligible for a
-// 16-bit, unbatched problem whose K is a whole number of equal ranges
+// The parallel split of `problem`, if sm90 runs it as one. A forced split
+// (split_k >= 2) with split_k_mode parallel applies always; it is eligible
+// for a 16-bit, unbatched problem whose K is a whole number of equal ranges
 // (gemm::split_k_ranges) and whose batched GEMM the plain sm90 kernels run
-// with an fp32 output (A K-major).
-ParallelSplitPlan plan_parallel_split(const GemmProblem& problem, int32_t splits);
-
-// How many K ranges the sm90 family splits `problem` into in parallel; 0 when
-// it does not. A forced split (split_k >= 2) with split_k_mode parallel
-// always (if ineligible, the registry hands it to sm80). split_k = "auto":
-// a 16-bit, unbatched problem with K >= 16384 whose 128x128 output tiles
-// leave SMs idle, in about 4096 of K per range (a power of 2), when
-// eligible; otherwise the serial stream-K path decides (gemm_sm90_plan.h).
-int32_t parallel_splits(const GemmProblem& problem);
+// with an fp32 output (A K-major). split_k = "auto" applies, when eligible,
+// to a 16-bit, unbatched problem with K >= 16384 whose 128x128 output tiles
+// leave SMs idle, in about 4096 of K per range (a power of 2); otherwise the
+// serial stream-K path decides (gemm_sm90_plan.h).
+ParallelSplitPlan parallel_split(const GemmProblem& problem);
 
 }  // namespace samattn::gemm::sm90
