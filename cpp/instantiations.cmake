@@ -104,14 +104,22 @@ foreach(dtype f16 bf16)
 endforeach()
 _sm90_gemm(f32 plain "${_sm90_tf32_tiles}" "k,k")
 _sm90_gemm(f32 fused "${_sm90_tf32_tiles}" "k,k")
-# The rows-grouped GEMM (mixture of experts): one pointer-array kernel per
-# 16-bit dtype and weight layout (B K-major: an (experts, N, K) weight; MN:
-# (experts, K, N)).
+# The grouped GEMM (mixture of experts): one pointer-array kernel per 16-bit
+# dtype, pair of operand layouts and cluster (grouped_sm90_plan.h). Rows form
+# (forward, dx and lists): A K-major, B K-major (an (experts, N, K) weight) or
+# MN ((experts, K, N)), clusters 1x2 and 2x1. K form (the weight gradient
+# x^T dy): both MN, cluster 1x2.
+set(_grouped_cluster_1x2 "samattn::gemm::sm90::GroupedCluster::k1x2")
+set(_grouped_cluster_2x1 "samattn::gemm::sm90::GroupedCluster::k2x1")
 foreach(dtype f16 bf16)
-  foreach(b k mn)
-    set(cfg "samattn::gemm::Sm90Grouped<${_dtypes_cpp_${dtype}}, ${_major_${b}}>")
+  foreach(variant "k,k,1x2" "k,mn,1x2" "k,k,2x1" "k,mn,2x1" "mn,mn,1x2")
+    string(REPLACE "," ";" _variant "${variant}")
+    list(GET _variant 0 a)
+    list(GET _variant 1 b)
+    list(GET _variant 2 cluster)
+    set(cfg "samattn::gemm::Sm90Grouped<${_dtypes_cpp_${dtype}}, ${_major_${a}}, ${_major_${b}}, ${_grouped_cluster_${cluster}}>")
     set(args "const samattn::gemm::sm90::GroupedPlan&, const samattn::GemmProblem&")
-    samattn_instantiate(gemm sm90 "grouped_gemm_sm90_${dtype}_b${b}" "gemm/sm90/grouped_sm90_launch.cuh"
+    samattn_instantiate(gemm sm90 "grouped_gemm_sm90_${dtype}_a${a}_b${b}_c${cluster}" "gemm/sm90/grouped_sm90_launch.cuh"
                         "template cudaError_t samattn::gemm::run_sm90_grouped<${cfg}>(${args});\ntemplate size_t samattn::gemm::sm90_grouped_workspace_bytes<${cfg}>(${args});")
   endforeach()
 endforeach()

@@ -28,7 +28,7 @@ from .attention import (  # noqa: E402
     flash_attn_with_kvcache,
     scaled_dot_product_attention,
 )
-from .ops import gemm, grouped_gemm, linear, softmax  # noqa: E402
+from .ops import gemm, grouped_gemm, grouped_gemm_list, linear, softmax  # noqa: E402
 
 __all__ = [
     "UnsupportedError",
@@ -43,6 +43,7 @@ __all__ = [
     "flash_attn_with_kvcache",
     "gemm",
     "grouped_gemm",
+    "grouped_gemm_list",
     "info",
     "linear",
     "scaled_dot_product_attention",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import operator
 import os
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import torch
@@ -282,6 +283,41 @@ def grouped_gemm_k(a: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor) -> G
     _check_offsets(offsets, groups, k, op)
     _check_devices(op, {"a": a, "b": b})
     return GroupedShape((groups, m, n), groups, m, n, k)
+
+
+def grouped_gemm_list(
+    as_: Sequence[torch.Tensor], bs: Sequence[torch.Tensor]
+) -> list[tuple[int, int, int]]:
+    """Validate grouped_gemm_list arguments (see samattn.grouped_gemm_list); return each
+    GEMM's (M, N, K)."""
+    op = "samattn.grouped_gemm_list"
+    for name, value in (("as_", as_), ("bs", bs)):
+        if not isinstance(value, (list, tuple)):
+            raise TypeError(f"{op}: {name} must be a list of tensors, got {type(value).__name__}")
+    if len(as_) != len(bs):
+        raise ValueError(f"{op}: one b per a: as_ has {len(as_)} tensors, bs {len(bs)}")
+    if not 1 <= len(as_) <= MAX_GROUPS:
+        raise ValueError(f"{op}: 1..{MAX_GROUPS} GEMMs, got {len(as_)}")
+    sizes = []
+    tensors: dict[str, torch.Tensor] = {}
+    for i, (a, b) in enumerate(zip(as_, bs)):
+        require_tensor(a, f"{op}: as_[{i}]")
+        require_tensor(b, f"{op}: bs[{i}]")
+        if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
+            raise ValueError(
+                f"{op}: as_[{i}] (M, K) and bs[{i}] (K, N) expected, got {_shape(a)} and "
+                f"{_shape(b)}"
+            )
+        if a.dtype not in _GROUPED_DTYPES:
+            raise TypeError(
+                f"{op}: as_[{i}] has dtype {a.dtype}; grouped GEMMs take float16 or bfloat16"
+            )
+        _check_same_dtype(a, f"{op}: as_[{i}]", as_[0], "as_[0]")
+        _check_same_dtype(b, f"{op}: bs[{i}]", as_[0], "as_[0]")
+        tensors[f"as_[{i}]"], tensors[f"bs[{i}]"] = a, b
+        sizes.append((a.shape[0], b.shape[1], a.shape[1]))
+    _check_devices(op, tensors)
+    return sizes
 
 
 def gemm_quick(

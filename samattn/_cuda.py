@@ -73,7 +73,7 @@ def _gemm_args(
         0, 0, 0,  # stream, workspace: set by the caller
         0 if bias is None else bias.data_ptr(), sizes.activation,
         int(sizes.out_dtype is torch.float32), sizes.split_k, sizes.split_k_mode,
-        0, _lib.GROUP_NONE, 0,  # group_offsets, group_mode: set by the grouped calls
+        0, _lib.GROUP_NONE, 0, 0,  # group_offsets, mode, list: set by the grouped calls
     )  # fmt: skip
     return args, (a, b, bias)
 
@@ -213,6 +213,39 @@ def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> tor
 def grouped_gemm_k(a: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
     """out[g] = a[:, ks] @ b[ks, :] over group g's K range ks, on the GPU."""
     return _run_grouped(a, b, offsets, _checks.grouped_gemm_k(a, b, offsets), _lib.GROUP_K)
+
+
+def grouped_gemm_list(
+    as_: list[torch.Tensor], bs: list[torch.Tensor], alpha: float = 1.0
+) -> list[torch.Tensor]:
+    """out[i] = alpha * as_[i] @ bs[i] for every i in one call; see samattn.grouped_gemm_list."""
+    sizes = _checks.grouped_gemm_list(as_, bs)
+    outs = [a.new_empty(m, n) for a, (m, n, _) in zip(as_, sizes)]
+    entries = (_lib.GemmListEntry * len(sizes))()
+    keep = []  # the operands as the kernels read them, alive until the launch is queued
+    for entry, a, b, out, (m, n, k) in zip(entries, as_, bs, outs, sizes):
+        a, (_, a_row, a_col) = _operand(a, 1)
+        b, (_, b_row, b_col) = _operand(b, 1)
+        keep += (a, b)
+        entry.m, entry.n, entry.k = m, n, k
+        entry.a, entry.a_row_stride, entry.a_col_stride = a.data_ptr(), a_row, a_col
+        entry.b, entry.b_row_stride, entry.b_col_stride = b.data_ptr(), b_row, b_col
+        entry.d, entry.d_row_stride, entry.d_col_stride = out.data_ptr(), n, 1
+    if all(out.numel() == 0 for out in outs):
+        return outs
+    args = _lib.GemmArgs(
+        dtype=_checks.DTYPE_CODES[as_[0].dtype],
+        family=_family.requested_family(),
+        device=as_[0].get_device(),
+        batch=len(sizes),
+        alpha=alpha,
+        group_mode=_lib.GROUP_LIST,
+        group_list=ctypes.cast(entries, ctypes.c_void_p),
+        stream=_stream(as_[0]),
+    )
+    _prepared.run_with_workspace("samattn_gemm", "samattn_gemm_workspace_size", args, as_[0])
+    del keep
+    return outs
 
 
 def gemm_plan(

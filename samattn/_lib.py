@@ -33,8 +33,8 @@ ACTIVATION_CODES = {None: 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}
 # SAMATTN_SPLIT_K_*: how a GEMM split along K adds its partial sums.
 SPLIT_K_MODE_CODES = {"auto": 0, "serial": 1, "parallel": 2}
 MAX_SPLIT_K = 64
-# SAMATTN_GROUP_*: how a grouped GEMM's offsets divide it.
-GROUP_NONE, GROUP_ROWS, GROUP_K = 0, 1, 2
+# SAMATTN_GROUP_*: how a grouped GEMM's offsets divide it, or a list of GEMMs.
+GROUP_NONE, GROUP_ROWS, GROUP_K, GROUP_LIST = 0, 1, 2, 3
 BOOL = 3  # attention masks only
 
 # Kernel families.
@@ -111,6 +111,24 @@ class GemmArgs(_Args):
         ("group_offsets", ctypes.c_void_p),
         ("group_mode", ctypes.c_int32),
         ("group_reserved", ctypes.c_int32),
+        ("group_list", ctypes.c_void_p),
+    ]
+
+
+class GemmListEntry(ctypes.Structure):
+    _fields_ = [
+        ("m", ctypes.c_int64),
+        ("n", ctypes.c_int64),
+        ("k", ctypes.c_int64),
+        ("a", ctypes.c_void_p),
+        ("a_row_stride", ctypes.c_int64),
+        ("a_col_stride", ctypes.c_int64),
+        ("b", ctypes.c_void_p),
+        ("b_row_stride", ctypes.c_int64),
+        ("b_col_stride", ctypes.c_int64),
+        ("d", ctypes.c_void_p),
+        ("d_row_stride", ctypes.c_int64),
+        ("d_col_stride", ctypes.c_int64),
     ]
 
 

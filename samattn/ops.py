@@ -233,6 +233,44 @@ def _grouped_gemm_backward(ctx, grad: torch.Tensor):
 _grouped_gemm.register_autograd(_grouped_gemm_backward, setup_context=_grouped_gemm_setup_context)
 
 
+@torch.library.custom_op("samattn::grouped_gemm_list", mutates_args=())
+def _grouped_gemm_list(as_: list[torch.Tensor], bs: list[torch.Tensor]) -> list[torch.Tensor]:
+    return _cuda.grouped_gemm_list(as_, bs)
+
+
+@_grouped_gemm_list.register_fake
+def _grouped_gemm_list_fake(as_: list[torch.Tensor], bs: list[torch.Tensor]) -> list[torch.Tensor]:
+    return [a.new_empty(m, n) for a, (m, n, _) in zip(as_, _checks.grouped_gemm_list(as_, bs))]
+
+
+def _grouped_gemm_list_setup_context(ctx, inputs, output) -> None:
+    as_, bs = inputs
+    ctx.save_for_backward(*as_, *bs)
+    ctx.count = len(as_)
+    ctx.family = _family.requested_family()
+
+
+def _grouped_gemm_list_backward(ctx, grads):
+    """da[i] = dout[i] @ b[i]^T and db[i] = a[i]^T @ dout[i], each a list of GEMMs."""
+    saved = ctx.saved_tensors
+    as_, bs = saved[: ctx.count], saved[ctx.count :]
+    grads = [
+        a.new_zeros(a.shape[0], b.shape[1]) if g is None else g for a, b, g in zip(as_, bs, grads)
+    ]
+    grad_as = grad_bs = None
+    with _family._forced_code(ctx.family):
+        if ctx.needs_input_grad[0]:
+            grad_as = torch.ops.samattn.grouped_gemm_list(grads, [b.mT for b in bs])
+        if ctx.needs_input_grad[1]:
+            grad_bs = torch.ops.samattn.grouped_gemm_list([a.mT for a in as_], grads)
+    return grad_as, grad_bs
+
+
+_grouped_gemm_list.register_autograd(
+    _grouped_gemm_list_backward, setup_context=_grouped_gemm_list_setup_context
+)
+
+
 # --------------------------------------------------------------- softmax ----
 @torch.library.custom_op("samattn::softmax", mutates_args=())
 def _softmax(x: torch.Tensor, dim: int) -> torch.Tensor:
@@ -400,11 +438,39 @@ def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> tor
     Offsets on the GPU are not checked (that would wait for the GPU): the kernels clamp
     them into [0, tokens], so bad ones never address memory outside x, w or the output,
     but the rows of the experts involved are then undefined. On Hopper, runs on the sm90
-    family's grouped wgmma kernel when K and N are multiples of 8 and x is row-major;
-    otherwise (and for the weight gradient) on the tensor cores of the sm80 family (sm75
-    for float16 on Turing).
+    family's grouped wgmma kernel (the weight gradient too) when K and N are multiples of
+    8 and x is row-major; otherwise on the tensor cores of the sm80 family (sm75 for
+    float16 on Turing).
     """
     return torch.ops.samattn.grouped_gemm(x, w, offsets)
+
+
+def grouped_gemm_list(as_: list[torch.Tensor], bs: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Independent GEMMs of any sizes in one call: ``out[i] = as_[i] @ bs[i]``.
+
+    Args:
+        as_: a list of (M_i, K_i) tensors, float16 or bfloat16.
+        bs: a list of (K_i, N_i) tensors, one per a, of the same dtype; transposed views
+            (``w.mT`` of an (N_i, K_i) weight) are read in place.
+
+    Returns:
+        A list of new contiguous (M_i, N_i) tensors in that dtype, fp32 accumulation;
+        zeros where K_i is 0. Differentiable in every a and b.
+
+    All tensors on one CUDA device. On Hopper the sm90 family runs the whole list in one
+    launch of its grouped wgmma kernel when every a is row-major, every b row-major or
+    every b a transposed view, and every K_i and N_i a multiple of 8 (16 bytes); otherwise,
+    and on older GPUs, the GEMMs run one after another (one launch each).
+    """
+    for name, value in (("as_", as_), ("bs", bs)):  # named before the op's schema sees them
+        if not isinstance(value, (list, tuple)):
+            raise TypeError(
+                f"samattn.grouped_gemm_list: {name} must be a list of tensors, got "
+                f"{type(value).__name__}"
+            )
+        for i, t in enumerate(value):
+            _checks.require_tensor(t, f"samattn.grouped_gemm_list: {name}[{i}]")
+    return torch.ops.samattn.grouped_gemm_list(list(as_), list(bs))
 
 
 def linear(

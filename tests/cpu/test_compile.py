@@ -93,6 +93,7 @@ class References:
     def __init__(self) -> None:
         self.gemm_calls: list[dict] = []
         self.softmax_families: list[int] = []
+        self.list_calls: list[list[tuple]] = []
 
     def gemm(
         self,
@@ -142,6 +143,10 @@ class References:
     def grouped_gemm_k(self, a, b, offsets):
         return torch.stack([a[:, begin:end] @ b[begin:end] for begin, end in self._groups(offsets)])
 
+    def grouped_gemm_list(self, as_, bs):
+        self.list_calls.append([(tuple(a.shape), tuple(b.shape)) for a, b in zip(as_, bs)])
+        return [(a @ b).contiguous() for a, b in zip(as_, bs)]
+
     def softmax_backward(self, y, dy, dim):
         self.softmax_families.append(_family.requested_family())
         return y * (dy - (dy * y).sum(dim, keepdim=True))
@@ -150,7 +155,8 @@ class References:
 @pytest.fixture
 def references(monkeypatch) -> References:
     refs = References()
-    for name in ("gemm", "softmax", "softmax_backward", "grouped_gemm", "grouped_gemm_k"):
+    names = ("gemm", "softmax", "softmax_backward", "grouped_gemm", "grouped_gemm_k")
+    for name in (*names, "grouped_gemm_list"):
         monkeypatch.setattr(_cuda, name, getattr(refs, name))
     return refs
 
@@ -246,6 +252,33 @@ def test_grouped_gemm_under_compile():
     assert out.shape == (10, 6) and out.device.type == "meta"
     out.sum().backward()
     assert x.grad.shape == x.shape and w.grad.shape == w.shape
+
+
+def test_grouped_gemm_list_gradients(references):
+    """da[i] = dout[i] @ b[i]^T and db[i] = a[i]^T @ dout[i], each one list call; a GEMM
+    with K = 0 has empty gradients."""
+    as_ = [double(3, 4), double(1, 2), double(2, 0)]
+    bs = [double(4, 5), double(2, 1), double(0, 3)]
+
+    def call(*tensors):
+        return tuple(samattn.grouped_gemm_list(tensors[:3], tensors[3:]))
+
+    assert torch.autograd.gradcheck(call, (*as_, *bs))
+    references.list_calls.clear()
+    sum(out.sum() for out in call(*as_, *bs)).backward()
+    _forward, grad_as, grad_bs = references.list_calls
+    assert grad_as == [((3, 5), (5, 4)), ((1, 1), (1, 2)), ((2, 3), (3, 0))]
+    assert grad_bs == [((4, 3), (3, 5)), ((2, 1), (1, 1)), ((0, 2), (2, 3))]
+
+
+def test_grouped_gemm_list_under_compile():
+    torch._dynamo.reset()
+    as_ = [meta(10, 8, grad=True), meta(3, 16, grad=True)]
+    bs = [meta(8, 6, grad=True), meta(16, 24, grad=True)]
+    outs = torch.compile(samattn.grouped_gemm_list, fullgraph=True, backend="aot_eager")(as_, bs)
+    assert [o.shape for o in outs] == [(10, 6), (3, 24)]
+    sum(o.sum() for o in outs).backward()
+    assert all(t.grad.shape == t.shape for t in (*as_, *bs))
 
 
 def test_linear_gradients(references):

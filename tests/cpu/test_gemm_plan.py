@@ -8,6 +8,8 @@ alignment.
 
 from __future__ import annotations
 
+import ctypes
+
 import pytest
 
 from samattn import _lib
@@ -488,11 +490,41 @@ def test_grouped_raster_order(groups, n, k, raster):
     assert grouped_plan(_lib.GROUP_ROWS, **changes)[1].endswith(f"raster={raster}")
 
 
-def test_weight_gradients_run_on_sm80():
-    assert grouped_plan(_lib.GROUP_K) == (
-        "sm80",
-        "sm90 cannot run it: K-grouped GEMMs (the weight gradient) run on the sm80 family",
-    )
+@pytest.mark.parametrize(
+    ("groups", "cluster"), [(8, "c1x2"), (31, "c1x2"), (32, "c2x1"), (64, "c2x1")]
+)
+def test_grouped_cluster_shape(groups, cluster):
+    """Clusters along M (sharing the expert's weight tile) from 32 experts on (measured);
+    the weight gradient keeps 1x2 whatever the experts."""
+    plan = grouped_plan(_lib.GROUP_ROWS, batch=groups)[1]
+    assert plan.startswith(f"tile=grouped_128x256_{cluster} ")
+    assert grouped_plan(_lib.GROUP_K, batch=groups)[1].startswith("tile=grouped_128x256_c1x2 ")
+
+
+def test_weight_gradients_run_on_the_sm90_grouped_kernel():
+    """x^T (unit stride along M) against a row-major dy, each expert's D row-major."""
+    for dtype in (_lib.BF16, _lib.F16):
+        assert grouped_plan(_lib.GROUP_K, dtype=dtype) == (
+            "sm90",
+            "tile=grouped_128x256_c1x2 raster=m",
+        )
+
+
+@pytest.mark.parametrize(
+    ("changes", "reason"),
+    [
+        (dict(a_layout="row"), "a with its unit stride along m, b along n"),
+        (dict(b_row_stride=1, b_col_stride=4096), "a with its unit stride along m, b along n"),
+        (dict(m=500, a_col_stride=500, d_batch_stride=500 * 1024), "contiguous extent 500"),
+        (dict(n=1020, b_row_stride=1020, d_row_stride=1020), "contiguous extent 1020"),
+        (dict(d_batch_stride=512 * 1024 + 4), "d's batch stride"),
+        (dict(k=0), "k == 0"),
+    ],
+)
+def test_what_the_weight_gradient_kernel_declines_runs_on_sm80(changes, reason):
+    family, plan = grouped_plan(_lib.GROUP_K, **changes)
+    assert family == "sm80"
+    assert plan.startswith("sm90 cannot run it: ") and reason in plan
 
 
 @pytest.mark.parametrize("mode", [_lib.GROUP_ROWS, _lib.GROUP_K])
@@ -516,7 +548,8 @@ def test_grouped_gemms_need_tensor_cores():
     [
         (_lib.GROUP_ROWS, dict(group_offsets=0), "a grouped GEMM needs group_offsets"),
         (_lib.GROUP_ROWS, dict(group_offsets=ALIGNED + 2), "group_offsets is not aligned"),
-        (_lib.GROUP_ROWS, dict(group_mode=3), "unknown group_mode 3"),
+        (_lib.GROUP_ROWS, dict(group_mode=4), "unknown group_mode 4"),
+        (_lib.GROUP_ROWS, dict(group_list=ALIGNED), "group_list is set but group_mode is not"),
         (_lib.GROUP_ROWS, dict(group_reserved=1), "group_reserved must be 0"),
         (_lib.GROUP_ROWS, dict(batch=70000), r"1..65535 groups \(batch\), got 70000"),
         (_lib.GROUP_ROWS, dict(split_k=2), "does not split K"),
@@ -529,3 +562,86 @@ def test_grouped_gemms_need_tensor_cores():
 def test_bad_group_arguments_are_reported(mode, changes, text):
     with pytest.raises(ValueError, match=text):
         grouped_plan(mode, **changes)
+
+
+# ------------------------------------------------------------------ lists ----
+def list_plan(entries: list[dict], dtype: int = _lib.BF16, gpu=H100, **changes) -> tuple[str, str]:
+    """The plan of a GEMM list; each entry (m, n, k) row-major at fake aligned addresses
+    unless it says otherwise."""
+    array = (_lib.GemmListEntry * len(entries))()
+    for slot, fields_ in zip(array, entries):
+        m, n, k = fields_["m"], fields_["n"], fields_["k"]
+        slot.m, slot.n, slot.k = m, n, k
+        slot.a, slot.a_row_stride, slot.a_col_stride = ALIGNED, k, 1
+        slot.b, slot.b_row_stride, slot.b_col_stride = ALIGNED, n, 1
+        slot.d, slot.d_row_stride, slot.d_col_stride = ALIGNED, n, 1
+        for name, value in fields_.items():
+            setattr(slot, name, value)
+    args = _lib.GemmArgs(dtype=dtype, family=changes.pop("family", _lib.FAMILY_AUTO), device=0)
+    args.batch, args.alpha, args.group_mode = len(entries), 1.0, _lib.GROUP_LIST
+    args.group_list = ctypes.cast(array, ctypes.c_void_p)
+    for field, value in changes.items():
+        setattr(args, field, value)
+    return _lib.gemm_plan(args, *gpu)
+
+
+def transposed_b(m: int, n: int, k: int) -> dict:
+    """An entry whose b is the transposed view of an (n, k) row-major weight."""
+    return dict(m=m, n=n, k=k, b_row_stride=1, b_col_stride=k)
+
+
+def test_lists_run_on_the_sm90_grouped_kernel():
+    rows = [dict(m=130, n=200, k=264), dict(m=1, n=8, k=16), dict(m=77, n=64, k=0)]
+    assert list_plan(rows) == ("sm90", "tile=grouped_128x256_c1x2 raster=m")
+    transposed = [transposed_b(130, 200, 264), transposed_b(5, 40, 1000), dict(m=0, n=3, k=5)]
+    assert list_plan(transposed, dtype=_lib.F16)[0] == "sm90"
+
+
+@pytest.mark.parametrize(
+    ("entries", "reason"),
+    [
+        ([dict(m=64, n=64, k=64), transposed_b(64, 64, 64)], "group_list[1]: b is column-major"),
+        ([dict(m=64, n=64, k=100)], "group_list[0]: a's contiguous extent 100"),
+        ([dict(m=64, n=60, k=64)], "group_list[0]: d's contiguous extent 60"),
+        ([dict(m=64, n=64, k=64, a=ALIGNED + 2)], "group_list[0]: a is not 16-byte aligned"),
+        ([dict(m=64, n=64, k=64, a_row_stride=1, a_col_stride=64)], "a is not row-major"),
+        ([dict(m=8, n=8, k=8, d_row_stride=1, d_col_stride=8)], "d is not row-major"),
+    ],
+)
+def test_what_the_list_kernel_declines_runs_on_sm80(entries, reason):
+    family, plan = list_plan(entries)
+    assert family == "sm80"
+    assert plan.startswith("sm90 cannot run it: ") and reason in plan
+
+
+def test_lists_before_hopper_run_one_gemm_after_another():
+    entries = [dict(m=64, n=64, k=64), transposed_b(3, 5, 7)]
+    assert list_plan(entries, gpu=((8, 0), 108)) == ("sm80", "")
+    # No tensor-core requirement: Turing's bf16 runs on its FMA kernels.
+    assert list_plan(entries, gpu=((7, 5), 40)) == ("sm75", "")
+
+
+@pytest.mark.parametrize(
+    ("changes", "entry", "text"),
+    [
+        (dict(group_list=0), {}, "SAMATTN_GROUP_LIST needs group_list"),
+        (dict(m=4), {}, "takes its GEMMs from group_list"),
+        (dict(group_offsets=ALIGNED), {}, "takes its GEMMs from group_list"),
+        (dict(beta=1.0), {}, "takes its GEMMs from group_list"),
+        (dict(dtype=_lib.F32), {}, "a GEMM list takes float16 or bfloat16"),
+        (dict(batch=0), {}, r"1..65535 GEMMs \(batch\), got 0"),
+        ({}, dict(m=-1), r"group_list\[0\]: sizes must be in \[0, 2\^31\)"),
+        ({}, dict(b_col_stride=-1), r"group_list\[0\]: strides must be >= 0"),
+        ({}, dict(a=0), r"group_list\[0\]: a is NULL"),
+        ({}, dict(d=ALIGNED + 1), r"group_list\[0\]: d is not aligned to its 2-byte elements"),
+        ({}, dict(d_row_stride=0), r"group_list\[0\]: d's strides make its elements overlap"),
+    ],
+)
+def test_bad_list_arguments_are_reported(changes, entry, text):
+    with pytest.raises(ValueError, match=text):
+        list_plan([{**dict(m=4, n=8, k=8), **entry}], **changes)
+
+
+def test_a_list_that_writes_nothing_needs_no_pointers():
+    assert list_plan([dict(m=0, n=8, k=8, a=0, b=0, d=0)])[0] == "sm90"
+    assert list_plan([dict(m=8, n=8, k=0, a=0, b=0)])[0] == "sm90"  # zeros: D only

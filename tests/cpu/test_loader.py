@@ -91,6 +91,7 @@ def _compile_and_run(compiler: str, source: str) -> str:
     "struct, ctype",
     [
         ("samattn_gemm_args", _lib.GemmArgs),
+        ("samattn_gemm_list_entry", _lib.GemmListEntry),
         ("samattn_softmax_args", _lib.SoftmaxArgs),
         ("samattn_attention_args", _lib.AttentionArgs),
     ],

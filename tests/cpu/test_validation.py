@@ -290,6 +290,50 @@ BAD_MODES = {
         ValueError,
         ["need CUDA tensors"],
     ),
+    "list not a list": (
+        lambda: samattn.grouped_gemm_list(meta(4, 5), [meta(5, 7)]),
+        TypeError,
+        ["as_ must be a list of tensors, got Tensor"],
+    ),
+    "list lengths": (
+        lambda: samattn.grouped_gemm_list([meta(4, 5), meta(2, 3)], [meta(5, 7)]),
+        ValueError,
+        ["one b per a: as_ has 2 tensors, bs 1"],
+    ),
+    "list empty": (
+        lambda: samattn.grouped_gemm_list([], []),
+        ValueError,
+        ["1..65535 GEMMs, got 0"],
+    ),
+    "list K": (
+        lambda: samattn.grouped_gemm_list([meta(4, 5), meta(2, 3)], [meta(5, 7), meta(4, 7)]),
+        ValueError,
+        ["as_[1] (M, K) and bs[1] (K, N) expected", "(2, 3) and (4, 7)"],
+    ),
+    "list not a tensor": (
+        lambda: samattn.grouped_gemm_list([meta(4, 5), 3], [meta(5, 7), meta(4, 7)]),
+        TypeError,
+        ["as_[1] must be a torch.Tensor"],
+    ),
+    "list fp32": (
+        lambda: samattn.grouped_gemm_list(
+            [meta(4, 5, dtype=torch.float32)], [meta(5, 7, dtype=torch.float32)]
+        ),
+        TypeError,
+        ["as_[0] has dtype torch.float32; grouped GEMMs take float16 or bfloat16"],
+    ),
+    "list mixed dtypes": (
+        lambda: samattn.grouped_gemm_list(
+            [meta(4, 5), meta(2, 3)], [meta(5, 7), meta(3, 7, dtype=torch.bfloat16)]
+        ),
+        TypeError,
+        ["bs[1] has dtype torch.bfloat16 but as_[0] has torch.float16"],
+    ),
+    "list cpu": (
+        lambda: samattn.grouped_gemm_list([cpu(4, 5)], [cpu(5, 7)]),
+        ValueError,
+        ["need CUDA tensors", "as_[0] is on cpu"],
+    ),
 }
 
 
@@ -363,6 +407,18 @@ def test_grouped_gemm_output_shape(dtype):
     assert samattn.grouped_gemm(meta(9, 5, dtype=dtype), w, ends(2, 2, 9)).shape == (9, 7)
     grad_w = torch.ops.samattn.grouped_gemm_k(meta(5, 9), meta(9, 7), ends(2, 2, 9))
     assert grad_w.shape == (3, 5, 7)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_grouped_gemm_list_output_shapes(dtype):
+    as_ = [meta(4, 5, dtype=dtype), meta(1, 8, dtype=dtype), meta(0, 3, dtype=dtype)]
+    bs = [meta(5, 7, dtype=dtype), meta(9, 8, dtype=dtype).mT, meta(3, 2, dtype=dtype)]
+    outs = samattn.grouped_gemm_list(as_, bs)
+    assert [tuple(o.shape) for o in outs] == [(4, 7), (1, 9), (0, 2)]
+    assert all(o.dtype == dtype and o.is_contiguous() for o in outs)
+    # A tuple works as well as a list; K = 0 gives (M, N) (zeros on a GPU).
+    (out,) = samattn.grouped_gemm_list((meta(3, 0, dtype=dtype),), (meta(0, 4, dtype=dtype),))
+    assert out.shape == (3, 4)
 
 
 @pytest.mark.parametrize("x_shape", [(5,), (4, 5), (2, 3, 5), (0, 5)])

@@ -68,8 +68,21 @@ enum {
 enum {
   SAMATTN_GROUP_NONE = 0,
   SAMATTN_GROUP_ROWS = 1, /* group g owns rows [end[g-1], end[g]) of A, C and D */
-  SAMATTN_GROUP_K = 2     /* group g reduces over [end[g-1], end[g]) of K into D[g] */
+  SAMATTN_GROUP_K = 2,    /* group g reduces over [end[g-1], end[g]) of K into D[g] */
+  SAMATTN_GROUP_LIST = 3  /* `batch` independent GEMMs of any sizes (group_list) */
 };
+
+/* One GEMM of a SAMATTN_GROUP_LIST call: D = alpha * A @ B, A (m, k), B
+ * (k, n), D (m, n), strides in elements as in samattn_gemm_args. */
+typedef struct samattn_gemm_list_entry {
+  int64_t m, n, k;
+  const void* a;
+  int64_t a_row_stride, a_col_stride;
+  const void* b;
+  int64_t b_row_stride, b_col_stride;
+  void* d;
+  int64_t d_row_stride, d_col_stride;
+} samattn_gemm_list_entry;
 
 /* Ops, for family selection queries. */
 enum { SAMATTN_OP_GEMM = 0, SAMATTN_OP_SOFTMAX = 1, SAMATTN_OP_ATTENTION = 2 };
@@ -112,6 +125,14 @@ enum { SAMATTN_OP_GEMM = 0, SAMATTN_OP_SOFTMAX = 1, SAMATTN_OP_ATTENTION = 2 };
  * Ends outside [0, m] (rows) or [0, k] (K) are clamped and a decreasing end
  * gives an empty group: no access leaves the operands, but the result is
  * then undefined. split_k must be 0 or 1.
+ *   SAMATTN_GROUP_LIST (appended likewise; f16 / bf16): `batch` independent
+ *   GEMMs D_i = alpha * A_i @ B_i, each of its own sizes and strides, from
+ *   the host array group_list (read during the call only); group_offsets is
+ *   NULL, and m, n, k, a, b, c, d and their strides, beta, bias, activation,
+ *   output_fp32 and split_k are 0. A GEMM with k = 0 writes zeros. The sm90
+ *   family runs the list in one launch when every A is row-major, every B
+ *   row-major or every B column-major, every D row-major, with K, N and the
+ *   leading dimensions whole 16 bytes; the others run one GEMM after another.
  */
 typedef struct samattn_gemm_args {
   int64_t struct_size; /* sizeof(samattn_gemm_args) of the caller's header */
@@ -140,6 +161,7 @@ typedef struct samattn_gemm_args {
   const int32_t* group_offsets; /* device, `batch` cumulative ends; NULL = not grouped */
   int32_t group_mode;           /* SAMATTN_GROUP_* */
   int32_t group_reserved;       /* 0 */
+  const samattn_gemm_list_entry* group_list; /* host, `batch` entries; SAMATTN_GROUP_LIST only */
 } samattn_gemm_args;
 
 /*

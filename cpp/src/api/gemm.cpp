@@ -19,7 +19,7 @@ namespace samattn {
 namespace {
 
 // The grouping fields (gemm/group.h); the ends themselves live on the
-// device, where the kernels clamp them.
+// device, where the kernels clamp them. (SAMATTN_GROUP_LIST: check_list_args.)
 int check_group_args(const Subject& subject, const samattn_gemm_args& g) {
   if (g.group_reserved != 0) {
     return fail(SAMATTN_INVALID_ARGUMENT,
@@ -28,7 +28,11 @@ int check_group_args(const Subject& subject, const samattn_gemm_args& g) {
   if (g.group_mode < SAMATTN_GROUP_NONE || g.group_mode > SAMATTN_GROUP_K) {
     return fail(SAMATTN_INVALID_ARGUMENT,
                 subject + ": unknown group_mode " + to_text(g.group_mode) +
-                    " (expected SAMATTN_GROUP_NONE = 0, _ROWS = 1 or _K = 2)");
+                    " (expected SAMATTN_GROUP_NONE = 0, _ROWS = 1, _K = 2 or _LIST = 3)");
+  }
+  if (g.group_list != nullptr) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                subject + ": group_list is set but group_mode is not SAMATTN_GROUP_LIST");
   }
   if (g.group_mode == SAMATTN_GROUP_NONE) {
     if (g.group_offsets != nullptr) {
@@ -71,6 +75,96 @@ int check_group_args(const Subject& subject, const samattn_gemm_args& g) {
   return SAMATTN_OK;
 }
 
+// One GEMM of a list: D (m, n) written, A and B read when k > 0.
+int check_list_entry(const Subject& subject, const samattn_gemm_list_entry& e, int64_t index,
+                     int32_t dtype) {
+  const std::string which = subject + ": group_list[" + to_text(index) + "]";
+  if (e.m < 0 || e.n < 0 || e.k < 0 || e.m > INT32_MAX || e.n > INT32_MAX || e.k > INT32_MAX) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                which + ": sizes must be in [0, 2^31), got m=" + to_text(e.m) +
+                    " n=" + to_text(e.n) + " k=" + to_text(e.k));
+  }
+  if (any_negative(e.a_row_stride, e.a_col_stride, e.b_row_stride) ||
+      any_negative(e.b_col_stride, e.d_row_stride, e.d_col_stride)) {
+    return fail(SAMATTN_INVALID_ARGUMENT, which + ": strides must be >= 0");
+  }
+  if (e.m == 0 || e.n == 0) return SAMATTN_OK;  // nothing to write
+  const int64_t element = dtype_size(dtype);
+  const struct {
+    const char* name;
+    const void* ptr;
+    int64_t rows, cols, row, col;
+    bool used;
+  } operands[] = {{"a", e.a, e.m, e.k, e.a_row_stride, e.a_col_stride, e.k > 0},
+                  {"b", e.b, e.k, e.n, e.b_row_stride, e.b_col_stride, e.k > 0},
+                  {"d", e.d, e.m, e.n, e.d_row_stride, e.d_col_stride, true}};
+  for (const auto& o : operands) {
+    if (!o.used) continue;
+    if (o.ptr == nullptr) return fail(SAMATTN_INVALID_ARGUMENT, which + ": " + o.name + " is NULL");
+    if (!aligned(o.ptr, static_cast<uintptr_t>(element))) {
+      return fail(SAMATTN_INVALID_ARGUMENT, which + ": " + o.name + " is not aligned to its " +
+                                                to_text(element) + "-byte elements");
+    }
+    if (!fits_in_int64(1, o.rows, o.cols, 0, o.row, o.col, element)) {
+      return fail(SAMATTN_INVALID_ARGUMENT,
+                  which + ": " + o.name + "'s sizes and strides overflow a 64-bit byte offset");
+    }
+  }
+  if ((e.m > 1 && e.d_row_stride == 0) || (e.n > 1 && e.d_col_stride == 0)) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                which + ": d's strides make its elements overlap (a stride of 0 on a size > 1)");
+  }
+  return SAMATTN_OK;
+}
+
+// SAMATTN_GROUP_LIST: the GEMMs come from the host array group_list, so the
+// fields that describe one GEMM must be unset. `empty`: no GEMM writes
+// anything.
+int check_list_args(const Subject& subject, const samattn_gemm_args& g, bool* empty) {
+  if (g.group_reserved != 0) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                subject + ": group_reserved must be 0, got " + to_text(g.group_reserved));
+  }
+  if (g.dtype != SAMATTN_F16 && g.dtype != SAMATTN_BF16) {
+    return fail(SAMATTN_INVALID_ARGUMENT, subject + ": a GEMM list takes float16 or bfloat16");
+  }
+  if (g.group_list == nullptr) {
+    return fail(SAMATTN_INVALID_ARGUMENT, subject + ": SAMATTN_GROUP_LIST needs group_list");
+  }
+  if (g.batch < 1 || g.batch > gemm::group::kMaxGroups) {
+    return fail(SAMATTN_INVALID_ARGUMENT, subject + ": a GEMM list has 1.." +
+                                              to_text(gemm::group::kMaxGroups) +
+                                              " GEMMs (batch), got " + to_text(g.batch));
+  }
+  const bool unset = g.m == 0 && g.n == 0 && g.k == 0 && g.a == nullptr && g.b == nullptr &&
+                     g.c == nullptr && g.d == nullptr && g.a_batch_stride == 0 &&
+                     g.a_row_stride == 0 && g.a_col_stride == 0 && g.b_batch_stride == 0 &&
+                     g.b_row_stride == 0 && g.b_col_stride == 0 && g.c_batch_stride == 0 &&
+                     g.c_row_stride == 0 && g.c_col_stride == 0 && g.d_batch_stride == 0 &&
+                     g.d_row_stride == 0 && g.d_col_stride == 0 && g.beta == 0.0f &&
+                     g.bias == nullptr && g.activation == 0 && g.output_fp32 == 0 &&
+                     g.split_k == 0 && g.split_k_mode == 0 && g.group_offsets == nullptr;
+  if (!unset) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                subject +
+                    ": SAMATTN_GROUP_LIST takes its GEMMs from group_list: m, n, k, the "
+                    "operands and their strides, beta, bias, activation, output_fp32, "
+                    "split_k, split_k_mode and group_offsets must be 0");
+  }
+  if (g.workspace_bytes < 0) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                subject + ": workspace_bytes must be >= 0, got " + to_text(g.workspace_bytes));
+  }
+  *empty = true;
+  for (int64_t i = 0; i < g.batch; ++i) {
+    const samattn_gemm_list_entry& e = g.group_list[i];
+    const int status = check_list_entry(subject, e, i, g.dtype);
+    if (status != SAMATTN_OK) return status;
+    *empty = *empty && (e.m == 0 || e.n == 0);
+  }
+  return SAMATTN_OK;
+}
+
 // Checks a GEMM's arguments (no device access). `empty`: D has no elements,
 // so there is nothing to compute.
 int check_gemm_args(Subject* subject, const samattn_gemm_args& g, bool* empty) {
@@ -80,14 +174,15 @@ int check_gemm_args(Subject* subject, const samattn_gemm_args& g, bool* empty) {
   status = check_codes(subject, g.dtype, g.family, g.device);
   if (status != SAMATTN_OK) return status;
   const Subject& subject_text = *subject;
+  if (!std::isfinite(g.alpha)) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                subject_text + ": alpha must be finite, got " + float_to_text(g.alpha));
+  }
+  if (g.group_mode == SAMATTN_GROUP_LIST) return check_list_args(subject_text, g, empty);
   if (g.batch < 0 || g.m < 0 || g.n < 0 || g.k < 0) {
     return fail(SAMATTN_INVALID_ARGUMENT,
                 subject_text + ": sizes must be >= 0, got batch=" + to_text(g.batch) +
                     " m=" + to_text(g.m) + " n=" + to_text(g.n) + " k=" + to_text(g.k));
-  }
-  if (!std::isfinite(g.alpha)) {
-    return fail(SAMATTN_INVALID_ARGUMENT,
-                subject_text + ": alpha must be finite, got " + float_to_text(g.alpha));
   }
   if (!std::isfinite(g.beta)) {
     return fail(SAMATTN_INVALID_ARGUMENT,
@@ -203,6 +298,7 @@ GemmProblem make_gemm_problem(const samattn_gemm_args& g, int sm_count) {
   problem.split_k_mode = g.split_k_mode;
   problem.group_offsets = g.group_offsets;
   problem.group_mode = g.group_mode;
+  problem.group_list = g.group_list;
   problem.sm_count = sm_count;
   problem.stream = static_cast<cudaStream_t>(g.stream);
   problem.workspace = g.workspace;
@@ -340,7 +436,7 @@ int gemm_plan_op(const samattn_gemm_args* args, int32_t cc_major, int32_t cc_min
   std::string description;
   if (*family == SAMATTN_FAMILY_SM90 && problem.group_mode != SAMATTN_GROUP_NONE) {
     const gemm::sm90::GroupedPlan grouped = gemm::sm90::plan_grouped(problem);
-    description = std::string("tile=") + gemm::sm90::kGroupedTileName +
+    description = std::string("tile=") + gemm::sm90::grouped_tile_name(grouped.cluster) +
                   " raster=" + (grouped.raster_along_n ? "n" : "m");
   } else if (*family == SAMATTN_FAMILY_SM90) {
     description = std::string("tile=") + gemm::sm90::tile_name(plan.tile) +

@@ -11,6 +11,8 @@
 
 #include "common/types.h"
 
+struct samattn_gemm_list_entry;  // samattn/samattn.h
+
 namespace samattn {
 
 // Element strides of a batched matrix: (b, i, j) -> b*batch + i*row + j*col.
@@ -35,10 +37,12 @@ struct GemmProblem {
   // Split-K: 0 = the family's choice, 1 = none, n >= 2 forced (samattn.h).
   int32_t split_k;
   int32_t split_k_mode;  // SAMATTN_SPLIT_K_*
-  // Grouped GEMM (gemm/group.h): `batch` cumulative ends on the device.
+  // Grouped GEMM (gemm/group.h): `batch` cumulative ends on the device, or
+  // (SAMATTN_GROUP_LIST) `batch` GEMMs on the host.
   const int32_t* group_offsets;  // nullptr: not grouped
   int32_t group_mode;            // SAMATTN_GROUP_*
-  int sm_count;                  // multiprocessors of the device, for grid sizing
+  const samattn_gemm_list_entry* group_list;
+  int sm_count;  // multiprocessors of the device, for grid sizing
   cudaStream_t stream;
   // Device scratch from the caller (the sm90 family's stream-K partial sums);
   // nullptr / 0 when the family's registered workspace size is 0.

@@ -2,13 +2,14 @@
 // units (Turing has no bf16 or tf32 tensor cores), always exact fp32 math.
 #include "common/registry.h"
 #include "gemm/gemm_dispatch.h"
+#include "gemm/group.h"
 #include "gemm/split_k.h"
 
 namespace samattn {
 
 namespace {
 
-cudaError_t gemm_sm75(const GemmProblem& problem) {
+cudaError_t run_one_sm75(const GemmProblem& problem) {
   using gemm::Family;
   using gemm::SimtGemm;
   using gemm::TensorCoreGemm;
@@ -24,6 +25,13 @@ cudaError_t gemm_sm75(const GemmProblem& problem) {
       return gemm::run_gemm<SimtGemm, DType::f32, Family::sm75>(problem, 4);
   }
   return cudaErrorInvalidValue;
+}
+
+cudaError_t gemm_sm75(const GemmProblem& problem) {
+  if (problem.group_mode == gemm::group::kGroupList) {
+    return gemm::group::run_list(problem, run_one_sm75);
+  }
+  return run_one_sm75(problem);
 }
 
 bool plan_sm75(const GemmProblem& problem, std::string* why) {

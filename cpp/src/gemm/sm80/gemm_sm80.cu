@@ -2,13 +2,14 @@
 // on mma.sync m16n8k16, fp32 on tf32 mma.sync when allowed, else exact FMA.
 #include "common/registry.h"
 #include "gemm/gemm_dispatch.h"
+#include "gemm/group.h"
 #include "gemm/split_k.h"
 
 namespace samattn {
 
 namespace {
 
-cudaError_t gemm_sm80(const GemmProblem& problem) {
+cudaError_t run_one_sm80(const GemmProblem& problem) {
   using gemm::Family;
   using gemm::SimtGemm;
   using gemm::TensorCoreGemm;
@@ -23,6 +24,13 @@ cudaError_t gemm_sm80(const GemmProblem& problem) {
                  : gemm::run_gemm<SimtGemm, DType::f32, Family::sm80>(problem, 4);
   }
   return cudaErrorInvalidValue;
+}
+
+cudaError_t gemm_sm80(const GemmProblem& problem) {
+  if (problem.group_mode == gemm::group::kGroupList) {
+    return gemm::group::run_list(problem, run_one_sm80);
+  }
+  return run_one_sm80(problem);
 }
 
 bool plan_sm80(const GemmProblem& problem, std::string* why) {

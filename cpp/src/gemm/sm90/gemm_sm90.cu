@@ -1,6 +1,6 @@
 // GEMM, sm90 family (Hopper, sm_90a): fp16, bf16, and fp32 as tf32, on TMA
-// and wgmma; parallel split-K (split_sm90_plan.h) and the rows-grouped GEMM
-// (grouped_sm90_plan.h, 16-bit). The plan (gemm_sm90_plan.h) orients the
+// and wgmma; parallel split-K (split_sm90_plan.h) and both forms of the
+// grouped GEMM (grouped_sm90_plan.h, 16-bit). The plan (gemm_sm90_plan.h) orients the
 // problem and picks the tile; this file stages tf32 operands that are not
 // K-major, maps each plan to the one instantiation that runs it, and runs
 // the split-K reduction.
@@ -11,6 +11,7 @@
 
 #include <cutlass/numeric_types.h>
 
+#include <cstdlib>
 #include "common/problem.h"
 #include "common/registry.h"
 #include "gemm/sm90/gemm_sm90_config.h"
@@ -141,16 +142,28 @@ auto with_config(DType dtype, const Plan& plan, Action&& action) {
   return with_epilogue<DType::f32>(plan, action);
 }
 
-// Calls action(Sm90Grouped<...>{}) for the grouped instantiation of `plan`.
+// Calls action(Sm90Grouped<...>{}) for the grouped instantiation of `plan`:
+// the rows form's A is K-major and B either, with either cluster; the K
+// form's and a list's take the 1x2 cluster, the K form's operands are both
+// MN-major.
+template <DType T, class Action>
+auto with_grouped_layouts(const GroupedPlan& plan, Action&& action) {
+  using gemm::Sm90Grouped;
+  using gemm::sm90::GroupedCluster;
+  constexpr GroupedCluster k1x2 = GroupedCluster::k1x2, k2x1 = GroupedCluster::k2x1;
+  if (plan.k_form) return action(Sm90Grouped<T, Major::MN, Major::MN, k1x2>{});
+  if (plan.cluster == k2x1) {
+    return plan.b.k_major ? action(Sm90Grouped<T, Major::K, Major::K, k2x1>{})
+                          : action(Sm90Grouped<T, Major::K, Major::MN, k2x1>{});
+  }
+  return plan.b.k_major ? action(Sm90Grouped<T, Major::K, Major::K, k1x2>{})
+                        : action(Sm90Grouped<T, Major::K, Major::MN, k1x2>{});
+}
+
 template <class Action>
 auto with_grouped_config(DType dtype, const GroupedPlan& plan, Action&& action) {
-  using gemm::Sm90Grouped;
-  if (dtype == DType::bf16) {
-    return plan.b.k_major ? action(Sm90Grouped<DType::bf16, Major::K>{})
-                          : action(Sm90Grouped<DType::bf16, Major::MN>{});
-  }
-  return plan.b.k_major ? action(Sm90Grouped<DType::f16, Major::K>{})
-                        : action(Sm90Grouped<DType::f16, Major::MN>{});
+  if (dtype == DType::bf16) return with_grouped_layouts<DType::bf16>(plan, action);
+  return with_grouped_layouts<DType::f16>(plan, action);
 }
 
 bool grouped(const GemmProblem& problem) { return problem.group_mode != SAMATTN_GROUP_NONE; }

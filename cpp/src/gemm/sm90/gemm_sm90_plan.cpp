@@ -415,14 +415,99 @@ Plan plan(const GemmProblem& problem) {
 // 64 experts' down projections, 0.99x on 8 experts' and 0.80-0.96x on every
 // up projection.
 constexpr int64_t kRasterAlongNMinGroups = 32;
+// Rows form: clusters along M (2x1, sharing the expert's weight tile) from
+// this many groups. Measured against 1x2 (benchmarks/results/
+// h100_grouped_cluster_tuning.json): 64 experts x 16384 tokens 0.98-1.18x
+// (up to 1.18 where 1x2 trailed torch._grouped_mm), x 4096 tokens
+// 0.97-1.04x; 8 experts 0.84-1.02x, so they keep 1x2.
+constexpr int64_t kCluster2x1MinGroups = 32;
 
-// The rows-grouped GEMM: A (m, k) and D (m, n) shared by the groups and
-// row-major, so that each group's rows start on a 16-byte boundary; B per
-// group in either layout.
+const char* grouped_tile_name(GroupedCluster cluster) {
+  return cluster == GroupedCluster::k2x1 ? "grouped_128x256_c2x1" : "grouped_128x256_c1x2";
+}
+
+bool list_operands(const samattn_gemm_list_entry& e, DType dtype, bool b_k_major, ListOperands* out,
+                   std::string* why) {
+  const int64_t elem = element_size(dtype);
+  std::string reason;
+  const auto decline = [&](std::string text) {
+    if (why != nullptr) *why = std::move(text);
+    return false;
+  };
+  const View d{e.d, e.m, e.n, e.d_row_stride, e.d_col_stride, 0};
+  if (!make_operand(d, /*k_is_cols=*/false, /*prefer_cols=*/true, 1, elem, "d", &out->d, &reason)) {
+    return decline(std::move(reason));
+  }
+  if (out->d.k_major) return decline("d is not row-major");
+  if (e.k == 0) return true;  // only D is written
+  const View a{e.a, e.m, e.k, e.a_row_stride, e.a_col_stride, 0};
+  const View b{e.b, e.k, e.n, e.b_row_stride, e.b_col_stride, 0};
+  if (!make_operand(a, /*k_is_cols=*/true, /*prefer_cols=*/true, 1, elem, "a", &out->a, &reason) ||
+      !make_operand(b, /*k_is_cols=*/false, /*prefer_cols=*/!b_k_major, 1, elem, "b", &out->b,
+                    &reason)) {
+    return decline(std::move(reason));
+  }
+  if (!out->a.k_major) return decline("a is not row-major");
+  if (out->b.k_major != b_k_major) {
+    return decline(std::string("b is ") + (b_k_major ? "row-major" : "column-major") +
+                   " but the list's other bs are " + (b_k_major ? "column-major" : "row-major") +
+                   " (the kernel reads every b of a list in one layout)");
+  }
+  return true;
+}
+
+namespace {
+
+// A list: every GEMM that writes anything must fit the kernel, with its B
+// in the layout of the first B that has only one (K-major if none).
+GroupedPlan plan_list(const GemmProblem& p) {
+  GroupedPlan out;
+  out.list = true;
+  out.b.k_major = true;
+  for (int64_t i = 0; i < p.batch; ++i) {
+    const samattn_gemm_list_entry& e = p.group_list[i];
+    if (e.m == 0 || e.n == 0 || e.k == 0) continue;
+    const bool k_major = e.b_row_stride == 1 || e.k == 1;
+    const bool n_major = e.b_col_stride == 1 || e.n == 1;
+    if (k_major != n_major) {
+      out.b.k_major = k_major;
+      break;
+    }
+  }
+  for (int64_t i = 0; i < p.batch; ++i) {
+    const samattn_gemm_list_entry& e = p.group_list[i];
+    ListOperands operands;
+    std::string why;
+    if (e.m > 0 && e.n > 0 && !list_operands(e, p.dtype, out.b.k_major, &operands, &why)) {
+      out.reason = "group_list[" + std::to_string(i) + "]: " + why;
+      return out;
+    }
+  }
+  out.groups = p.batch;
+  out.eligible = true;
+  return out;
+}
+
+}  // namespace
+
+// Both forms need every group's operands to start on a 16-byte boundary, and
+// a group starts at an arbitrary row (rows form) or K index (K form). So the
+// operands the ends index are laid out with that index strided: rows form,
+// A and D row-major (B per group in either layout); K form, A with its unit
+// stride along M (x^T of a row-major x) and B along N (a row-major dy), D
+// row-major per group.
 GroupedPlan plan_grouped(const GemmProblem& p) {
   GroupedPlan out;
-  if (p.group_mode != SAMATTN_GROUP_ROWS) {
-    out.reason = "K-grouped GEMMs (the weight gradient) run on the sm80 family";
+  const bool k_form = p.group_mode == SAMATTN_GROUP_K;
+  if (p.group_mode == SAMATTN_GROUP_LIST) {
+    if (p.dtype == DType::f32) {
+      out.reason = "GEMM lists in float32 run on the sm80 family";
+      return out;
+    }
+    return plan_list(p);
+  }
+  if (p.group_mode != SAMATTN_GROUP_ROWS && !k_form) {
+    out.reason = "not a grouped GEMM";
     return out;
   }
   if (p.dtype == DType::f32) {
@@ -446,27 +531,37 @@ GroupedPlan plan_grouped(const GemmProblem& p) {
     return out;
   }
   const int64_t elem = element_size(p.dtype);
+  // Rows form: A and D shared, B per group. K form: A and B shared, D per group.
   const View a{p.a.ptr, p.m, p.k, p.a.row_stride, p.a.col_stride, 0};
-  const View b{p.b.ptr, p.k, p.n, p.b.row_stride, p.b.col_stride, p.b.batch_stride};
-  const View d{p.d, p.m, p.n, p.d_row_stride, p.d_col_stride, 0};
-  if (!make_operand(a, /*k_is_cols=*/true, /*prefer_cols=*/true, 1, elem, "a", &out.a,
+  const View b{p.b.ptr, p.k, p.n, p.b.row_stride, p.b.col_stride, k_form ? 0 : p.b.batch_stride};
+  const View d{p.d, p.m, p.n, p.d_row_stride, p.d_col_stride, k_form ? p.d_batch_stride : 0};
+  if (!make_operand(a, /*k_is_cols=*/true, /*prefer_cols=*/!k_form, 1, elem, "a", &out.a,
                     &out.reason) ||
-      !make_operand(b, /*k_is_cols=*/false, /*prefer_cols=*/false, p.batch, elem, "b", &out.b,
-                    &out.reason) ||
-      !make_operand(d, /*k_is_cols=*/false, /*prefer_cols=*/true, 1, elem, "d", &out.d,
-                    &out.reason)) {
+      !make_operand(b, /*k_is_cols=*/false, /*prefer_cols=*/k_form, k_form ? 1 : p.batch, elem, "b",
+                    &out.b, &out.reason) ||
+      !make_operand(d, /*k_is_cols=*/false, /*prefer_cols=*/true, k_form ? p.batch : 1, elem, "d",
+                    &out.d, &out.reason)) {
     return out;
   }
-  // A single row leaves the layout open; the kernel reads A and D by rows.
-  if (!out.a.k_major || out.d.k_major) {
+  // (A single row or column leaves a layout open; make_operand took the
+  // preferred one.)
+  if (!k_form && (!out.a.k_major || out.d.k_major)) {
     out.reason = "the grouped kernel takes a row-major a and d";
     return out;
   }
+  if (k_form && (out.a.k_major || out.b.k_major || out.d.k_major)) {
+    out.reason =
+        "the K-grouped kernel takes a with its unit stride along m, b along n and a row-major d";
+    return out;
+  }
+  out.k_form = k_form;
   out.groups = p.batch;
   out.m = p.m;
   out.n = p.n;
   out.k = p.k;
-  out.raster_along_n = p.n < p.k && p.batch >= kRasterAlongNMinGroups;
+  out.raster_along_n = !k_form && p.n < p.k && p.batch >= kRasterAlongNMinGroups;
+  out.cluster =
+      !k_form && p.batch >= kCluster2x1MinGroups ? GroupedCluster::k2x1 : GroupedCluster::k1x2;
   out.eligible = true;
   return out;
 }

@@ -1,6 +1,6 @@
 // sm90 grouped GEMM instantiation tags (see gemm_sm90_config.h): one per
-// 16-bit dtype and weight layout, each instantiated in one generated
-// translation unit (cpp/instantiations.cmake).
+// 16-bit dtype, pair of operand layouts and cluster shape, each instantiated
+// in one generated translation unit (cpp/instantiations.cmake).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -13,9 +13,11 @@
 
 namespace samattn::gemm {
 
-// The rows-grouped GEMM: A (rows, K) row-major, B per group K-major (an
-// (experts, N, K) weight) or N-major ((experts, K, N)), D row-major.
-template <DType T, Major B>
+// A grouped GEMM's operand layouts (grouped_sm90_plan.h), D row-major, and
+// the cluster shape (GroupedCluster). Rows form: A (rows, K) K-major, B per
+// group K-major (an (experts, N, K) weight) or N-major ((experts, K, N)). K
+// form (the weight gradient x^T dy): A and B both M- and N-major.
+template <DType T, Major A, Major B, sm90::GroupedCluster C>
 struct Sm90Grouped {};
 
 // Defined in grouped_sm90_launch.cuh. `plan` is sm90::plan_grouped(problem),
