@@ -40,9 +40,14 @@ itself): op "gemm_split_k", one record per choice (fields `split_k`, `split_k_mo
 Grouped GEMM (--ops grouped): samattn.grouped_gemm for a mixture-of-experts layer, bf16,
 8 and 64 experts, top-2 routing of 4096 / 16384 tokens with skewed loads (expert e gets a
 share proportional to 1 / (e + 1)), hidden 4096 and expert dim 14336, both projections
-(up: 4096 -> 14336, down: 14336 -> 4096; --quick: 8 experts, 4096 tokens, up): op
-"grouped_gemm", one record per baseline: torch._grouped_mm where the installed torch has it
-and it runs the case, and a Python loop of torch.mm over the experts (`versus`).
+(up: 4096 -> 14336, down: 14336 -> 4096; --quick: 8 experts, 4096 tokens, up), and the
+weight gradient of each (`projection` "up_wgrad", "down_wgrad": grad_w[e] = x_e^T dy_e, the
+K-grouped GEMM autograd runs): op "grouped_gemm", one record per baseline:
+torch._grouped_mm where the installed torch has it and it runs the case (for a weight
+gradient its 2-D x 2-D form, offsets along K), and a Python loop of torch.mm over the
+experts (`versus`). Then samattn.grouped_gemm_list on 8 and 64 independent bf16 GEMMs
+(--quick: 8) of sizes drawn from M in {128, 512, 1000, 2048}, N in {1024, 4096}, K in
+{1024, 2048, 4096} (`sizes`), against a loop of torch.mm: op "grouped_gemm_list".
 
 Score terms and masks (--ops terms): bf16, head dims 64/128/256, seqlen 1k/4k/16k on the
 attention grid, causal and not (--quick: three cases). Forward and backward of
@@ -108,6 +113,7 @@ import datetime
 import functools
 import json
 import math
+import random
 import re
 import shlex
 import statistics
@@ -202,11 +208,25 @@ GROUPED_CASES = {
         (experts, tokens, projection)
         for experts in (8, 64)
         for tokens in (4096, 16384)
-        for projection in ("up", "down")
+        for projection in ("up", "down", "up_wgrad", "down_wgrad")
     ],
     "quick": [(8, 4096, "up")],
 }
 GROUPED_HIDDEN, GROUPED_EXPERT_DIM = 4096, 14336
+# samattn.grouped_gemm_list: this many GEMMs of sizes drawn from GROUPED_LIST_SIZES.
+GROUPED_LIST_CASES = {"full": [8, 64], "quick": [8]}
+GROUPED_LIST_SIZES = {"m": (128, 512, 1000, 2048), "n": (1024, 4096), "k": (1024, 2048, 4096)}
+
+
+def _weight_gradient(xt: torch.Tensor, dy: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """grad_w[e] = x_e^T dy_e: the K-grouped GEMM of samattn.grouped_gemm's backward."""
+    return torch.ops.samattn.grouped_gemm_k(xt, dy, offsets)
+
+
+def list_sizes(count: int) -> list[tuple[int, int, int]]:
+    """(M, N, K) of each GEMM of a grouped_gemm_list case, the same in every run."""
+    rng = random.Random(count)
+    return [tuple(rng.choice(GROUPED_LIST_SIZES[d]) for d in "mnk") for _ in range(count)]
 
 
 def skewed_loads(experts: int, rows: int) -> list[int]:
@@ -993,17 +1013,20 @@ class Bench:
     def grouped(self, case: tuple[int, int, str]) -> None:
         experts, tokens, projection = case
         n_in, n_out = (GROUPED_HIDDEN, GROUPED_EXPERT_DIM)
-        if projection == "down":
+        if projection.startswith("down"):
             n_in, n_out = n_out, n_in
         rows = 2 * tokens
         loads = skewed_loads(experts, rows)
         dtype = torch.bfloat16
         x = _randn((rows, n_in), dtype)
-        w = _randn((experts, n_in, n_out), dtype) * 0.02
         offsets = torch.tensor(loads, dtype=torch.int32).cumsum(0).int().to(x.device)
-        sets = [(x, w, offsets)]
         tflop = 2 * rows * n_in * n_out / 1e12
         shape = [experts, tokens, n_in, n_out]
+        if projection.endswith("_wgrad"):
+            self._grouped_weight_gradient(case, x, offsets, loads, n_out, tflop, shape)
+            return
+        w = _randn((experts, n_in, n_out), dtype) * 0.02
+        sets = [(x, w, offsets)]
 
         def loop(x, w, offsets):
             out = x.new_empty(rows, n_out)
@@ -1013,15 +1036,56 @@ class Bench:
                 begin += count
             return out
 
+        # torch._grouped_mm wants the weights' K contiguous (w.mT of an (E, N, K) tensor).
+        w_t = w.mT.contiguous().mT
+        self._grouped_records(
+            case, samattn.grouped_gemm, sets, loop,
+            lambda x, w, offsets: torch._grouped_mm(x, w_t, offs=offsets), loads, tflop, shape,
+        )  # fmt: skip
+
+    def _grouped_weight_gradient(
+        self,
+        case: tuple[int, int, str],
+        x: torch.Tensor,
+        offsets: torch.Tensor,
+        loads: list[int],
+        n_out: int,
+        tflop: float,
+        shape: list[int],
+    ) -> None:
+        """grad_w[e] = x_e^T dy_e, as samattn.grouped_gemm's backward computes it."""
+        experts = case[0]
+        dy = _randn((x.shape[0], n_out), x.dtype) * 0.02
+
+        def loop(xt, dy, offsets):
+            out = xt.new_empty(experts, xt.shape[0], n_out)
+            begin = 0
+            for e, count in enumerate(loads):  # the host knows the loads: no sync
+                torch.mm(xt[:, begin : begin + count], dy[begin : begin + count], out=out[e])
+                begin += count
+            return out
+
+        self._grouped_records(
+            case, _weight_gradient, [(x.mT, dy, offsets)], loop,
+            lambda xt, dy, offsets: torch._grouped_mm(xt, dy, offs=offsets), loads, tflop, shape,
+        )  # fmt: skip
+
+    def _grouped_records(
+        self,
+        case: tuple[int, int, str],
+        samattn_fn: Callable[..., torch.Tensor],
+        sets: list[tuple],
+        loop: Callable[..., torch.Tensor],
+        torch_grouped: Callable[..., torch.Tensor],
+        loads: list[int],
+        tflop: float,
+        shape: list[int],
+    ) -> None:
+        """The records of one grouped case: samattn_fn against the loop of torch.mm and,
+        where the installed torch has it and it runs the case, torch._grouped_mm."""
+        experts, tokens, projection = case
         baselines = [("torch.mm loop", loop)]
-        grouped_mm = getattr(torch, "_grouped_mm", None)
-        if grouped_mm is not None:
-            # torch._grouped_mm wants the weights' K contiguous (w.mT of an (E, N, K) tensor).
-            w_t = w.mT.contiguous().mT
-
-            def torch_grouped(x, w, offsets):
-                return grouped_mm(x, w_t, offs=offsets)
-
+        if getattr(torch, "_grouped_mm", None) is not None:
             refused = try_call(torch_grouped, *sets[0])
             if refused is None:
                 baselines.append(("torch._grouped_mm", torch_grouped))
@@ -1029,12 +1093,13 @@ class Bench:
                 print(f"  torch._grouped_mm refused: {refused}", flush=True)
 
         def body(family: str | None) -> None:
-            ms, ran = self._samattn_ms(family, samattn.grouped_gemm, sets)
+            ms, ran = self._samattn_ms(family, samattn_fn, sets)
             with samattn.use_family(family):
-                out = samattn.grouped_gemm(*sets[0])
+                out = samattn_fn(*sets[0])
             agreement = _relative_difference(out, loop(*sets[0]))
+            del out
             for name, fn in baselines:
-                base_ms = self._baseline_ms(("grouped", name, *shape), fn, sets)
+                base_ms = self._baseline_ms(("grouped", name, projection, *shape), fn, sets)
                 self._record(
                     op="grouped_gemm",
                     family=ran,
@@ -1055,8 +1120,43 @@ class Bench:
                     difference_to_baseline=agreement,
                 )
 
-        label = f"grouped {experts} experts {tokens} tokens {projection}"
-        self._run_case(label, body)
+        self._run_case(f"grouped {experts} experts {tokens} tokens {projection}", body)
+
+    # -- a list of independent GEMMs
+    def grouped_list(self, count: int) -> None:
+        sizes = list_sizes(count)
+        as_ = [_randn((m, k), torch.bfloat16) for m, _, k in sizes]
+        bs = [_randn((k, n), torch.bfloat16) * 0.02 for _, n, k in sizes]
+        sets = [(as_, bs)]
+        tflop = sum(2 * m * n * k for m, n, k in sizes) / 1e12
+
+        def loop(as_, bs):
+            return [torch.mm(a, b) for a, b in zip(as_, bs)]
+
+        def body(family: str | None) -> None:
+            ms, ran = self._samattn_ms(family, samattn.grouped_gemm_list, sets)
+            base_ms = self._baseline_ms(("grouped_list", count), loop, sets)
+            with samattn.use_family(family):
+                outs = samattn.grouped_gemm_list(as_, bs)
+            agreement = max(_relative_difference(o, r) for o, r in zip(outs, loop(as_, bs)))
+            self._record(
+                op="grouped_gemm_list",
+                family=ran,
+                forced=family is not None,
+                dtype="bf16",
+                shape=[count],
+                sizes=[list(size) for size in sizes],
+                unit="TFLOPS",
+                samattn=tflop / (ms / 1e3),
+                baseline=tflop / (base_ms / 1e3),
+                baseline_name="torch.mm loop",
+                versus="torch.mm loop",
+                samattn_ms=ms,
+                baseline_ms=base_ms,
+                difference_to_baseline=agreement,
+            )
+
+        self._run_case(f"grouped_gemm_list {count} GEMMs", body)
 
     # -- eager overhead
     def overhead(self, case: OverheadCase) -> None:
@@ -1977,6 +2077,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for case in GROUPED_CASES[size]:
             bench.grouped(case)
             torch.cuda.empty_cache()
+        for count in GROUPED_LIST_CASES[size]:
+            bench.grouped_list(count)
     if "softmax" in args.ops:
         for dtype_name, shape in SOFTMAX_CASES[size]:
             bench.softmax(dtype_name, shape)

@@ -56,10 +56,63 @@ def test_grouped_records(monkeypatch, grouped_mm):
     json.dumps(b.records)
 
 
+def weight_gradient_reference(xt, dy, offsets):
+    begins = [0, *offsets.tolist()[:-1]]
+    return torch.stack([xt[:, b:e] @ dy[b:e] for b, e in zip(begins, offsets.tolist())])
+
+
+@pytest.mark.parametrize("grouped_mm", ["missing", "runs"])
+def test_weight_gradient_records(monkeypatch, grouped_mm):
+    """The K-grouped GEMM of the backward against the loop and torch._grouped_mm's 2-D x
+    2-D form (offsets along K)."""
+    monkeypatch.setattr(bench, "_randn", lambda shape, dtype: torch.randn(shape).to(dtype))
+    monkeypatch.setattr(bench, "GROUPED_HIDDEN", 16)
+    monkeypatch.setattr(bench, "GROUPED_EXPERT_DIM", 24)
+    monkeypatch.setattr(bench, "_weight_gradient", weight_gradient_reference)
+    if grouped_mm == "missing":
+        monkeypatch.delattr(torch, "_grouped_mm", raising=False)
+    else:
+        fake = lambda xt, dy, offs: weight_gradient_reference(xt, dy, offs)  # noqa: E731
+        monkeypatch.setattr(torch, "_grouped_mm", fake, raising=False)
+
+    def samattn_ms(self, family, fn, input_sets):
+        return self.timer.median_ms(fn, input_sets), "sm90"
+
+    monkeypatch.setattr(bench.Bench, "_samattn_ms", samattn_ms)
+    b = bench.Bench(OneCallTimer(), [None])
+    b.grouped((8, 40, "up_wgrad"))
+    assert not b.errors and not b.skipped
+    expected = ["torch.mm loop"] + (["torch._grouped_mm"] if grouped_mm == "runs" else [])
+    assert [r["versus"] for r in b.records] == expected
+    for r in b.records:
+        assert r["projection"] == "up_wgrad" and r["shape"] == [8, 40, 16, 24]
+        assert r["difference_to_baseline"] < 1e-2
+
+
+def test_grouped_list_records(monkeypatch):
+    monkeypatch.setattr(bench, "_randn", lambda shape, dtype: torch.randn(shape).to(dtype))
+    monkeypatch.setattr(bench, "GROUPED_LIST_SIZES", {"m": (3, 5), "n": (4, 8), "k": (2, 6)})
+    reference_list = lambda as_, bs: [a @ b for a, b in zip(as_, bs)]  # noqa: E731
+    monkeypatch.setattr(samattn, "grouped_gemm_list", reference_list)
+
+    def samattn_ms(self, family, fn, input_sets):
+        return self.timer.median_ms(fn, input_sets), "sm90"
+
+    monkeypatch.setattr(bench.Bench, "_samattn_ms", samattn_ms)
+    b = bench.Bench(OneCallTimer(), [None])
+    b.grouped_list(8)
+    assert not b.errors and not b.skipped
+    (r,) = b.records
+    assert r["op"] == "grouped_gemm_list" and r["shape"] == [8] and len(r["sizes"]) == 8
+    assert r["sizes"] == [list(size) for size in bench.list_sizes(8)]  # the same every run
+    assert r["difference_to_baseline"] < 1e-2
+    json.dumps(b.records)
+
+
 def test_grouped_cases_follow_the_issue():
     full = bench.GROUPED_CASES["full"]
     assert {(e, t) for e, t, _ in full} == {(8, 4096), (8, 16384), (64, 4096), (64, 16384)}
-    assert {p for _, _, p in full} == {"up", "down"}
+    assert {p for _, _, p in full} == {"up", "down", "up_wgrad", "down_wgrad"}
     assert (bench.GROUPED_HIDDEN, bench.GROUPED_EXPERT_DIM) == (4096, 14336)
     loads = bench.skewed_loads(64, 2 * 16384)
     assert sum(loads) == 2 * 16384 and loads[0] > 10 * loads[-1] > 0
