@@ -175,6 +175,8 @@ def test_capi_gemm_writes_exactly_d(lib, family, mode, d_layout, c_kind, shape):
 @pytest.mark.parametrize("guard", [256, 129], ids=["aligned", "misaligned"])
 @pytest.mark.parametrize("shape", [(3, 1000, 1), (2, 4097, 1), (4, 129, 33), (65536, 7, 1)])
 def test_capi_softmax_writes_exactly_out(lib, family, dtype, guard, shape):
+    if "softmax" not in _lib.built_ops():
+        pytest.skip("this build has no softmax ops (SAMATTN_OPS)")
     outer, dim, inner = shape
     x = randn(outer, dim, inner, dtype=dtype, scale=3.0)
     grad_y = randn(outer, dim, inner, dtype=dtype)
