@@ -10,7 +10,8 @@
 // the device by `prepare_groups` from the cumulative ends, so the host never
 // reads the ends (no synchronization, graph-capturable); the same launch
 // writes the zeros no group's tiles cover (the rows form's rows after the
-// last group, the K form's D of an empty group).
+// last group, the K form's D of an empty group). A list of GEMMs is
+// described by the host instead, through `prepare_list`'s parameters.
 //
 // Mainloop as the plain sm90 GEMM (TMA, 128-byte swizzle, warp-specialized
 // wgmma, fp32 accumulators), cooperative 128x256 tile, clusters of two CTAs
