@@ -215,10 +215,8 @@ def grouped_gemm_k(a: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor) -> t
     return _run_grouped(a, b, offsets, _checks.grouped_gemm_k(a, b, offsets), _lib.GROUP_K)
 
 
-def grouped_gemm_list(
-    as_: list[torch.Tensor], bs: list[torch.Tensor], alpha: float = 1.0
-) -> list[torch.Tensor]:
-    """out[i] = alpha * as_[i] @ bs[i] for every i in one call; see samattn.grouped_gemm_list."""
+def grouped_gemm_list(as_: list[torch.Tensor], bs: list[torch.Tensor]) -> list[torch.Tensor]:
+    """out[i] = as_[i] @ bs[i] for every i in one call; see samattn.grouped_gemm_list."""
     sizes = _checks.grouped_gemm_list(as_, bs)
     outs = [a.new_empty(m, n) for a, (m, n, _) in zip(as_, sizes)]
     entries = (_lib.GemmListEntry * len(sizes))()
@@ -238,7 +236,7 @@ def grouped_gemm_list(
         family=_family.requested_family(),
         device=as_[0].get_device(),
         batch=len(sizes),
-        alpha=alpha,
+        alpha=1.0,
         group_mode=_lib.GROUP_LIST,
         group_list=ctypes.cast(entries, ctypes.c_void_p),
         stream=_stream(as_[0]),
