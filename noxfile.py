@@ -193,7 +193,8 @@ def _build_wheel(
         "CMAKE_BUILD_PARALLEL_LEVEL": os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL")
         or str(_compile_jobs()),
         # ccache: paths relative to the checkout, and no working directory in the key
-        # (-lineinfo would put it there), so that every clone shares the cache.
+        # (-lineinfo, in SAMATTN_LINEINFO builds, would put it there), so that every clone
+        # shares the cache.
         "CCACHE_BASEDIR": os.environ.get("CCACHE_BASEDIR") or str(ROOT),
         "CCACHE_NOHASHDIR": os.environ.get("CCACHE_NOHASHDIR") or "1",
     }
