@@ -41,7 +41,8 @@ export PIP_ROOT_USER_ACTION=ignore
 # symbols in the link that the manylinux_2_28 stubs do not cover (README's Platform tag).
 export SAMATTN_GLIBC_COMPAT=${SAMATTN_GLIBC_COMPAT:-OFF}
 
-# Both folders are git-ignored, so they stay between calls while the machine is warm.
+# Both folders are git-ignored, so they stay between calls while the machine is warm, and
+# a build cut off by a call's time limit resumes in the next call (ci/keep_mtimes.py).
 WHEELHOUSE=$REPO/dist
 SITE=$REPO/build/gpu-session/site # the installed samattn wheel
 TOOLS=/tmp/site                   # the carried wheels: cutlass_library (CUTLASS headers), nox
@@ -57,6 +58,10 @@ build() {
   # Jobs from cores and memory, at the peak memory per compile that earlier builds
   # recorded (build/*/compile_memory.tsv; 3.8 GB when none is).
   local jobs began wheel
+  # Each command gets a fresh copy of the tree, every file stamped anew: put the times of
+  # unchanged files back, so that a build cut off by the call's time limit resumes in the
+  # next call on the warm machine instead of starting over.
+  python3 ci/keep_mtimes.py build/source_mtimes.json
   jobs=$(python3 ci/compile_jobs.py --explain) || jobs=1
   echo "archs $SAMATTN_CUDA_ARCHS, $jobs jobs; full log in \$OUT/build.log"
   began=$(date +%s)
