@@ -23,6 +23,16 @@ def reference(x, w, offsets):
     return out
 
 
+def bench_with_family(monkeypatch, family: str) -> bench.Bench:
+    """A Bench whose samattn timings time the replaced op once and report `family`."""
+
+    def samattn_ms(self, _family, fn, input_sets):
+        return self.timer.median_ms(fn, input_sets), family
+
+    monkeypatch.setattr(bench.Bench, "_samattn_ms", samattn_ms)
+    return bench.Bench(OneCallTimer(), [None])
+
+
 @pytest.mark.parametrize("grouped_mm", ["missing", "refuses", "runs"])
 def test_grouped_records(monkeypatch, grouped_mm):
     monkeypatch.setattr(bench, "_randn", lambda shape, dtype: torch.randn(shape).to(dtype))
@@ -40,11 +50,7 @@ def test_grouped_records(monkeypatch, grouped_mm):
 
         monkeypatch.setattr(torch, "_grouped_mm", fake_grouped_mm, raising=False)
 
-    def samattn_ms(self, family, fn, input_sets):
-        return self.timer.median_ms(fn, input_sets), "sm80"
-
-    monkeypatch.setattr(bench.Bench, "_samattn_ms", samattn_ms)
-    b = bench.Bench(OneCallTimer(), [None])
+    b = bench_with_family(monkeypatch, "sm80")
     b.grouped((8, 40, "down"))
     assert not b.errors and not b.skipped
     expected = ["torch.mm loop"] + (["torch._grouped_mm"] if grouped_mm == "runs" else [])
@@ -75,11 +81,7 @@ def test_weight_gradient_records(monkeypatch, grouped_mm):
         fake = lambda xt, dy, offs: weight_gradient_reference(xt, dy, offs)  # noqa: E731
         monkeypatch.setattr(torch, "_grouped_mm", fake, raising=False)
 
-    def samattn_ms(self, family, fn, input_sets):
-        return self.timer.median_ms(fn, input_sets), "sm90"
-
-    monkeypatch.setattr(bench.Bench, "_samattn_ms", samattn_ms)
-    b = bench.Bench(OneCallTimer(), [None])
+    b = bench_with_family(monkeypatch, "sm90")
     b.grouped((8, 40, "up_wgrad"))
     assert not b.errors and not b.skipped
     expected = ["torch.mm loop"] + (["torch._grouped_mm"] if grouped_mm == "runs" else [])
@@ -95,11 +97,7 @@ def test_grouped_list_records(monkeypatch):
     reference_list = lambda as_, bs: [a @ b for a, b in zip(as_, bs)]  # noqa: E731
     monkeypatch.setattr(samattn, "grouped_gemm_list", reference_list)
 
-    def samattn_ms(self, family, fn, input_sets):
-        return self.timer.median_ms(fn, input_sets), "sm90"
-
-    monkeypatch.setattr(bench.Bench, "_samattn_ms", samattn_ms)
-    b = bench.Bench(OneCallTimer(), [None])
+    b = bench_with_family(monkeypatch, "sm90")
     b.grouped_list(8)
     assert not b.errors and not b.skipped
     (r,) = b.records

@@ -24,6 +24,7 @@ import threading
 import pytest
 import torch
 from gpu_checks import COMPLETE_FAMILIES, UNIT_ROUNDOFF, runnable_families
+from test_gpu_attention import allowed_keys, attention
 
 import samattn
 
@@ -233,29 +234,12 @@ def test_softmax_and_its_gradient(family, placement, dtype, shape, dim):
 
 # -------------------------------------------------------------- attention ----
 def attention_reference(q, k, v, causal=False, window=(-1, -1), softcap=0.0, keep=None):
-    """out (b, sq, h, d) in float32 (q, k, v: (b, s, h, d), GQA by repetition); keep:
-    (b or 1, h or 1, sq, sk) bool or None."""
-    group = q.shape[2] // k.shape[2]
-    qt, kt, vt = (t.float().transpose(1, 2) for t in (q, k, v))
-    kt, vt = kt.repeat_interleave(group, 1), vt.repeat_interleave(group, 1)
-    scores = qt @ kt.transpose(-1, -2) * q.shape[-1] ** -0.5
-    if softcap:
-        scores = softcap * torch.tanh(scores / softcap)
-    sq, sk = q.shape[1], k.shape[1]
-    i = torch.arange(sq, device=q.device)[:, None] + sk - sq
-    j = torch.arange(sk, device=q.device)[None, :]
-    left, right = window
-    right = 0 if causal else right
-    allowed = torch.ones(sq, sk, dtype=torch.bool, device=q.device)
-    if left >= 0:
-        allowed &= j >= i - left
-    if right >= 0:
-        allowed &= j <= i + right
+    """out (b, sq, h, d) in float32 on q's device: test_gpu_attention's reference with its
+    window rule; keep: None or a bool mask broadcastable to (b, h, sq, sk)."""
+    mask = allowed_keys(q.shape[1], k.shape[1], causal, window).to(q.device)
     if keep is not None:
-        allowed = allowed & keep
-    scores = scores.masked_fill(~allowed, -math.inf)
-    probs = torch.softmax(scores, -1).nan_to_num(0.0)
-    return (probs @ vt).transpose(1, 2)
+        mask = mask & keep
+    return attention(q, k, v, q.shape[-1] ** -0.5, softcap, mask, torch.float32)[0]
 
 
 def attention_step(**kwargs):
