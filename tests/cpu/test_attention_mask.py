@@ -17,6 +17,7 @@ import math
 import pytest
 import torch
 from test_attention_validation import meta, qkv
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import samattn
 from samattn import _checks, _cuda, _eager, _lib
@@ -166,53 +167,59 @@ def test_a_bool_mask_has_no_gradient_to_ask_for():
         )
 
 
-def _spy_masked_backward(monkeypatch) -> list:
-    """Records (attn_mask, sinks, mask_grad) of each masked backward op call, then runs
-    its fake."""
-    calls = []
-    real = torch.ops.samattn.flash_attn_masked_backward
+class MaskedBackwardCalls(TorchDispatchMode):
+    """Records (attn_mask, sinks, mask_grad) of each masked backward op call, then runs its
+    fake. A dispatch mode, not a patched `torch.ops` attribute: torch looks the op up there
+    by name on the way to its fake."""
 
-    def spy(*args):
-        calls.append((args[6], args[14], args[15]))
-        return real(*args)
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list = []
 
-    monkeypatch.setattr(torch.ops.samattn, "flash_attn_masked_backward", spy, raising=False)
-    return calls
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.samattn.flash_attn_masked_backward.default:
+            # Trailing arguments equal to their defaults do not reach a dispatch mode.
+            schema = func._schema.arguments
+            bound = {a.name: a.default_value for a in schema if a.has_default_value()}
+            bound.update(zip((a.name for a in schema), args), **(kwargs or {}))
+            self.calls.append((bound["attn_mask"], bound["sinks"], bound["mask_grad"]))
+        return func(*args, **(kwargs or {}))
 
 
 @pytest.mark.parametrize("mask_dtype", [F32, BF16, F16])
 @pytest.mark.parametrize("shape", [(2, 1, 17, 33), (17, 33), (2, 4, 1, 33)], ids=str)
-def test_a_float_mask_that_requires_grad_gets_its_gradient(monkeypatch, mask_dtype, shape):
-    calls = _spy_masked_backward(monkeypatch)
+def test_a_float_mask_that_requires_grad_gets_its_gradient(mask_dtype, shape):
     q, k, v = qkv(grad=True)
     mask = meta(*shape, dtype=mask_dtype, grad=True)
     sinks = meta(4, dtype=F32, grad=True)
-    samattn.flash_attn_func(q, k, v, attn_mask=mask, sinks=sinks).sum().backward()
+    with MaskedBackwardCalls() as spy:
+        samattn.flash_attn_func(q, k, v, attn_mask=mask, sinks=sinks).sum().backward()
     assert mask.grad.shape == shape and mask.grad.dtype == mask_dtype
     assert q.grad.shape == q.shape and sinks.grad.shape == (4,)
-    ((passed_mask, passed_sinks, mask_grad),) = calls
+    ((passed_mask, passed_sinks, mask_grad),) = spy.calls
     assert passed_mask is mask and passed_sinks is sinks and mask_grad is True
 
 
-def test_masks_without_grad_get_none(monkeypatch):
-    calls = _spy_masked_backward(monkeypatch)
+def test_masks_without_grad_get_none():
     q, k, v = qkv(grad=True)
-    for mask in (meta(17, 33, dtype=torch.bool), meta(17, 33, dtype=F32)):
-        samattn.flash_attn_func(q, k, v, attn_mask=mask, sinks=meta(4, dtype=F32)).sum().backward()
-        assert mask.grad is None
+    with MaskedBackwardCalls() as spy:
+        for mask in (meta(17, 33, dtype=torch.bool), meta(17, 33, dtype=F32)):
+            out = samattn.flash_attn_func(q, k, v, attn_mask=mask, sinks=meta(4, dtype=F32))
+            out.sum().backward()
+            assert mask.grad is None
     # Sinks without grad are not passed (dq, dk, dv do not need them); no mask gradient.
-    assert [(c[1], c[2]) for c in calls] == [(None, False), (None, False)]
+    assert [(c[1], c[2]) for c in spy.calls] == [(None, False), (None, False)]
 
 
-def test_only_the_mask_requires_grad(monkeypatch):
-    calls = _spy_masked_backward(monkeypatch)
+def test_only_the_mask_requires_grad():
     q, k, v = qkv()
     mask = meta(2, 1, 17, 33, dtype=F32, grad=True)
-    out = samattn.scaled_dot_product_attention(
-        *(t.transpose(1, 2) for t in (q, k, v)), attn_mask=mask, enable_gqa=True
-    )
-    out.sum().backward()
-    assert mask.grad.shape == mask.shape and calls[0][2] is True
+    with MaskedBackwardCalls() as spy:
+        out = samattn.scaled_dot_product_attention(
+            *(t.transpose(1, 2) for t in (q, k, v)), attn_mask=mask, enable_gqa=True
+        )
+        out.sum().backward()
+    assert mask.grad.shape == mask.shape and spy.calls[0][2] is True
 
 
 def train_with_mask(q, k, v, mask, sinks):
