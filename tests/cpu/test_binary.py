@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import errno
+import fcntl
 import hashlib
 import importlib.util
 import json
@@ -333,12 +334,21 @@ def _content_key(path: Path) -> str:
 
 
 def cached_sass_summary(library: Path, folder: Path) -> SassSummary:
-    """summarize_sass, read from or written to folder/<hash of the library's bytes>.json."""
+    """summarize_sass, read from or written to folder/<hash of the library's bytes>.json.
+
+    One process at a time makes it (a lock file): pytest-xdist workers that all start it
+    wait for the first and read its file, instead of each disassembling on every core."""
     path = folder / f"{_content_key(library)}.json"
-    if path.is_file():
-        data = json.loads(path.read_text())
-        functions = [Function(*f[:4], frozenset(f[4])) for f in data["functions"]]
-        return SassSummary(functions, frozenset(data["ptx_kernels"]), data["cubins"])
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if path.is_file():
+            data = json.loads(path.read_text())
+            functions = [Function(*f[:4], frozenset(f[4])) for f in data["functions"]]
+            return SassSummary(functions, frozenset(data["ptx_kernels"]), data["cubins"])
+        return _write_sass_summary(library, path)
+
+
+def _write_sass_summary(library: Path, path: Path) -> SassSummary:
     summary = summarize_sass(library)
     data = {
         "library": str(library),
