@@ -476,8 +476,9 @@ def check_wheel(session: nox.Session) -> None:
 def gpu_tests(session: nox.Session) -> None:
     """Runs the GPU gate before publishing on one wheel: `-- dist/X.whl [--torch VERSION]`.
 
-    Arguments: `-- dist/X.whl [--out DIR] [--torch VERSION] [-- PYTEST]`, and --allow-no-gpu
-    to try it where there is no GPU (the GPU tier then skips).
+    Arguments: `-- dist/X.whl [--out DIR] [--torch VERSION] [--workers N] [-- PYTEST]`, and
+    --allow-no-gpu to try it where there is no GPU (the GPU tier then skips). --workers N runs
+    the tests in N pytest-xdist processes spread over every visible GPU (tests/conftest.py).
 
     Installs the wheel (never its dependencies) into a fresh virtualenv that sees this
     machine's packages (torch, pytest), so it works with no network; with --torch, that torch
@@ -488,7 +489,7 @@ def gpu_tests(session: nox.Session) -> None:
     args = list(session.posargs)
     pytest_args = args[args.index("--") + 1 :] if "--" in args else []
     args = args[: args.index("--")] if "--" in args else args
-    options = {"--out": None, "--torch": None}
+    options = {"--out": None, "--torch": None, "--workers": None}
     # Only to try the session on a machine without a GPU (the GPU tier then skips itself).
     allow_no_gpu = "--allow-no-gpu" in args
     args = [a for a in args if a != "--allow-no-gpu"]
@@ -540,10 +541,11 @@ def gpu_tests(session: nox.Session) -> None:
     session.run(*pip, "--no-deps", "--no-index", str(wheel), external=True)
 
     probe = (
-        "import json, torch, samattn;"
+        "import importlib.util, json, torch, samattn;"
         "ok = torch.cuda.is_available();"
         "print(json.dumps({'torch': torch.__version__, 'torch_cuda': torch.version.cuda,"
-        " 'gpu': torch.cuda.get_device_name() if ok else None,"
+        " 'gpu': torch.cuda.get_device_name() if ok else None, 'gpus': torch.cuda.device_count(),"
+        " 'xdist': importlib.util.find_spec('xdist') is not None,"
         " 'compute_capability': list(torch.cuda.get_device_capability()) if ok else None,"
         " 'samattn': samattn.__version__, 'samattn_file': samattn.__file__}))"
     )
@@ -556,11 +558,19 @@ def gpu_tests(session: nox.Session) -> None:
     if probed.returncode != 0:
         session.error(f"importing the installed wheel failed:\n{probed.stderr[-3000:]}")
     environment = json.loads(probed.stdout.strip().splitlines()[-1])
+    has_xdist = environment.pop("xdist")
     session.log(f"environment: {environment}")
     if not environment["gpu"] and not allow_no_gpu:
         session.error("torch sees no GPU: the GPU gate cannot run here")
     if not environment["samattn_file"].startswith(site):
         session.error(f"samattn imported from {environment['samattn_file']}, not the wheel")
+
+    workers = int(options["--workers"] or 1)
+    if workers > 1:
+        if not has_xdist:
+            session.error("--workers needs pytest-xdist beside torch: pip install pytest-xdist")
+        pytest_args = ["-n", str(workers), *pytest_args]
+        env["SAMATTN_TEST_GPUS"] = str(environment["gpus"])
 
     junit = out / "junit.xml"
     paths = [str(ROOT / "tests" / "gpu"), str(ROOT / "tests" / "cpu")]

@@ -6,6 +6,8 @@ The library under test is the installed package's ``samattn/lib/libsamattn.so``,
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 # The optional packages that some tests skip without (ci/requirements-test.txt installs
@@ -35,6 +37,26 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         return [f"samattn library: {path} (built families: {families})", *lines]
     except Exception as error:  # the tests themselves report the failure
         return [f"samattn library: not loadable ({str(error).splitlines()[0]})", *lines]
+
+
+def _spread_workers_over_gpus() -> None:
+    """With SAMATTN_TEST_GPUS=N (set by `nox -s gpu_tests --workers`) and pytest-xdist, worker
+    i sees the N GPUs rotated by i: the workers' current devices differ, so the tier spreads
+    over every GPU, and the tests that need two GPUs still see all of them.
+
+    Runs when this file is imported, before tests/gpu/conftest.py asks torch whether CUDA is
+    available: the driver reads CUDA_VISIBLE_DEVICES once, at its first use."""
+    count = int(os.environ.get("SAMATTN_TEST_GPUS") or 0)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if count < 2 or not worker.startswith("gw"):
+        return
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    ids = visible.split(",") if visible else [str(i) for i in range(count)]
+    first = int(worker[2:]) % len(ids)
+    os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(ids[first:] + ids[:first])
+
+
+_spread_workers_over_gpus()
 
 
 @pytest.fixture
