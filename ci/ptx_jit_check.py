@@ -181,7 +181,7 @@ def sm90_under_forced_jit() -> dict:
     under CUDA_FORCE_PTX_JIT=1, it must either be refused with samattn's error or, where the
     driver keeps an arch-specific cubin it cannot rebuild from PTX, run right on sm90; never
     crash or hand over silently."""
-    b, s, h, d = 1, 64, 2, 64
+    b, s, h, d = 1, 192, 2, 64  # more query rows than decode-shaped calls (sm80's)
     q, k, v = on_gpu((b, s, h, d), (b, s, h, d), (b, s, h, d), dtype=torch.bfloat16, seed=1)
     name = "sm90 forced under forced JIT"
     _lib.set_last_family(_lib.FAMILY_AUTO)

@@ -141,7 +141,9 @@ def capture_graph(step: Callable[[], T]) -> tuple[torch.cuda.CUDAGraph, T]:
             step()
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    # On a stream of the current device: torch.cuda.graph's default capture stream is made
+    # once per process, on the device current at its first capture.
+    with torch.cuda.graph(graph, stream=torch.cuda.Stream()):
         outputs = step()
     return graph, outputs
 

@@ -16,6 +16,7 @@ from gpu_checks import (
     UNIT_ROUNDOFF,
     assert_close_to_reference,
     call_forced,
+    capture_graph,
     expected_gemm_family,
     gemm_floor,
     poison_allocator,
@@ -224,14 +225,7 @@ def test_epilogue_in_a_cuda_graph():
     a = randn(256, 512, dtype=torch.float16)
     w = randn(384, 512, dtype=torch.float16, scale=0.05)
     bias = randn(384, dtype=torch.float16)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        samattn.linear(a, w, bias, activation="silu")
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = samattn.linear(a, w, bias, activation="silu")
+    graph, out = capture_graph(lambda: samattn.linear(a, w, bias, activation="silu"))
     a.copy_(randn(256, 512, dtype=torch.float16))
     graph.replay()
     ref = F.silu(F.linear(a.double(), w.double(), bias.double()))

@@ -432,7 +432,9 @@ def test_cuda_graph_on_the_second_device():
             step()
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        # A capture stream of this device: torch.cuda.graph's default one is made once per
+        # process, on whichever device was current at the first capture.
+        with torch.cuda.graph(graph, stream=torch.cuda.Stream()):
             outputs = step()
         for t in (a, b, q, k, v, x):
             t.copy_(torch.randn_like(t, dtype=torch.float32).to(t.dtype))
