@@ -650,7 +650,8 @@ def flash_attn_forward(
     attn_mask: torch.Tensor | None = None,
     dropout_p: float = 0.0,
     dropout_seed: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    want_lse: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(out, softmax_lse) of FlashAttention on the GPU; see samattn.flash_attn_func.
     `op` names the public function in error messages. With block_table (paged prefill,
     varlen only) k and v are paged caches (num_blocks, page_size, nheads_k, headdim).
@@ -658,7 +659,9 @@ def flash_attn_forward(
     bool / float mask broadcastable to (batch, nheads, seqlen_q, seqlen_k), fixed length
     only. With any of the three, or dropout, a head dim that is not a multiple of 8 runs
     padded with zeros to one (the kernels run the terms on 16-byte rows). dropout_p > 0:
-    dropout_seed is the call's seed (samattn._dropout.new_seed)."""
+    dropout_seed is the call's seed (samattn._dropout.new_seed). want_lse=False: the caller
+    discards softmax_lse (inference), so a prepared call allocates none and the kernels
+    write none (returned as None; the first call of a signature still makes one)."""
     key = None
     plain = cu_seqlens_q is None and block_table is None and attn_mask is None and dropout_p == 0.0
     if plain and alibi_slopes is None and sinks is None and cu_seqlens_k is None:
@@ -666,10 +669,15 @@ def flash_attn_forward(
         entry = _ATTENTION.get(key)
         if entry is not None:
             out = torch.empty_like(q) if q.is_contiguous() else q.new_empty(entry.out_shape)
-            lse = _prepared.empty(q, entry.aux_shape, torch.float32)
             args = _ATTENTION.args(entry)
             args.q, args.k, args.v = q.data_ptr(), k.data_ptr(), v.data_ptr()
-            args.o, args.lse, args.stream = out.data_ptr(), lse.data_ptr(), _stream(q)
+            args.o, args.stream = out.data_ptr(), _stream(q)
+            lse = None
+            if want_lse:
+                lse = _prepared.empty(q, entry.aux_shape, torch.float32)
+                args.lse = lse.data_ptr()
+            else:
+                args.lse = None  # the kernels skip it; its strides stay valid for the next call
             _ATTENTION.run(key, entry, args, q)
             return out, lse
     sizes = _checks.attention_sizes(

@@ -586,6 +586,7 @@ def _attention(
         out, lse = _cuda.flash_attn_forward(
             q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal,
             left, right, softcap, op, block_table, alibi_slopes, sinks, None, dropout_p, seed,
+            want_lse=return_attn_probs,
         )  # fmt: skip
     else:
         apply = (

@@ -238,6 +238,29 @@ def test_prepared_calls_match_the_full_path(name):
             assert torch.allclose(prepared.float(), full.float(), rtol=1e-2, atol=1e-2)
 
 
+@pytest.mark.parametrize(("seqlen_q", "seqlen_k"), [(77, 130), (1, 700)], ids=["prefill", "decode"])
+def test_prepared_calls_without_lse_leave_it_to_the_calls_that_want_it(seqlen_q, seqlen_k):
+    """Inference calls (no gradient, no return_attn_probs) make no lse; a later call of the
+    same signature that wants it gets the full log-sum-exp, and the outputs agree."""
+    from samattn import _cuda
+
+    _cuda._ATTENTION.clear()
+    q = randn(1, seqlen_q, 8, 128, dtype=torch.bfloat16)
+    k, v = (randn(1, seqlen_k, 2, 128, dtype=torch.bfloat16) for _ in "kv")
+    first = samattn.flash_attn_func(q, k, v)  # the full path: keeps the signature
+    assert len(_cuda._ATTENTION.entries) == 1
+    out, lse = _cuda.flash_attn_forward(
+        q, k, v, None, None, 0, 0, 128**-0.5, False, -1, -1, 0.0, want_lse=False
+    )
+    assert lse is None
+    with_lse, lse, _ = samattn.flash_attn_func(q, k, v, return_attn_probs=True)
+    torch.cuda.synchronize()
+    assert torch.equal(out, first) and torch.equal(with_lse, first)
+    scores = torch.einsum("bqhd,bkhd->bhqk", q.double(), k.double().repeat_interleave(4, 2))
+    want = torch.logsumexp(scores * 128**-0.5, -1).float()
+    torch.testing.assert_close(lse, want, rtol=0, atol=1e-3)
+
+
 def test_prepared_calls_follow_the_signature():
     """A different stride, dtype, scalar or forced family is another signature: the
     cache never hands one call's arguments to another."""
