@@ -8,6 +8,7 @@ import base64
 import hashlib
 import importlib.util
 import sys
+import types
 import zipfile
 from pathlib import Path
 
@@ -270,7 +271,9 @@ def test_repair_asks_auditwheel_for_exactly_one_platform_tag(
         name = Path(command[2]).name.replace("linux_x86_64", "manylinux_2_28_x86_64")
         (out / name).write_bytes(b"")
 
-    monkeypatch.setattr(repair_wheel.subprocess, "run", fake_auditwheel)
+    # The module's own name for subprocess, not subprocess.run itself: other threads of
+    # this process (test_binary.py's disassembly) call subprocess.run meanwhile.
+    monkeypatch.setattr(repair_wheel, "subprocess", types.SimpleNamespace(run=fake_auditwheel))
     repaired = repair_wheel.repair(
         _fake_wheel(tmp_path), tmp_path / "dest", variants.load()["cu130"]
     )
