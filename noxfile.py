@@ -617,11 +617,13 @@ def gpu_tests(session: nox.Session) -> None:
     if not environment["samattn_file"].startswith(site):
         session.error(f"samattn imported from {environment['samattn_file']}, not the wheel")
 
-    workers = int(options["--workers"] or 1)
-    if workers > 1:
+    workers = options["--workers"] or "1"
+    if not workers.isdigit() or int(workers) < 1:
+        session.error(f"--workers takes a count of processes, got {workers!r}")
+    if int(workers) > 1:
         if not has_xdist:
             session.error("--workers needs pytest-xdist beside torch: pip install pytest-xdist")
-        pytest_args = ["-n", str(workers), *pytest_args]
+        pytest_args = ["-n", workers, *pytest_args]
         env["SAMATTN_TEST_GPUS"] = str(environment["gpus"])
 
     junit = out / "junit.xml"
