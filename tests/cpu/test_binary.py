@@ -263,10 +263,25 @@ _OPCODE = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P(?:T|\d+)\s+)?([A-Z][\w.]*)
 _NOT_COUNTED = ("NOP", "BRA", "EXIT")
 
 
+# Cubins of the older ELF format (CUDA 12.4's) have no .target line in nvdisasm's output:
+# their arch is in the header flags, EF_CUDA_ACCELERATORS marking an arch-specific one.
+_HEADER_FLAGS = re.compile(r'^\s*\.headerflags\s+@"([^"]*)"', re.M)
+_HEADER_ARCH = re.compile(r"\bEF_CUDA_SM(\d+)\b")
+
+
+def _cubin_arch(text: str) -> str:
+    target = _TARGET.search(text)
+    if target:
+        return target[1]
+    flags = _HEADER_FLAGS.search(text)
+    arch = _HEADER_ARCH.search(flags[1]) if flags else None
+    assert arch, "nvdisasm output with neither a .target line nor an EF_CUDA_SM header flag"
+    return f"sm_{arch[1]}" + ("a" if "EF_CUDA_ACCELERATORS" in flags[1].split() else "")
+
+
 def parse_nvdisasm(text: str) -> tuple[str, list[Function]]:
     """The arch and the functions of one cubin, from `nvdisasm -c` output."""
-    target = _TARGET.search(text)
-    assert target, "nvdisasm output without a .target line"
+    arch = _cubin_arch(text)
     headers = list(_SECTION.finditer(text))
     functions = []
     for header, following in zip(headers, [*headers[1:], None]):
@@ -275,8 +290,8 @@ def parse_nvdisasm(text: str) -> tuple[str, list[Function]]:
         opcodes = _OPCODE.findall(body)
         entry = re.search(rf"\.other\s+{re.escape(name)},\s*@\"[^\"]*STO_CUDA_ENTRY", body)
         counted = sum(not op.startswith(_NOT_COUNTED) for op in opcodes)
-        functions.append(Function(target[1], name, entry is not None, counted, frozenset(opcodes)))
-    return target[1], functions
+        functions.append(Function(arch, name, entry is not None, counted, frozenset(opcodes)))
+    return arch, functions
 
 
 def _cores() -> int:
@@ -662,6 +677,24 @@ def test_parse_nvdisasm() -> None:
     opcodes = {"MOV", "BPT.TRAP", "HGMMA.64x128x16.F32.BF16", "EXIT"}
     assert kernel == Function("sm_90a", "_Z6kernelPf", True, 3, frozenset(opcodes))
     assert helper == Function("sm_90a", "_Z6helperv", False, 1, frozenset({"UTMALDG.2D", "NOP"}))
+
+
+# The older ELF format (CUDA 12.4's cubins) as nvdisasm 13 prints it: no .target line.
+_OLD_FORMAT = '\t.headerflags\t@"EF_CUDA_TEXMODE_UNIFIED EF_CUDA_64BIT_ADDRESS {}"\n'
+
+
+@pytest.mark.parametrize(
+    ("flags", "arch"),
+    [
+        ("EF_CUDA_ACCELERATORS EF_CUDA_SM90 EF_CUDA_VIRTUAL_SM(EF_CUDA_SM90)", "sm_90a"),
+        ("EF_CUDA_SM90 EF_CUDA_VIRTUAL_SM(EF_CUDA_SM80)", "sm_90"),
+        ("EF_CUDA_SM75 EF_CUDA_VIRTUAL_SM(EF_CUDA_SM75)", "sm_75"),
+    ],
+)
+def test_parse_nvdisasm_of_the_older_elf_format(flags: str, arch: str) -> None:
+    text = _OLD_FORMAT.format(flags) + NVDISASM_SAMPLE.split("\n", 1)[1]
+    parsed, (kernel, _) = parse_nvdisasm(text)
+    assert parsed == arch and kernel.arch == arch
 
 
 # ----------------------------------------------------------------- wheel ----
