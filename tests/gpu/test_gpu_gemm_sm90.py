@@ -150,6 +150,20 @@ def test_exact_fp32_is_not_an_sm90_op():
     assert samattn._lib.last_family() == "sm80"
 
 
+def test_tma_descriptors_follow_each_calls_tensors():
+    """The library keeps the TMA descriptors of recent shapes and re-points them at each
+    call's tensors: calls of one shape on new tensors, more shapes than it keeps (64), and
+    a shape seen again after it was replaced, each match their own inputs' product."""
+    shapes = [(64 + 8 * i, 72, 136) for i in range(70)]
+    alive = []  # earlier inputs stay allocated: every call's tensors sit at new addresses
+    for round_ in range(2):
+        for m, k, n in shapes[:: 1 if round_ == 0 else 7]:
+            for _ in range(2):
+                a, b = randn(m, k, dtype=torch.bfloat16), randn(k, n, dtype=torch.bfloat16)
+                _check("bf16", a, b, what=f"{m}x{k}x{n} round {round_}")
+                alive = [*alive[-3:], (a, b)]
+
+
 @pytest.mark.parametrize("tile", TILES)
 def test_cuda_graph_replay(monkeypatch, tile):
     """Captured sm90 GEMMs replay on new inputs, bit for bit like eager calls (stream-K
