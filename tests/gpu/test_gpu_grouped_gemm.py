@@ -364,6 +364,45 @@ def test_grouped_gemm_list_of_many(family):
     _check_list(got, as_, bs, f"{family} many")
 
 
+def _gemm_kernel_launches(run) -> tuple[int, int] | None:
+    """(list kernel launches, plain tensor-core GEMM launches) while `run` runs, from
+    torch's profiler; None when it records no kernel at all (no CUPTI)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        run()
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    if not names:
+        return None
+    lists = sum("gemm_tensor_core_list_kernel" in n for n in names)
+    plain = sum("gemm_tensor_core_kernel<" in n for n in names)
+    return lists, plain
+
+
+@pytest.mark.parametrize("count", [4, 70])
+def test_grouped_gemm_list_is_one_launch_per_32(family, count):
+    """On the mma.sync families a list of one layout runs in one launch per 32 GEMMs, not
+    one per GEMM; a list of two layouts in one per layout."""
+    if family not in ("sm80", "sm75"):
+        pytest.skip("the sm80 and sm75 list kernel; sm90 has its own")
+    sizes = [(8 + 24 * (i % 5), 8 * (1 + i % 7), 8 * (1 + i % 11)) for i in range(count)]
+    for layout, launches in (("kn", -(-count // 32)), ("mixed", None)):
+        as_, bs = _list_operands(sizes, torch.float16, layout)
+        with samattn.use_family(family):
+            got = samattn.grouped_gemm_list(as_, bs)
+            seen = _gemm_kernel_launches(lambda: samattn.grouped_gemm_list(as_, bs))  # noqa: B023
+        _check_list(got, as_, bs, f"{family} {layout} {count}")
+        if seen is None:
+            pytest.skip("torch's profiler records no CUDA kernels here")
+        lists, plain = seen
+        assert plain == 0, f"{layout}: {plain} per-GEMM launches"
+        if launches is None:  # two layouts of B: one launch per layout per 32 GEMMs
+            assert 2 <= lists <= 2 * -(-count // 32), f"{layout}: {lists} launches"
+        else:
+            assert lists == launches, f"{layout}: {lists} launches"
+
+
 def test_grouped_gemm_list_gradients(family):
     as_, bs = _list_operands(LIST_SIZES[:3] + LIST_SIZES[4:], torch.bfloat16, "kn")
     as_ = [a.requires_grad_() for a in as_]

@@ -39,7 +39,7 @@ inline int64_t row_tile_bound(int64_t rows, int64_t groups, int64_t block_m) {
 
 // The grouping part of the sm80 and sm75 families' plans: grouped GEMMs run
 // on their tensor-core kernels (`tensor_core`), not on the FMA-unit ones; a
-// list runs as plain GEMMs (run_list).
+// list runs on either (gemm_dispatch.h, run_gemm_list).
 inline bool plan_group(Family family, const GemmProblem& problem, bool tensor_core,
                        std::string* why) {
   if (problem.group_mode == kGroupNone || problem.group_mode == kGroupList || tensor_core) {
@@ -50,33 +50,6 @@ inline bool plan_group(Family family, const GemmProblem& problem, bool tensor_co
            " family computes this dtype on its FMA units (exact fp32, or bf16 on sm75)";
   }
   return false;
-}
-
-// A list on the sm80 and sm75 families: one plain GEMM after another, each
-// launched by `run` (the family's launch), with no split (no workspace).
-template <class Run>
-cudaError_t run_list(const GemmProblem& list, Run&& run) {
-  for (int64_t i = 0; i < list.batch; ++i) {
-    const samattn_gemm_list_entry& e = list.group_list[i];
-    if (e.m == 0 || e.n == 0) continue;
-    GemmProblem one = list;
-    one.group_mode = kGroupNone;
-    one.group_list = nullptr;
-    one.batch = 1;
-    one.m = e.m;
-    one.n = e.n;
-    one.k = e.k;
-    one.a = {e.a, 0, e.a_row_stride, e.a_col_stride};
-    one.b = {e.b, 0, e.b_row_stride, e.b_col_stride};
-    one.d = e.d;
-    one.d_batch_stride = 0;
-    one.d_row_stride = e.d_row_stride;
-    one.d_col_stride = e.d_col_stride;
-    one.split_k = 1;
-    const cudaError_t error = run(one);
-    if (error != cudaSuccess) return error;
-  }
-  return cudaSuccess;
 }
 
 #if defined(__CUDACC__) || defined(SAMATTN_GROUP_EMULATION)

@@ -9,7 +9,8 @@ namespace samattn {
 
 namespace {
 
-cudaError_t run_one_sm75(const GemmProblem& problem) {
+// A problem, or a list of them (gemm_dispatch.h, run_gemm_list).
+cudaError_t gemm_sm75(const GemmProblem& problem) {
   using gemm::Family;
   using gemm::SimtGemm;
   using gemm::TensorCoreGemm;
@@ -25,13 +26,6 @@ cudaError_t run_one_sm75(const GemmProblem& problem) {
       return gemm::run_gemm<SimtGemm, DType::f32, Family::sm75>(problem, 4);
   }
   return cudaErrorInvalidValue;
-}
-
-cudaError_t gemm_sm75(const GemmProblem& problem) {
-  if (problem.group_mode == gemm::group::kGroupList) {
-    return gemm::group::run_list(problem, run_one_sm75);
-  }
-  return run_one_sm75(problem);
 }
 
 bool plan_sm75(const GemmProblem& problem, std::string* why) {

@@ -10,7 +10,8 @@
 // the bias and the activation in fp32 and stores with the problem's own
 // strides, in the input type or fp32. With parallel split-K, each split
 // (blockIdx.z) covers a range of K and stores fp32 partial sums instead
-// (gemm/split_k_reduce.cuh adds them up).
+// (gemm/split_k_reduce.cuh adds them up). A list of independent GEMMs runs
+// the same tile in gemm_tensor_core_list_kernel, each CTA on one GEMM's tile.
 //
 // Following CuTe's convention, B is handled as an (N,K) tensor, and the
 // kernel is templated on a Traits type (see gemm_tensor_core_traits.cuh)
@@ -68,6 +69,27 @@ struct TileJob {
   int row_begin;  // first row of A, C and D this job's rows count from
   int m;          // rows from row_begin
   int k_begin, k_extent;
+};
+
+// One GEMM of a list (SAMATTN_GROUP_LIST) as the list kernel reads it: its
+// operands, sizes and strides replace the launch's TensorCoreParams ones.
+struct ListGemm {
+  const void* a;
+  const void* b;
+  void* d;
+  int64_t a_m, a_k, b_n, b_k, d_m, d_n;
+  int m, n, k;
+  int tiles_m, tiles_n;
+  int first_cta;  // blockIdx.x of its first tile; its tiles follow
+};
+
+// The GEMMs of one list launch, passed by value: no device table to fill and
+// nothing to copy, so a list launch is as capturable as any other. Together
+// with TensorCoreParams it stays under the 4 KB of kernel parameters.
+inline constexpr int kListLaunchGemms = 32;
+struct ListChunk {
+  int count;
+  ListGemm gemms[kListLaunchGemms];
 };
 
 // Maps a linear CTA index to a (tile_m, tile_n) pair, walking groups of
@@ -236,9 +258,10 @@ __device__ inline bool find_job(TensorCoreParams const& p, TileJob& job) {
   return true;
 }
 
+// One CTA's tile: the K loop and the epilogue. Forced inline into both
+// kernels, so that the plain kernel reads `p` from its parameters as before.
 template <class Traits>
-__global__ void __launch_bounds__(Traits::kThreads)
-    gemm_tensor_core_kernel(TensorCoreParams const p) {
+__device__ __forceinline__ void gemm_tile(TensorCoreParams const& p, TileJob const& job) {
   using namespace cute;
   using Element = typename Traits::Element;
   using Output = typename Traits::Output;
@@ -246,9 +269,6 @@ __global__ void __launch_bounds__(Traits::kThreads)
   constexpr int BN = Traits::kBlockN;
   constexpr int BK = Traits::kBlockK;
   constexpr int kStages = Traits::kStages;
-
-  TileJob job;
-  if (!find_job<BM>(p, job)) return;  // a grouped grid's spare CTA
   const int tile_m = job.tile_m, tile_n = job.tile_n;
 
   // Global tensors of this job's rows and K range, (M,K) and (N,K), with the
@@ -384,6 +404,51 @@ __global__ void __launch_bounds__(Traits::kThreads)
     Output* d = static_cast<Output*>(p.d) + d_offset;
     store_tile<Output, Output, BM, BN>(p, job, d, p.d_m, p.d_n, false, thr_mma, accum);
   }
+}
+
+template <class Traits>
+__global__ void __launch_bounds__(Traits::kThreads)
+    gemm_tensor_core_kernel(TensorCoreParams const p) {
+  TileJob job;
+  if (!find_job<Traits::kBlockM>(p, job)) return;  // a grouped grid's spare CTA
+  gemm_tile<Traits>(p, job);
+}
+
+// A list of independent GEMMs in one launch: blockIdx.x walks the GEMMs'
+// tiles in order. `p` holds what the GEMMs share (alpha, the output type, no
+// C, bias or split); the chunk is __grid_constant__ so that indexing it at
+// run time reads the parameters in place instead of copying them per thread.
+template <class Traits>
+__global__ void __launch_bounds__(Traits::kThreads)
+    gemm_tensor_core_list_kernel(TensorCoreParams const p,
+                                 __grid_constant__ const ListChunk chunk) {
+  const int cta = static_cast<int>(blockIdx.x);
+  int i = 0;
+  while (i + 1 < chunk.count && cta >= chunk.gemms[i + 1].first_cta) ++i;
+  const ListGemm& g = chunk.gemms[i];
+  TensorCoreParams q = p;
+  q.a = g.a;
+  q.a_m = g.a_m;
+  q.a_k = g.a_k;
+  q.b = g.b;
+  q.b_n = g.b_n;
+  q.b_k = g.b_k;
+  q.d = g.d;
+  q.d_m = g.d_m;
+  q.d_n = g.d_n;
+  q.m = g.m;
+  q.n = g.n;
+  q.k = g.k;
+  q.tiles_m = g.tiles_m;
+  q.tiles_n = g.tiles_n;
+  TileJob job;
+  swizzled_tile<8>(cta - g.first_cta, g.tiles_m, g.tiles_n, job.tile_m, job.tile_n);
+  job.batch = 0;
+  job.row_begin = 0;
+  job.m = g.m;
+  job.k_begin = 0;
+  job.k_extent = g.k;  // 0: D = 0
+  gemm_tile<Traits>(q, job);
 }
 
 }  // namespace samattn::gemm

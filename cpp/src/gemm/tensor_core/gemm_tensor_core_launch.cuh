@@ -2,6 +2,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
 #include <type_traits>
 
 #include "common/launch_setup.h"
@@ -27,6 +28,65 @@ template <class Out, class Bias, Family kFamily>
 cudaError_t reduce_splits(const GemmProblem& problem, int splits) {
   return launch_split_k_reduce<Out, Bias, kFamily>(split_k_reduce_params(problem, splits),
                                                    problem.sm_count, problem.stream);
+}
+
+// A list's GEMMs (problem.group_list, each laid out as Config takes it: the
+// dispatch sorted them) in launches of kListLaunchGemms. `shared` carries
+// what they share: alpha and the output type.
+template <class Traits>
+cudaError_t run_tensor_core_list(const GemmProblem& list, TensorCoreParams shared) {
+  static_assert(sizeof(TensorCoreParams) + sizeof(ListChunk) <= 4096,
+                "kernel parameters are limited to 4 KB");
+  constexpr int kSmem = Traits::kSmemBytes;
+  const cudaError_t allowed = allow_dynamic_smem<gemm_tensor_core_list_kernel<Traits>>(kSmem);
+  if (allowed != cudaSuccess) return allowed;
+  shared.batch = 1;
+  shared.splits = 1;
+  shared.c = nullptr;
+  shared.bias = nullptr;
+  shared.activation = Activation::none;
+  ListChunk chunk{};
+  int64_t ctas = 0;  // gridDim.x: below 2^31
+  const auto launch = [&]() {
+    gemm_tensor_core_list_kernel<Traits>
+        <<<static_cast<unsigned>(ctas), Traits::kThreads, kSmem, list.stream>>>(shared, chunk);
+    chunk.count = 0;
+    ctas = 0;
+    return cudaGetLastError();
+  };
+  for (int64_t i = 0; i < list.batch; ++i) {
+    const samattn_gemm_list_entry& e = list.group_list[i];
+    if (e.m == 0 || e.n == 0) continue;
+    const int64_t tiles_m = (e.m + Traits::kBlockM - 1) / Traits::kBlockM;
+    const int64_t tiles_n = (e.n + Traits::kBlockN - 1) / Traits::kBlockN;
+    if (ctas + tiles_m * tiles_n > INT32_MAX && chunk.count > 0) {
+      const cudaError_t status = launch();
+      if (status != cudaSuccess) return status;
+    }
+    ListGemm& g = chunk.gemms[chunk.count++];
+    g.a = e.a;
+    g.a_m = e.a_row_stride;
+    g.a_k = e.a_col_stride;
+    // B is (K,N) in the entry and (N,K) in the kernel.
+    g.b = e.b;
+    g.b_n = e.b_col_stride;
+    g.b_k = e.b_row_stride;
+    g.d = e.d;
+    g.d_m = e.d_row_stride;
+    g.d_n = e.d_col_stride;
+    g.m = static_cast<int>(e.m);
+    g.n = static_cast<int>(e.n);
+    g.k = static_cast<int>(e.k);
+    g.tiles_m = static_cast<int>(tiles_m);
+    g.tiles_n = static_cast<int>(tiles_n);
+    g.first_cta = static_cast<int>(ctas);
+    ctas += tiles_m * tiles_n;
+    if (chunk.count == kListLaunchGemms) {
+      const cudaError_t status = launch();
+      if (status != cudaSuccess) return status;
+    }
+  }
+  return chunk.count > 0 ? launch() : cudaSuccess;
 }
 
 template <class Config>
@@ -63,6 +123,7 @@ cudaError_t run_tensor_core(const GemmProblem& problem) {
   p.bias_per_row = problem.bias_per_row;
   p.activation = static_cast<Activation>(problem.activation);
   p.out_f32 = problem.out_f32;
+  if (problem.group_mode == group::kGroupList) return run_tensor_core_list<Traits>(problem, p);
   p.tiles_m = static_cast<int>((problem.m + Traits::kBlockM - 1) / Traits::kBlockM);
   p.tiles_n = static_cast<int>((problem.n + Traits::kBlockN - 1) / Traits::kBlockN);
   const SplitK split = split_k_ranges(FamilyOf<Config>::value, problem);
