@@ -285,6 +285,38 @@ def grouped_gemm_k(a: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor) -> G
     return GroupedShape((groups, m, n), groups, m, n, k)
 
 
+def grouped_gemm_list_quick(
+    as_: Sequence[torch.Tensor], bs: Sequence[torch.Tensor]
+) -> list[tuple[int, int, int]] | None:
+    """Each GEMM's (M, N, K) for a plainly valid list of CUDA tensors, else None (then
+    grouped_gemm_list() decides and raises). The eager path's cheap check: no message is
+    formatted and no device object made per tensor; it accepts only what
+    grouped_gemm_list() accepts."""
+    if type(as_) not in (list, tuple) or type(bs) not in (list, tuple):
+        return None
+    if len(as_) != len(bs) or not 1 <= len(as_) <= MAX_GROUPS:
+        return None
+    first = as_[0]
+    if not isinstance(first, torch.Tensor) or first.dtype not in _GROUPED_DTYPES:
+        return None
+    dtype, device = first.dtype, first.get_device()
+    if device < 0:  # CPU or meta: the full check names the problem
+        return None
+    sizes = []
+    for a, b in zip(as_, bs):
+        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+            return None
+        if a.dtype is not dtype or b.dtype is not dtype or not (a.is_cuda and b.is_cuda):
+            return None
+        if a.get_device() != device or b.get_device() != device:
+            return None
+        shape_a, shape_b = a.shape, b.shape
+        if len(shape_a) != 2 or len(shape_b) != 2 or shape_a[1] != shape_b[0]:
+            return None
+        sizes.append((shape_a[0], shape_b[1], shape_a[1]))
+    return sizes
+
+
 def grouped_gemm_list(
     as_: Sequence[torch.Tensor], bs: Sequence[torch.Tensor]
 ) -> list[tuple[int, int, int]]:

@@ -217,18 +217,19 @@ def grouped_gemm_k(a: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor) -> t
 
 def grouped_gemm_list(as_: list[torch.Tensor], bs: list[torch.Tensor]) -> list[torch.Tensor]:
     """out[i] = as_[i] @ bs[i] for every i in one call; see samattn.grouped_gemm_list."""
-    sizes = _checks.grouped_gemm_list(as_, bs)
+    sizes = _checks.grouped_gemm_list_quick(as_, bs) or _checks.grouped_gemm_list(as_, bs)
     outs = [a.new_empty(m, n) for a, (m, n, _) in zip(as_, sizes)]
     entries = (_lib.GemmListEntry * len(sizes))()
+    pack, entry_bytes = _lib.LIST_ENTRY_PACKER.pack_into, ctypes.sizeof(_lib.GemmListEntry)
     keep = []  # the operands as the kernels read them, alive until the launch is queued
-    for entry, a, b, out, (m, n, k) in zip(entries, as_, bs, outs, sizes):
+    for i, (a, b, out, (m, n, k)) in enumerate(zip(as_, bs, outs, sizes)):
         a, (_, a_row, a_col) = _operand(a, 1)
         b, (_, b_row, b_col) = _operand(b, 1)
         keep += (a, b)
-        entry.m, entry.n, entry.k = m, n, k
-        entry.a, entry.a_row_stride, entry.a_col_stride = a.data_ptr(), a_row, a_col
-        entry.b, entry.b_row_stride, entry.b_col_stride = b.data_ptr(), b_row, b_col
-        entry.d, entry.d_row_stride, entry.d_col_stride = out.data_ptr(), n, 1
+        pack(
+            entries, i * entry_bytes,
+            m, n, k, a.data_ptr(), a_row, a_col, b.data_ptr(), b_row, b_col, out.data_ptr(), n, 1,
+        )  # fmt: skip
     if all(out.numel() == 0 for out in outs):
         return outs
     args = _lib.GemmArgs(

@@ -291,6 +291,7 @@ def packer(cls: type[ctypes.Structure]) -> struct.Struct:
 GEMM_PACKER = packer(GemmArgs)
 SOFTMAX_PACKER = packer(SoftmaxArgs)
 ATTENTION_PACKER = packer(AttentionArgs)
+LIST_ENTRY_PACKER = packer(GemmListEntry)
 
 _i32 = ctypes.c_int32
 _i32_p = ctypes.POINTER(ctypes.c_int32)
