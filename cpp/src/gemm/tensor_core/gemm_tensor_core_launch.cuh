@@ -123,7 +123,14 @@ cudaError_t run_tensor_core(const GemmProblem& problem) {
   p.bias_per_row = problem.bias_per_row;
   p.activation = static_cast<Activation>(problem.activation);
   p.out_f32 = problem.out_f32;
-  if (problem.group_mode == group::kGroupList) return run_tensor_core_list<Traits>(problem, p);
+  if (problem.group_mode == group::kGroupList) {
+    // Lists are 16-bit (the API refuses others): tf32 units carry no list kernel.
+    if constexpr (sizeof(typename Traits::Element) == 2) {
+      return run_tensor_core_list<Traits>(problem, p);
+    } else {
+      return cudaErrorNotSupported;
+    }
+  }
   p.tiles_m = static_cast<int>((problem.m + Traits::kBlockM - 1) / Traits::kBlockM);
   p.tiles_n = static_cast<int>((problem.n + Traits::kBlockN - 1) / Traits::kBlockN);
   const SplitK split = split_k_ranges(FamilyOf<Config>::value, problem);
