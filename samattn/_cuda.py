@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import ctypes
 import operator
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
 
 import torch
 
@@ -431,6 +435,45 @@ def _host_values(tensors: list[torch.Tensor | None]) -> list[list[int] | None]:
     return values
 
 
+# Value checks that passed, by the bounds they were checked against and the tensors'
+# identities: (weak references to the tensors, their version counters). An entry holds
+# while every tensor is the same live object, unmodified by torch since (its version
+# counter unchanged): the layers of a model pass the same cu_seqlens or cache_seqlens to
+# every call of a step (and autograd to the backward), which then copy nothing to the host.
+_VERIFIED_LIMIT = 64
+_verified: OrderedDict[Hashable, tuple[tuple[weakref.ref | None, ...], tuple[int, ...]]] = (
+    OrderedDict()
+)
+_verified_lock = threading.Lock()  # autograd runs backward calls on a thread of its own
+
+
+def _checked_once(
+    bounds: Hashable,
+    tensors: list[torch.Tensor | None],
+    check: Callable[[list[list[int] | None]], None],
+) -> None:
+    """check(values of `tensors`, read with one device-to-host copy) unless these same,
+    unmodified tensors passed it against the same bounds before."""
+    key = (bounds, tuple(None if t is None else id(t) for t in tensors))
+    versions = tuple(-1 if t is None else t._version for t in tensors)
+    with _verified_lock:
+        entry = _verified.get(key)
+        if (
+            entry is not None
+            and entry[1] == versions
+            and all(r is None or r() is t for r, t in zip(entry[0], tensors))
+        ):
+            _verified.move_to_end(key)
+            return
+    check(_host_values(tensors))
+    refs = tuple(None if t is None else weakref.ref(t) for t in tensors)
+    with _verified_lock:
+        _verified[key] = (refs, versions)
+        _verified.move_to_end(key)
+        if len(_verified) > _VERIFIED_LIMIT:
+            _verified.popitem(last=False)
+
+
 def _check_cu_seqlens_on_device(
     op: str | None,
     cu_seqlens_q: torch.Tensor,
@@ -446,17 +489,25 @@ def _check_cu_seqlens_on_device(
     the tensors, and the library cannot read device memory: check them here (one small
     device-to-host copy), unless _checking_values() says not now."""
     op = op or "samattn.flash_attn_varlen_func"
-    values_q, values_k, table = _host_values([cu_seqlens_q, cu_seqlens_k, block_table])
-    _checks.cu_seqlens_values(
-        op, "cu_seqlens_q", values_q, sizes.seqlen_q, max_seqlen_q, "max_seqlen_q"
-    )
     # Paged: cu_seqlens_k gives lengths only (each sequence's keys are in its pages).
     total_k = None if block_table is not None else sizes.seqlen_k
-    _checks.cu_seqlens_values(op, "cu_seqlens_k", values_k, total_k, max_seqlen_k, "max_seqlen_k")
-    if block_table is not None:
-        lengths = [end - start for start, end in zip(values_k, values_k[1:])]
-        width = block_table.shape[1]
-        _checks.paged_varlen_values(op, lengths, page_size, width, num_blocks, table)
+
+    def check(values: list[list[int] | None]) -> None:
+        values_q, values_k, table = values
+        _checks.cu_seqlens_values(
+            op, "cu_seqlens_q", values_q, sizes.seqlen_q, max_seqlen_q, "max_seqlen_q"
+        )
+        _checks.cu_seqlens_values(
+            op, "cu_seqlens_k", values_k, total_k, max_seqlen_k, "max_seqlen_k"
+        )
+        if block_table is not None:
+            lengths = [end - start for start, end in zip(values_k, values_k[1:])]
+            width = block_table.shape[1]
+            _checks.paged_varlen_values(op, lengths, page_size, width, num_blocks, table)
+
+    bounds = ("varlen", op, sizes.seqlen_q, total_k, max_seqlen_q, max_seqlen_k, page_size,
+              num_blocks)  # fmt: skip
+    _checked_once(bounds, [cu_seqlens_q, cu_seqlens_k, block_table], check)
 
 
 # The forward leaves the backward's tensors (dout, dq, dk, dv and their strides) NULL / 0.
@@ -831,8 +882,9 @@ def flash_attn_kvcache(
         return out, lse
     _cache_pointers(op, {"k_cache": k_cache, "v_cache": v_cache})
     seqlens_known = cache_seqlens is not None and not isinstance(cache_seqlens, torch.Tensor)
+    cache_seqlens_value = None
     if seqlens_known:  # an int, checked by _checks.kvcache
-        cache_seqlens = operator.index(cache_seqlens)
+        cache_seqlens = cache_seqlens_value = operator.index(cache_seqlens)
         seqlens_values = [cache_seqlens] * sizes.batch
         cache_seqlens = q.new_full((sizes.batch,), cache_seqlens, dtype=torch.int32)
     ints = [cache_seqlens, cache_leftpad, cache_batch_idx]
@@ -843,10 +895,14 @@ def flash_attn_kvcache(
         block_table = _rows_contiguous(block_table)
     if _checking_values():
         tensors = [None if seqlens_known else cache_seqlens, cache_leftpad, cache_batch_idx]
-        values = _host_values([*tensors, block_table])
-        if seqlens_known:
-            values[0] = seqlens_values
-        _checks.kvcache_values(op, sizes, *values)
+
+        def check(values: list[list[int] | None]) -> None:
+            if seqlens_known:
+                values[0] = seqlens_values
+            _checks.kvcache_values(op, sizes, *values)
+
+        bounds = ("kvcache", op, sizes, cache_seqlens_value if seqlens_known else None)
+        _checked_once(bounds, [*tensors, block_table], check)
     keep: tuple[torch.Tensor | None, ...] = (cache_seqlens, cache_leftpad, cache_batch_idx)
     new = (0,) * 8
     if k is not None:

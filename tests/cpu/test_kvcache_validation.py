@@ -406,6 +406,46 @@ def test_host_values_splits_one_copy():
     assert _cuda._host_values([None, None]) == [None, None]
 
 
+def test_checked_values_are_read_once_per_tensor_version(monkeypatch):
+    # A check that passed is not repeated (no device-to-host copy) for the same, unmodified
+    # tensors against the same bounds; anything else checks again.
+    monkeypatch.setattr(_cuda, "_verified", type(_cuda._verified)())
+    reads = []
+
+    def host_values(tensors):
+        reads.append(len(tensors))
+        return [None if t is None else t.tolist() for t in tensors]
+
+    monkeypatch.setattr(_cuda, "_host_values", host_values)
+    seen = []
+
+    def check(values):
+        seen.append(values)
+        if values[0][-1] > 10:
+            raise ValueError("too long")
+
+    a, b = torch.tensor([0, 3, 7], dtype=I32), torch.tensor([1], dtype=I32)
+    _cuda._checked_once(("b", 10), [a, None, b], check)
+    _cuda._checked_once(("b", 10), [a, None, b], check)  # same tensors: not read again
+    assert len(reads) == 1 and seen == [[[0, 3, 7], None, [1]]]
+    _cuda._checked_once(("b", 11), [a, None, b], check)  # other bounds
+    assert len(reads) == 2
+    b += 0  # modified in place: its version changed
+    _cuda._checked_once(("b", 10), [a, None, b], check)
+    assert len(reads) == 3
+    _cuda._checked_once(("b", 10), [a.clone(), None, b], check)  # another tensor
+    assert len(reads) == 4
+    a[2] = 12  # a failing check raises, every time
+    for _ in range(2):
+        with pytest.raises(ValueError, match="too long"):
+            _cuda._checked_once(("b", 10), [a, None, b], check)
+    assert len(reads) == 6
+    # Entries only hold weak references and stay within the limit.
+    for n in range(_cuda._VERIFIED_LIMIT + 5):
+        _cuda._checked_once(("n", n), [torch.tensor([0], dtype=I32)], lambda values: None)
+    assert len(_cuda._verified) == _cuda._VERIFIED_LIMIT
+
+
 # ------------------------------------------------------- the switch ----
 def test_set_value_checks(monkeypatch):
     monkeypatch.setattr(_checks, "_value_checks", True)
