@@ -1,12 +1,13 @@
 """Attention dropout: the per-call seed, and the kernels' keep decisions in torch ops.
 
 The kernels (``cpp/src/attention/dropout.cuh``) keep probability (b, h, i, j) iff its
-16-bit random word is at least ``threshold(p)``; the words come from Philox4x32-7 keyed by
-the call's 64-bit seed, one counter ``(j // 16, i // 16, b * nheads + h, lane)`` per lane
-of each 16 x 16 unit. The seed lives on the device and is drawn by torch's CUDA generator
-for every call (``new_seed``): ``torch.manual_seed`` reproduces a run, two calls differ,
-and a CUDA graph draws a new seed on every replay. ``keep_mask`` recomputes the decisions
-with torch ops, for tests and for ``return_attn_probs``.
+8-bit random byte is at least ``threshold(p)`` and scale a kept one by ``scale(p)``; the
+bytes come from Philox4x32-7 keyed by the call's 64-bit seed, one counter
+``(j // 32, i // 16, b * nheads + h, lane)`` per lane of each 16 x 32 block. The seed
+lives on the device and is drawn by torch's CUDA generator for every call
+(``new_seed``): ``torch.manual_seed`` reproduces a run, two calls differ, and a CUDA graph
+draws a new seed on every replay. ``keep_mask`` recomputes the decisions with torch ops,
+for tests and for ``return_attn_probs``.
 """
 
 from __future__ import annotations
@@ -34,13 +35,15 @@ def _as_float32(p: float) -> float:
 
 
 def threshold(p: float) -> int:
-    """The smallest kept 16-bit word for dropout_p = p (the library rounds p to float32)."""
-    return min(65535, round(_as_float32(p) * 65536.0))
+    """The smallest kept byte for dropout_p = p: round(p * 256), at most 255 (the library
+    rounds p to float32 first). The p used is threshold(p) / 256."""
+    return min(255, round(_as_float32(p) * 256.0))
 
 
 def scale(p: float) -> float:
-    """The factor of a kept probability, 1 / (1 - p) (as float32 in the kernels)."""
-    return _as_float32(1.0 / (1.0 - _as_float32(p)))
+    """The factor of a kept probability, 256 / (256 - threshold(p)): 1 / (1 - p) of the p
+    used (as float32 in the kernels), so that dropout leaves the expectation unchanged."""
+    return _as_float32(256.0 / (256 - threshold(p)))
 
 
 def _mulhilo(multiplier: int, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -61,9 +64,9 @@ def philox(counter: list[torch.Tensor], key: int | torch.Tensor) -> list[torch.T
     return [c0, c1, c2, c3]
 
 
-def words(seed: int | torch.Tensor, batch: int, nheads: int, seqlen_q: int, seqlen_k: int,
+def random_bytes(seed: int | torch.Tensor, batch: int, nheads: int, seqlen_q: int, seqlen_k: int,
           device: torch.device | str = "cpu") -> torch.Tensor:  # fmt: skip
-    """The 16-bit words of every (b, h, i, j), int64 (batch, nheads, seqlen_q, seqlen_k).
+    """The random byte of every (b, h, i, j), int64 (batch, nheads, seqlen_q, seqlen_k).
     seed: the call's seed, an int or the seed tensor itself (read on its device: no
     host synchronization, and traceable)."""
     b = torch.arange(batch, device=device).view(-1, 1, 1, 1)
@@ -71,19 +74,19 @@ def words(seed: int | torch.Tensor, batch: int, nheads: int, seqlen_q: int, seql
     i = torch.arange(seqlen_q, device=device).view(1, 1, -1, 1)
     j = torch.arange(seqlen_k, device=device).view(1, 1, 1, -1)
     shape = (batch, nheads, seqlen_q, seqlen_k)
-    r, c = i % 16, j % 16
+    r, c = i % 16, j % 32
     lane = (r % 8) * 4 + (c % 8) // 2
     counter = [
-        (j // 16).expand(shape),
+        (j // 32).expand(shape),
         (i // 16).expand(shape),
         (b * nheads + h).expand(shape),
         lane.expand(shape),
     ]
     key = seed.reshape(()) if isinstance(seed, torch.Tensor) else seed & 0xFFFFFFFFFFFFFFFF
     out = philox(counter, key)
-    word = (c // 8) * 4 + (r // 8) * 2 + c % 2
-    half = torch.stack(out).gather(0, (word // 2).expand(shape).unsqueeze(0)).squeeze(0)
-    return (half >> (16 * (word % 2))) & 0xFFFF
+    word = torch.stack(out).gather(0, (c // 8).expand(shape).unsqueeze(0)).squeeze(0)
+    byte = (r // 8) * 2 + c % 2
+    return (word >> (8 * byte)) & 0xFF
 
 
 def keep_mask(seed: int | torch.Tensor, p: float, batch: int, nheads: int, seqlen_q: int,
@@ -91,7 +94,7 @@ def keep_mask(seed: int | torch.Tensor, p: float, batch: int, nheads: int, seqle
     """Which probabilities a call with this seed and dropout_p keeps: bool (batch, nheads,
     seqlen_q, seqlen_k), i and j counted within each sequence (varlen: take sequence b's
     corner)."""
-    return words(seed, batch, nheads, seqlen_q, seqlen_k, device) >= threshold(p)
+    return random_bytes(seed, batch, nheads, seqlen_q, seqlen_k, device) >= threshold(p)
 
 
 def seed_value(seed: torch.Tensor) -> int:

@@ -726,9 +726,10 @@ def flash_attn_func(
             multiples of 8, else element by element (slower). Views are read in place,
             except a non-contiguous head dim, or a headdim that is a multiple of 8 with
             strides that are not (copied, so that the vectors apply).
-        dropout_p: attention dropout, in [0, 1): each probability is dropped with this
-            probability and the kept ones scaled by 1 / (1 - dropout_p), in the forward and
-            (the same ones) in the backward. The pattern comes from a seed drawn by torch's
+        dropout_p: attention dropout, in [0, 1), used rounded to a multiple of 1/256 (as
+            flash-attn rounds it to 8 bits): each probability is dropped with that
+            probability p and the kept ones scaled by 1 / (1 - p), in the forward and (the
+            same ones) in the backward. The pattern comes from a seed drawn by torch's
             CUDA generator per call: torch.manual_seed reproduces it, two calls differ, a
             CUDA graph replay draws a new one (docs/attention_dropout.md).
         softmax_scale: defaults to headdim ** -0.5.

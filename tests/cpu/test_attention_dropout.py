@@ -36,21 +36,36 @@ def test_tensor_philox_matches_integer_philox():
         assert [int(o[n]) for o in out] == philox_ints(counter, key)
 
 
-def test_words_follow_the_unit_map():
-    # Word (b, h, i, j) is 16 bits of the Philox output of its unit's lane.
+def test_bytes_follow_the_block_map():
+    # Byte (b, h, i, j) is 8 bits of the Philox output of its 16 x 32 block's lane.
     seed = 0x123456789ABCDEF0
-    words = _dropout.words(seed, 2, 3, 40, 37)
-    for b, h, i, j in [(0, 0, 0, 0), (1, 2, 39, 36), (0, 1, 17, 9), (1, 0, 8, 31)]:
-        r, c = i % 16, j % 16
+    random_bytes = _dropout.random_bytes(seed, 2, 3, 40, 70)
+    points = [(0, 0, 0, 0), (1, 2, 39, 69), (0, 1, 17, 9), (1, 0, 8, 31), (0, 2, 15, 48),
+              (1, 1, 9, 63), (0, 0, 33, 40)]  # fmt: skip
+    for b, h, i, j in points:
+        r, c = i % 16, j % 32
         lane = (r % 8) * 4 + (c % 8) // 2
-        out = philox_ints([j // 16, i // 16, b * 3 + h, lane], seed)
-        word = (c // 8) * 4 + (r // 8) * 2 + c % 2
-        assert int(words[b, h, i, j]) == (out[word // 2] >> (16 * (word % 2))) & 0xFFFF
+        out = philox_ints([j // 32, i // 16, b * 3 + h, lane], seed)
+        byte = (r // 8) * 2 + c % 2
+        assert int(random_bytes[b, h, i, j]) == (out[c // 8] >> (8 * byte)) & 0xFF
+
+
+def test_each_draw_serves_one_block_once():
+    # The 512 elements of a 16 x 32 block take the 32 lanes' 16 bytes, each exactly once.
+    slots = set()
+    for r in range(16):
+        for c in range(32):
+            slots.add(((r % 8) * 4 + (c % 8) // 2, c // 8, (r // 8) * 2 + c % 2))
+    assert len(slots) == 16 * 32
 
 
 def test_kept_fraction_and_threshold():
-    assert _dropout.threshold(0.0) == 0 and _dropout.threshold(0.5) == 32768
-    assert _dropout.threshold(0.999999) == 65535
+    assert _dropout.threshold(0.0) == 0 and _dropout.threshold(0.5) == 128
+    assert _dropout.threshold(0.999999) == 255 and _dropout.threshold(0.1) == 26
+    assert _dropout.threshold(0.001) == 0  # below 1/512: nothing dropped
+    # The scale is that of the p used, 26 / 256 for 0.1: the expectation is unchanged.
+    assert _dropout.scale(0.1) == _dropout._as_float32(256 / 230)
+    assert _dropout.scale(0.5) == 2.0
     keep = _dropout.keep_mask(7, 0.3, 4, 8, 128, 128)
     assert abs(keep.float().mean().item() - 0.7) < 0.005
     other = _dropout.keep_mask(8, 0.3, 4, 8, 128, 128)

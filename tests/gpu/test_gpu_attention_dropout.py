@@ -1,10 +1,11 @@
 """Attention dropout on the GPU (the issue "Attention without holes").
 
-The kernels keep probability (b, h, i, j) iff its Philox word passes the threshold
+The kernels keep probability (b, h, i, j) iff its Philox byte passes the threshold
 (cpp/src/attention/dropout.cuh); samattn._dropout.keep_mask recomputes those decisions with
 torch ops from the call's seed, which these tests capture. So the output and the gradients
 are checked element for element against float64 references that drop exactly the same
-probabilities: softmax(scores) * keep / (1 - p) @ v. Accuracy rule as in the other
+probabilities: softmax(scores) * keep * scale(p) @ v, scale(p) = 1 / (1 - p) of p rounded
+to 1/256. Accuracy rule as in the other
 attention tests (gpu_checks.assert_close_to_reference): twice the error of the same
 reference in the input dtype, plus a floor.
 
@@ -89,7 +90,7 @@ def reference(q, k, v, keep, p, scale, causal=False, window=(-1, -1), softcap=0.
     elif mask is not None:
         scores = scores + mask.to(dtype)
     probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # rows that see no key: 0
-    dropped = probs * keep.to(dtype) / (1.0 - p)
+    dropped = probs * keep.to(dtype) * _dropout.scale(p)
     return torch.einsum("bhij,bjhd->bihd", dropped, vd)
 
 
@@ -273,7 +274,7 @@ def test_s_dmask_marks_the_dropped_probabilities(seeds):
     )
     torch.testing.assert_close(s_dmask.abs().double(), probs, atol=2e-3, rtol=1e-2)
     # The output is the kept probabilities, scaled, times v.
-    dropped = torch.where(s_dmask.signbit(), 0.0, s_dmask.double()) / (1 - p)
+    dropped = torch.where(s_dmask.signbit(), 0.0, s_dmask.double()) * _dropout.scale(p)
     torch.testing.assert_close(
         out.double(), torch.einsum("bhij,bjhd->bihd", dropped, v.double()), atol=5e-3, rtol=0
     )

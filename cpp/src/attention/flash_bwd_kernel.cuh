@@ -601,7 +601,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_bwd_kernel(FlashBwd
     const GmemAccess access{kVectors, p.headdim};
 
     // S and dP: A = Q / dO, B = K / V, both K-major (ldmatrix).
-    std::conditional_t<kTerms, typename Traits::TiledMmaSdPUnits, typename Traits::TiledMmaSdP>
+    std::conditional_t<kTerms, typename Traits::TiledMmaSdPBlocks, typename Traits::TiledMmaSdP>
         mma_sdp;
     auto thr_sdp = mma_sdp.get_slice(tid);
     Tensor tSrA = thr_sdp.partition_fragment_A(sQ);  // (MMA, MMA_M, D/16), Q or dO
@@ -755,11 +755,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_bwd_kernel(FlashBwd
             constexpr int kRows = decltype(size<0>(scores))::value;
             Tensor probs_rc = rowcol_view(probs);
             const float scale = p.terms.dropout.scale;
-            for_each_dropout(scores, tScS, m0, n0, dropout_rng, [&](int r, int c, bool kept) {
-              const int i = r + kRows * c;
-              kept_bits[i / 32] |= uint32_t(kept) << (i % 32);
-              probs_rc(r, c) = kept ? static_cast<Element>(scores(r, c) * scale) : Element(0);
-            });
+            for_each_dropout<Traits::kDropoutCols>(
+                scores, tScS, m0, n0, dropout_rng, [&](int r, int c, bool kept) {
+                  const int i = r + kRows * c;
+                  kept_bits[i / 32] |= uint32_t(kept) << (i % 32);
+                  probs_rc(r, c) = kept ? static_cast<Element>(scores(r, c) * scale) : Element(0);
+                });
           }
         }
         copy(copy_c_sdp, thr_copy_c_sdp.retile_S(probs), tPsP);

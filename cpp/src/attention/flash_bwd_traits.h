@@ -9,35 +9,39 @@
 
 namespace samattn::attention {
 
-// Warps over an (M, N) MMA tile, 16 x 16 per warp and tile repeat (two n8
-// atoms, so that one ldmatrix.x4 loads a B fragment; see WarpTiledMma for
-// which columns). The split
-// minimizes a warp's M + N extent: the A and B fragments it loads per
-// k-step, which the loads of the next k-step keep live next to the
-// accumulators.
-constexpr int balanced_warps_m(int warps, int extent_m, int extent_n) {
+// Warps over an (M, N) MMA tile, 16 x unit_n per warp and tile repeat
+// (unit_n / 8 n8 atoms; 16: one ldmatrix.x4 loads a B fragment; see
+// WarpTiledMma for which columns). The split minimizes a warp's M + N extent:
+// the A and B fragments it loads per k-step, which the loads of the next
+// k-step keep live next to the accumulators.
+constexpr int balanced_warps_m(int warps, int extent_m, int extent_n, int unit_n = 16) {
   int best = 0, best_cost = 1 << 30;
   for (int wm = 1; wm <= warps; wm *= 2) {
     const int wn = warps / wm;
-    if (extent_m % (16 * wm) != 0 || extent_n % (16 * wn) != 0) continue;
+    if (extent_m % (16 * wm) != 0 || extent_n % (unit_n * wn) != 0) continue;
     const int cost = extent_m / wm + extent_n / wn;
     if (cost <= best_cost) best = wm, best_cost = cost;  // ties: more warps along M
   }
   return best;
 }
 
-// kWholeUnits permutes N so that each warp takes two adjacent n8 atoms (warp
-// n of a 16 * kWarpsN tile takes columns 16n .. 16n + 15): its S tile is then
-// whole 16 x 16 units, as dropout's random words are laid out (dropout.cuh).
-// Otherwise warp n takes columns 8n .. 8n + 7 and 8 (kWarpsN + n) .. + 7.
-template <class MmaAtom, int kWarps, int kExtentM, int kExtentN, bool kWholeUnits = false>
+// kWholeBlocks permutes N so that each warp takes kUnitN / 8 adjacent n8
+// atoms (warp n of a kUnitN * kWarpsN tile takes columns kUnitN n .. +
+// kUnitN - 1): its S tile is then whole 16 x 32 blocks as dropout's random
+// bytes are laid out (dropout.cuh), or, where the warps outnumber the
+// tile's 16 x 32 blocks, whole 16 x 16 halves of them. Otherwise warp n
+// takes columns 8n .. 8n + 7 and 8 (kWarpsN + n) .. + 7 of each 16 * kWarpsN
+// tile.
+template <class MmaAtom, int kWarps, int kExtentM, int kExtentN, bool kWholeBlocks = false>
 struct WarpTiledMma {
-  static constexpr int kWarpsM = balanced_warps_m(kWarps, kExtentM, kExtentN);
-  static_assert(kWarpsM > 0, "the warps cannot tile this MMA extent in 16x16 blocks");
+  static constexpr int kUnitN =
+      kWholeBlocks && balanced_warps_m(kWarps, kExtentM, kExtentN, 32) > 0 ? 32 : 16;
+  static constexpr int kWarpsM = balanced_warps_m(kWarps, kExtentM, kExtentN, kUnitN);
+  static_assert(kWarpsM > 0, "the warps cannot tile this MMA extent in 16 x 16 blocks");
   static constexpr int kWarpsN = kWarps / kWarpsM;
-  using UnitsN = cute::Layout<cute::Shape<cute::_8, cute::Int<kWarpsN>, cute::_2>,
-                              cute::Stride<cute::_1, cute::_16, cute::_8>>;
-  using TileN = std::conditional_t<kWholeUnits, UnitsN, cute::Int<16 * kWarpsN>>;
+  using BlocksN = cute::Layout<cute::Shape<cute::_8, cute::Int<kWarpsN>, cute::Int<kUnitN / 8>>,
+                               cute::Stride<cute::_1, cute::Int<kUnitN>, cute::_8>>;
+  using TileN = std::conditional_t<kWholeBlocks, BlocksN, cute::Int<16 * kWarpsN>>;
   using type = decltype(cute::make_tiled_mma(
       MmaAtom{}, cute::Layout<cute::Shape<cute::Int<kWarpsM>, cute::Int<kWarpsN>, cute::_1>>{},
       cute::Tile<cute::Int<16 * kWarpsM>, TileN, cute::_16>{}));
@@ -87,8 +91,11 @@ struct FlashBwdTraits<FlashBwdConfig<T, kHeadDim_, kBlockM_, kBlockN_, kWarps_, 
   // LSE), so the warps may split both modes.
   using MmaAtom = typename MmaAtomOf<F, T>::type;
   using TiledMmaSdP = typename WarpTiledMma<MmaAtom, kWarps, kBlockM, kBlockN>::type;
-  // The kernels with score terms, which run dropout: S in whole 16 x 16 units.
-  using TiledMmaSdPUnits = typename WarpTiledMma<MmaAtom, kWarps, kBlockM, kBlockN, true>::type;
+  // The kernels with score terms, which run dropout: S in whole 16 x 32
+  // blocks, or 16 x 16 halves of them (kDropoutCols wide per warp).
+  using SdPBlocks = WarpTiledMma<MmaAtom, kWarps, kBlockM, kBlockN, true>;
+  using TiledMmaSdPBlocks = typename SdPBlocks::type;
+  static constexpr int kDropoutCols = SdPBlocks::kUnitN;
   using TiledMmaDKV = typename WarpTiledMma<MmaAtom, kWarps, kBlockN, kHeadDim>::type;
   // dQ of large head dims in two column slices (whole 64-column swizzle
   // atoms of K): its accumulator and fragments then fit next to dK and dV.
