@@ -1015,8 +1015,12 @@ def set_value_checks(enabled: bool) -> None:
     With them on (the default, unless ``SAMATTN_VALUE_CHECKS=0`` is in the environment at
     import), an eager call that takes device integer tensors (cu_seqlens, cache_seqlens,
     cache_leftpad, cache_batch_idx, block_table) copies their values to the host once
-    and raises ValueError for a value outside the cache or the packed tensors. The copy
-    synchronizes with the GPU, which a serving loop may not afford: turned off, bad
+    and raises ValueError for a value outside the cache or the packed tensors. A check
+    that passed is not repeated for the same tensor objects (and bounds) until torch
+    records a write to one of them (its version counter): the layers of a model, and the
+    backward, then share one copy per step. Writes that bypass the version counter
+    (through ``.data``, DLPack or raw pointers) go unseen. The copy synchronizes with
+    the GPU, which a serving loop may not afford: turned off, bad
     values are not reported, but the kernels still clamp every index into the tensors
     (no out-of-bounds access; the results of the bad sequences are then meaningless).
     Never done while a CUDA graph is being captured, nor on fake tensors under
