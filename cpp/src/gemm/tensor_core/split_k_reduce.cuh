@@ -3,8 +3,7 @@
 // (gemm/epilogue.h) and stores D with the problem's own strides.
 //
 // Memory-bound and element-wise: a grid-stride loop over (batch, m, n), n
-// fastest, reading the partials coalesced, with many loads in flight per
-// thread (the partials are mostly still in the L2). Templated on the family so that
+// fastest, reading the partials coalesced. Templated on the family so that
 // each family's translation units carry their own copy (a kernel must sit in
 // exactly one family's cubins).
 #pragma once
@@ -13,7 +12,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <type_traits>
 
 #include "common/problem.h"
 #include "gemm/epilogue.h"
@@ -35,60 +33,25 @@ struct SplitKReduceParams {
   Activation activation;
 };
 
-// The epilogue of output element (batch, row, col) from its summed partials.
-template <class Out, class Bias>
-__device__ inline void split_k_store(SplitKReduceParams const& p, int64_t batch, int64_t row,
-                                     int64_t col, float sum) {
-  float v = p.alpha * sum;
-  if (p.c != nullptr) {
-    v += p.beta * static_cast<float>(
-                      static_cast<Out const*>(p.c)[batch * p.c_batch + row * p.c_m + col * p.c_n]);
-  }
-  if (p.bias != nullptr) {
-    v += static_cast<float>(static_cast<Bias const*>(p.bias)[p.bias_per_row ? row : col]);
-  }
-  static_cast<Out*>(p.d)[batch * p.d_batch + row * p.d_m + col * p.d_n] =
-      static_cast<Out>(activate(p.activation, v));
-}
-
-// kVector: four adjacent columns per thread, read as float4 (n a multiple of
-// 4, the partials 16-byte aligned). Index: 32 bits where every partial's
-// index fits (64-bit division costs far more than the loads it indexes).
-// The loads of kUnroll splits are issued before their sums, which still add
-// in split order (a fixed split gives the same bits on every run).
-template <class Out, class Bias, Family kFamily, bool kVector, class Index>
-__global__ void __launch_bounds__(128) split_k_reduce_kernel(SplitKReduceParams const p) {
-  constexpr int kWidth = kVector ? 4 : 1;
-  constexpr int kUnroll = kVector ? 8 : 16;
-  using Chunk = std::conditional_t<kVector, float4, float>;
-  const Index n = Index(p.n), m = Index(p.m);
-  const Index chunks = Index(p.batch) * m * n / kWidth;
-  const Index step = Index(gridDim.x) * blockDim.x;
-  Chunk const* partial = reinterpret_cast<Chunk const*>(p.partial);
-  const Index split_stride = Index(p.split_stride / kWidth);
-  for (Index i = Index(blockIdx.x) * blockDim.x + threadIdx.x; i < chunks; i += step) {
-    float sum[kWidth] = {};
-    for (int s0 = 0; s0 < p.splits; s0 += kUnroll) {
-      Chunk loaded[kUnroll];
-#pragma unroll
-      for (int j = 0; j < kUnroll; ++j) {
-        if (s0 + j < p.splits) loaded[j] = partial[Index(s0 + j) * split_stride + i];
-      }
-#pragma unroll
-      for (int j = 0; j < kUnroll; ++j) {
-        if (s0 + j < p.splits) {
-          float const* part = reinterpret_cast<float const*>(&loaded[j]);
-#pragma unroll
-          for (int e = 0; e < kWidth; ++e) sum[e] = (s0 + j == 0) ? part[e] : sum[e] + part[e];
-        }
-      }
-    }
-    const Index first = i * kWidth;
-    const Index col = first % n, rows = first / n;
-#pragma unroll
-    for (int e = 0; e < kWidth; ++e) {
-      split_k_store<Out, Bias>(p, int64_t(rows / m), int64_t(rows % m), int64_t(col + e), sum[e]);
-    }
+template <class Out, class Bias, Family kFamily>
+__global__ void __launch_bounds__(256) split_k_reduce_kernel(SplitKReduceParams const p) {
+  const int64_t total = p.batch * p.m * p.n;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  Out const* c = static_cast<Out const*>(p.c);
+  Out* d = static_cast<Out*>(p.d);
+  Bias const* bias = static_cast<Bias const*>(p.bias);
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += step) {
+    const int64_t col = i % p.n;
+    const int64_t row = (i / p.n) % p.m;
+    const int64_t batch = i / (p.n * p.m);
+    float sum = p.partial[i];
+    for (int s = 1; s < p.splits; ++s) sum += p.partial[s * p.split_stride + i];
+    float v = p.alpha * sum;
+    if (c != nullptr)
+      v += p.beta * static_cast<float>(c[batch * p.c_batch + row * p.c_m + col * p.c_n]);
+    if (bias != nullptr) v += static_cast<float>(bias[p.bias_per_row ? row : col]);
+    d[batch * p.d_batch + row * p.d_m + col * p.d_n] = static_cast<Out>(activate(p.activation, v));
   }
 }
 
@@ -120,21 +83,12 @@ inline SplitKReduceParams split_k_reduce_params(const GemmProblem& problem, int 
 
 template <class Out, class Bias, Family kFamily>
 cudaError_t launch_split_k_reduce(const SplitKReduceParams& p, int sm_count, cudaStream_t stream) {
-  constexpr int kThreads = 128;
+  constexpr int kThreads = 256;
   const int64_t total = p.batch * p.m * p.n;
-  const bool vector = p.n % 4 == 0 && reinterpret_cast<uintptr_t>(p.partial) % 16 == 0;
-  // 32-bit indices while every partial's index fits (split_stride x splits).
-  const bool narrow = total * std::max(p.splits, 1) < (int64_t{1} << 31);
-  const int64_t wanted = (total / (vector && narrow ? 4 : 1) + kThreads - 1) / kThreads;
+  const int64_t wanted = (total + kThreads - 1) / kThreads;
   const int blocks = static_cast<int>(std::max<int64_t>(
-      1, std::min<int64_t>(wanted, static_cast<int64_t>(std::max(sm_count, 1)) * 16)));
-  if (vector && narrow) {
-    split_k_reduce_kernel<Out, Bias, kFamily, true, uint32_t><<<blocks, kThreads, 0, stream>>>(p);
-  } else if (narrow) {
-    split_k_reduce_kernel<Out, Bias, kFamily, false, uint32_t><<<blocks, kThreads, 0, stream>>>(p);
-  } else {
-    split_k_reduce_kernel<Out, Bias, kFamily, false, int64_t><<<blocks, kThreads, 0, stream>>>(p);
-  }
+      1, std::min<int64_t>(wanted, static_cast<int64_t>(std::max(sm_count, 1)) * 8)));
+  split_k_reduce_kernel<Out, Bias, kFamily><<<blocks, kThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 
