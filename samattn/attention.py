@@ -67,8 +67,9 @@ q, k, v (and out, dout) padded with zeros to the next multiple of 8, the outputs
 gradients cut back (KV caches, used in place, need such a head dim anyway).
 
 Inference (docs/inference.md): flash_attn_with_kvcache and paged prefill are forward only.
-Their integer arguments' values are checked in eager mode with one device-to-host copy
-(samattn.set_value_checks turns that off); unchecked, the kernels clamp every cache index.
+Their integer arguments' values are checked in eager mode with one device-to-host copy,
+kept for unmodified tensors (samattn.set_value_checks turns that off); unchecked, the
+kernels clamp every cache index.
 """
 
 # No `from __future__ import annotations`: torch.library reads these annotations at
@@ -1133,7 +1134,8 @@ def flash_attn_with_kvcache(
             sinks as in flash_attn_func.
 
     Integer values are checked in eager mode (one device-to-host copy of the integer
-    tensors per call; see samattn.set_value_checks to turn it off for serving):
+    tensors, not repeated for the same unmodified tensors; see samattn.set_value_checks
+    to turn it off for serving):
     cache_seqlens[b] >= 0 and cache_seqlens[b] + seqlen_new within the cache,
     cache_leftpad[b] within [0, that end], cache_batch_idx[b] in [0, batch_cache), and
     the block_table entries of the pages in use in [0, num_blocks). Unchecked (inside

@@ -1,0 +1,46 @@
+"""GPU time per kernel (us, mean over 20 calls, torch.profiler) of samattn.gemm and
+torch.matmul at issue 17's split-K shapes (bf16, M = N = 256 and 512, K = 65536): the
+partial-sum GEMM and the reduction of each. Writes JSON:
+
+    SAMATTN_LIBRARY=... PYTHONPATH=. python benchmarks/split_k_kernels.py out.json
+"""
+
+import json
+import sys
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+import samattn
+
+
+def kernel_means(fn, calls: int = 20) -> dict[str, float]:
+    for _ in range(5):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    times: dict[str, list[float]] = {}
+    for event in prof.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            times.setdefault(event.name[:90], []).append(event.device_time_total)
+    return {name: sum(t) / len(t) for name, t in times.items()}
+
+
+def main() -> None:
+    result: dict = {"gpu": torch.cuda.get_device_name()}
+    for mn in (256, 512):
+        a = torch.randn(mn, 65536, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(65536, mn, device="cuda", dtype=torch.bfloat16)
+        result[f"{mn}_samattn"] = kernel_means(lambda a=a, b=b: samattn.gemm(a, b))
+        result[f"{mn}_torch"] = kernel_means(lambda a=a, b=b: torch.matmul(a, b))
+    print(json.dumps(result, indent=1))
+    if len(sys.argv) > 1:
+        with open(sys.argv[1], "w") as f:
+            f.write(json.dumps(result, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
