@@ -62,9 +62,8 @@ __device__ inline uint4 philox_4x32_7(uint4 counter, uint2 key) {
 // The dropout draws of one (batch, head) of a call.
 struct DropoutRng {
   uint2 key;
-  uint32_t stream;           // batch * nheads + head
-  uint32_t threshold_high;   // the threshold in the high 8 bits
-  uint32_t threshold_bytes;  // the threshold in each byte
+  uint32_t stream;          // batch * nheads + head
+  uint32_t threshold_high;  // the threshold in the high 8 bits
 
   // Reads the seed only when dropout is on.
   __device__ DropoutRng(DropoutParams const& d, int batch, int nheads, int head) {
@@ -72,7 +71,6 @@ struct DropoutRng {
     key = make_uint2(uint32_t(seed), uint32_t(seed >> 32));
     stream = uint32_t(batch) * uint32_t(nheads) + uint32_t(head);
     threshold_high = d.threshold << 24;
-    threshold_bytes = d.threshold * 0x01010101u;
   }
 
   // The 16 bytes of `lane` in block (block_row, block_col) (16 x 32).
@@ -128,67 +126,6 @@ __device__ inline void for_each_dropout(Scores const& scores, Coords const& coor
         }
       }
     }
-  }
-}
-
-// Bit 7 of each byte of the result: that byte of x >= that byte of y (bytes
-// unsigned; the other bits are not meaningful). y_low = y & 0x7f7f7f7f.
-__device__ inline uint32_t bytes_at_least(uint32_t x, uint32_t y, uint32_t y_low) {
-  // Per byte 0x80 + (x & 0x7f) - (y & 0x7f), which never borrows from the
-  // next byte: its bit 7 says whether the low 7 bits compare >=.
-  const uint32_t low = (x | 0x80808080u) - y_low;
-  return (x & ~y) | (~(x ^ y) & low);
-}
-
-// The keep decisions of one thread's accumulator fragment, drawn ahead of
-// the scores (they depend only on coordinates: a warpgroup draws them while
-// its tensor cores compute the scores), as byte masks in the fragment's
-// storage order: groups of four values (row r: columns c, c + 1; row r + 8:
-// the same), in an m16n8 fragment ((2, 2), MMA_M, MMA_N) one n8 atom, in a
-// wgmma one ((2, 2, N/8), 1, 1) one 8-column group (gmma_fragment.cuh).
-// Group g's word is output word (its 8-column group) % 4 of the draw of its
-// 16 x 32 block, bit 7 of each byte set where kept. coords: the rowcol view
-// (rowcol_view, gmma_rowcol_view) of the fragment's tile coordinates, whose
-// columns run through the 8-column groups in order, 2 values each.
-template <int kGroups, class Coords>
-__device__ inline void draw_keep_masks(Coords const& coords, int m0, int n0, DropoutRng const& rng,
-                                       uint32_t (&masks)[kGroups]) {
-  using namespace cute;
-  constexpr int kRowBlocks = decltype(size<0>(coords))::value / 2;
-  constexpr int kColGroups = decltype(size<1>(coords))::value / 2;
-  static_assert(kRowBlocks * kColGroups == kGroups && kColGroups % 4 == 0, "16 x 32 blocks");
-  const uint32_t y_low = rng.threshold_bytes & 0x7f7f7f7fu;
-  CUTE_UNROLL
-  for (int m = 0; m < kRowBlocks; ++m) {
-    const int row = m0 + get<0>(coords(2 * m, 0));
-    CUTE_UNROLL
-    for (int b = 0; b < kColGroups / 4; ++b) {
-      const int col = n0 + get<1>(coords(0, 8 * b));  // the block's first group
-      const uint4 w = rng.bytes(row / 16, col / 32, (row % 8) * 4 + (col % 8) / 2);
-      const uint32_t words[4] = {w.x, w.y, w.z, w.w};
-      CUTE_UNROLL
-      for (int a = 0; a < 4; ++a) {
-        masks[m + kRowBlocks * (4 * b + a)] = bytes_at_least(words[a], rng.threshold_bytes, y_low);
-      }
-    }
-  }
-}
-
-// Zeroes the dropped values of P, 16-bit values in the fragment's storage
-// order (each group's two row pairs in two 32-bit registers): one byte
-// permute that spreads two keep bits over a pair, and one AND.
-template <int kGroups, class Tensor>
-__device__ inline void apply_keep_masks(Tensor& p, const uint32_t (&masks)[kGroups]) {
-  static_assert(sizeof(typename Tensor::value_type) == 2 &&
-                decltype(cute::size(p))::value == 4 * kGroups);
-  uint32_t* pairs = reinterpret_cast<uint32_t*>(p.data());
-  CUTE_UNROLL
-  for (int g = 0; g < kGroups; ++g) {
-    uint32_t low, high;  // each byte's bit 7 copied over the byte (prmt's sign mode)
-    asm("prmt.b32 %0, %1, 0, 0x9988;" : "=r"(low) : "r"(masks[g]));
-    asm("prmt.b32 %0, %1, 0, 0xbbaa;" : "=r"(high) : "r"(masks[g]));
-    pairs[2 * g] &= low;
-    pairs[2 * g + 1] &= high;
   }
 }
 

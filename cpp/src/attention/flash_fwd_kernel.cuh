@@ -611,16 +611,16 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(FlashFwd
       mask.apply(scores, tScS, m0, n0, query_of);
     }
     softmax.template update<kFirstTile>(scores, acc_o_rc, p.scale_log2);
-    Tensor probs = convert_fragment<Element>(acc_s);
     if constexpr (kTerms && !kKVCache) {
       // The row sums keep every probability; O gets the kept ones, scaled
       // by 1 / (1 - p) in the epilogue.
       if (dropout) {
-        uint32_t keep_masks[decltype(size(acc_s))::value / 4];
-        draw_keep_masks(tScS, m0, n0, dropout_rng, keep_masks);
-        apply_keep_masks(probs, keep_masks);
+        for_each_dropout(scores, tScS, m0, n0, dropout_rng, [&](int r, int c, bool kept) {
+          if (!kept) scores(r, c) = 0.0f;
+        });
       }
     }
+    Tensor probs = convert_fragment<Element>(acc_s);
     Tensor tOrP =
         make_tensor(probs.data(), c_to_a_layout<typename Traits::MmaAtom>(probs.layout()));
 

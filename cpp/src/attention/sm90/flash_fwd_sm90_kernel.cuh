@@ -364,30 +364,18 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     const int m0 = tile.m_block * kBlockM;
     clear(tOrO);
     OnlineSoftmax<kRows> softmax;
-    // Dropout zeroes the dropped probabilities of P after the row sums took
-    // them; O is scaled by 1 / (1 - p) in the epilogue. A key tile's keep
-    // masks are drawn while its Q K^T runs (draw), and applied to P (drop).
+    // Dropout zeroes the dropped probabilities after the row sums took them;
+    // O is scaled by 1 / (1 - p) in the epilogue.
     const bool dropout = kTerms && p.terms.dropout.seed != nullptr;
     const DropoutRng dropout_rng(kTerms ? p.terms.dropout : DropoutParams{}, tile.batch,
                                  int(get<2>(p.shape_q)), tile.head);
-    // Drawn ahead only where the registers allow (measured: the 192-row and
-    // head dim 256 tiles spill more); else just before they are applied.
-    constexpr bool kDrawAhead = Traits::kConsumerGroups == 2 && kHeadDim <= 128;
-    constexpr int kMaskWords = kTerms ? kBlockN / 8 : 4;
-    uint32_t keep_masks[kMaskWords];
-    auto draw_now = [&](int n) {
-      if constexpr (kTerms) {
-        if (dropout) draw_keep_masks(score_coords, m0, n * kBlockN, dropout_rng, keep_masks);
-      }
-    };
-    auto draw = [&](int n) {
-      if constexpr (kDrawAhead) draw_now(n);
-    };
     auto drop = [&](int n) {
       if constexpr (kTerms) {
         if (dropout) {
-          if constexpr (!kDrawAhead) draw_now(n);
-          apply_keep_masks(tOrP, keep_masks);
+          for_each_dropout(scores, score_coords, m0, n * kBlockN, dropout_rng,
+                           [&](int r, int c, bool kept) {
+                             if (!kept) scores(r, c) = 0.0f;
+                           });
         }
       }
     };
@@ -417,15 +405,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       turns.wait();
       warpgroup_gemm<true, -1>(mma_qk, tSrQ, tSrK(_, _, _, stage), tSrS);
       turns.pass();
-      draw(n);
       warpgroup_wait<0>();
       warpgroup_fence_operand(tSrS);
       Barrier::arrive(&smem.k_empty[stage]);
       score_terms(n);
       float correction[kRows];
       softmax.template update_deferred<true>(scores, p.scale_log2, correction);
-      convert_gmma_fragment(tSrS, tOrP);
       drop(n);
+      convert_gmma_fragment(tSrS, tOrP);
       for (--n; n >= tile.n_begin; --n) {
         int next = stage + 1, next_phase = phase;
         if (next == kStages) {
@@ -440,18 +427,17 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         wait_barrier(smem.v_full[stage], phase);
         warpgroup_gemm<false, -1>(mma_pv, tOrP, tOrV(_, _, _, stage), tOrO);
         turns.pass();
-        draw(n);
         warpgroup_wait<1>();
         warpgroup_fence_operand(tSrS);
         Barrier::arrive(&smem.k_empty[next]);
         score_terms(n);
         softmax.template update_deferred<false>(scores, p.scale_log2, correction);
+        drop(n);
         warpgroup_wait<0>();
         warpgroup_fence_operand(tOrO);
         Barrier::arrive(&smem.v_empty[stage]);
         softmax.rescale(out, correction);
         convert_gmma_fragment(tSrS, tOrP);
-        drop(n);
         stage = next;
         phase = next_phase;
       }
