@@ -8,27 +8,14 @@ GPU ms per call, median of 20 (CUDA events). Writes JSON:
 """
 
 import json
-import statistics
 import sys
 
 import torch
 
+# The same timing as the dropout bench (this folder is on sys.path when run as a script).
+from attention_dropout_bench import gpu_ms
+
 import samattn
-
-
-def gpu_ms(fn, reps: int = 20) -> float:
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def calls(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> dict:
