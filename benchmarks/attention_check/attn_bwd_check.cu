@@ -892,7 +892,6 @@ int main(int argc, char** argv) {
     const bool profile = mode == "--profile" && argc > 5;
     for (int d : {64, 128, 256}) {
       if (profile && d != std::atoi(argv[3])) continue;
-      if (kCheckSm90 && d == 256) continue;  // not in the sm90 backward
       std::vector<const AltConfig*> configs = {nullptr};
       for (const AltConfig& alt : kAltConfigs) {
         if (alt.d == d && alt.smem <= dev.max_smem) configs.push_back(&alt);

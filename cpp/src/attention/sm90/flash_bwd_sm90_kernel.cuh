@@ -5,18 +5,24 @@
 // tiles that attend it. Warpgroup 0 is the producer: one thread loads K and
 // V once and then each query tile's Q and dO with TMA into kStages buffers,
 // and a second warp fills the same stage with the rows' LSE (times log2 e)
-// and D = rowsum(dO * O). Warpgroups 1.. are consumers, each owning 64 keys.
-// Per query tile, with the key tile's rows as the MMA's M so that P and dS
-// come out of the accumulators as the register A operands of the next GEMMs:
+// and D = rowsum(dO * O). Two consumer warpgroups follow. Per query tile,
+// with the key tile's rows as the MMA's M so that P and dS come out of the
+// accumulators as the register A operands of the next GEMMs:
 //   S^T = K Q^T and dP^T = V dO^T      (both operands in shared memory)
 //   P^T = exp2(S^T scale_log2 - LSE),  dS^T = P^T (dP^T - D)
 //   dV += P^T dO,  dK += dS^T Q        (P^T, dS^T from registers)
 //   dQ = dS K                          (dS through shared memory)
-// Each consumer computes dQ for its half of the head dim over all keys of
-// the tile, writes it to shared memory in fragment order and one thread adds
-// the whole query tile to the fp32 accumulator with a bulk reduction
-// (cp.reduce.async.bulk), which the L2 applies without a round trip per
-// element. flash_bwd_sm90_convert_dq_kernel reads the accumulator back in
+// Up to head dim 128 each consumer owns 64 keys and does all of this for
+// them (consume_key_halves). Past 128, dK and dV of 64 keys would take the
+// whole register file of one warpgroup, so the tile has 64 keys and the two
+// consumers split the work by role (consume_roles): one computes S^T, P^T and
+// dV, the other dP^T, dS^T and dK, P^T passing between them through shared
+// memory in fp32.
+// Either way each consumer computes dQ for its half of the head dim over all
+// keys of the tile, writes it to shared memory in fragment order and one
+// thread adds the whole query tile to the fp32 accumulator with a bulk
+// reduction (cp.reduce.async.bulk), which the L2 applies without a round trip
+// per element. flash_bwd_sm90_convert_dq_kernel reads the accumulator back in
 // the same fragment order. Softcap multiplies dS by tanh's derivative; the
 // deterministic mode orders each query tile's reductions by key tile.
 #pragma once
@@ -51,7 +57,12 @@ struct BwdTraits {
   using Element = typename tensor_core::ElementOf<Config::kDType>::type;
   static constexpr int kHeadDim = Config::kHeadDim, kBlockM = Config::kBlockM;
   static constexpr int kBlockN = Config::kBlockN, kStages = Config::kStages;
-  static constexpr int kConsumerGroups = kBlockN / 64;
+  // Past head dim 128 the consumers split the work by role (consume_roles):
+  // one key tile of 64 keys, whose dV one warpgroup accumulates and whose dK
+  // the other.
+  static constexpr bool kRoles = kHeadDim > 128;
+  static_assert(!kRoles || kBlockN == 64, "split roles take 64 keys");
+  static constexpr int kConsumerGroups = kRoles ? 2 : kBlockN / 64;
   static constexpr int kConsumerThreads = 128 * kConsumerGroups;
   static constexpr int kThreads = 128 + kConsumerThreads;
   // Registers per thread after setmaxnreg (multiples of 8) out of the CTA's
@@ -63,8 +74,10 @@ struct BwdTraits {
       std::min(256, (kLaunchRegs * kThreads - 128 * kProducerRegs) / kConsumerThreads / 8 * 8);
   static_assert(128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= kLaunchRegs * kThreads);
 
-  // S^T and dP^T: each consumer warpgroup takes 64 rows (keys).
-  using GroupLayout = cute::Layout<cute::Shape<cute::Int<kConsumerGroups>, cute::_1, cute::_1>>;
+  // S^T and dP^T, dV and dK: each consumer warpgroup takes 64 rows (keys);
+  // with split roles each computes its own GEMMs over all 64 keys.
+  using GroupLayout =
+      cute::Layout<cute::Shape<cute::Int<kRoles ? 1 : kConsumerGroups>, cute::_1, cute::_1>>;
   using TiledMmaSdP = decltype(cute::make_tiled_mma(
       cute::GMMA::ss_op_selector<Element, Element, float,
                                  cute::Shape<cute::_64, cute::Int<kBlockM>, cute::Int<kHeadDim>>>(),
@@ -139,6 +152,8 @@ struct BwdTraits {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> dout;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutDS>, 1024> ds;
     cute::array_aligned<float, kDQFloats, 128> dq;
+    // Split roles: P^T of one query tile in fp32, in fragment order.
+    cute::array_aligned<float, kRoles ? kBlockN * kBlockM : 4, 128> probs;
     float lse[kStages][kBlockM];   // LSE x log2 e; +inf past the sequence
     float dsum[kStages][kBlockM];  // D; 0 past the sequence
     uint64_t kv_full;
@@ -211,152 +226,268 @@ __device__ inline void bulk_reduce_add(float* global, const float* shared, uint3
       : "memory");
 }
 
+// The producer warpgroup: warp 0 loads K and V once, then each query tile's
+// Q and dO into the next stage; warp 1 writes the tile's LSE and D beside
+// them. Runs with the producer's few registers.
+template <class Traits, class SharedStorage, class SmemQ, class SmemKV>
+__device__ inline void bwd_producer(BwdParams<Traits> const& p, SharedStorage& smem,
+                                    QueryTiles tiles, SeqExtent seq_q, SeqExtent seq_k, int n_block,
+                                    int head, int batch, SmemQ& sQ, SmemQ& sdO, SmemKV& sK,
+                                    SmemKV& sV) {
+  using namespace cute;
+  using Transaction = cutlass::arch::ClusterTransactionBarrier;
+  using Barrier = cutlass::arch::ClusterBarrier;
+  constexpr int kBlockM = Traits::kBlockM, kStages = Traits::kStages;
+  constexpr float kLog2e = 1.4426950408889634f;
+  const bool varlen = p.cu_seqlens_q != nullptr;
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  if (warp == 0) {
+    if (!cute::elect_one_sync() || tiles.last < tiles.first) return;
+    Tensor mQ = p.tma_q.get_tma_tensor(p.shape_q);
+    Tensor mdO = p.tma_do.get_tma_tensor(p.shape_q);
+    Tensor mK = p.tma_k.get_tma_tensor(p.shape_k);
+    Tensor mV = p.tma_v.get_tma_tensor(p.shape_k);
+    // Tiles from the sequence's first row (varlen: the rows past its end are
+    // the next sequence's, which LSE = +inf and the key mask leave out).
+    const int head_k = head / p.kv_group, tma_batch = varlen ? 0 : batch;
+    const auto q_start = make_coord(varlen ? int(seq_q.row0) : 0, 0);
+    const auto k_start = make_coord(varlen ? int(seq_k.row0) : 0, 0);
+    Tensor gQ = local_tile(domain_offset(q_start, mQ(_, _, head, tma_batch)),
+                           typename Traits::TileQ{}, make_coord(_, 0));
+    Tensor gdO = local_tile(domain_offset(q_start, mdO(_, _, head, tma_batch)),
+                            typename Traits::TileQ{}, make_coord(_, 0));
+    Tensor gK = local_tile(domain_offset(k_start, mK(_, _, head_k, tma_batch)),
+                           typename Traits::TileKV{}, make_coord(n_block, 0));
+    Tensor gV = local_tile(domain_offset(k_start, mV(_, _, head_k, tma_batch)),
+                           typename Traits::TileKV{}, make_coord(n_block, 0));
+    auto [tQgQ, tQsQ] = tma_partition(p.tma_q, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sQ),
+                                      group_modes<0, 2>(gQ));
+    auto [tOgO, tOsO] = tma_partition(p.tma_do, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sdO),
+                                      group_modes<0, 2>(gdO));
+    auto [tKgK, tKsK] = tma_partition(p.tma_k, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sK),
+                                      group_modes<0, 2>(gK));
+    auto [tVgV, tVsV] = tma_partition(p.tma_v, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sV),
+                                      group_modes<0, 2>(gV));
+    Transaction::arrive_and_expect_tx(&smem.kv_full, 2 * Traits::kBytesKV);
+    copy(p.tma_k.with(smem.kv_full), tKgK, tKsK);
+    copy(p.tma_v.with(smem.kv_full), tVgV, tVsV);
+    int stage = 0, phase = 0;
+    for (int m = tiles.first; m <= tiles.last; ++m) {
+      wait_barrier(smem.empty[stage], phase ^ 1);
+      Transaction::arrive_and_expect_tx(&smem.q_full[stage], Traits::kBytesQ);
+      copy(p.tma_q.with(smem.q_full[stage]), tQgQ(_, m), tQsQ(_, stage));
+      Transaction::arrive_and_expect_tx(&smem.do_full[stage], Traits::kBytesQ);
+      copy(p.tma_do.with(smem.do_full[stage]), tOgO(_, m), tOsO(_, stage));
+      if (++stage == kStages) {
+        stage = 0;
+        phase ^= 1;
+      }
+    }
+  } else if (warp == 1) {
+    // The rows' LSE and D, next to the stage's Q and dO: lane l takes rows
+    // l, l + 32, ... of each tile (pointers stepped, not recomputed: the
+    // producer's 24 registers hold no more).
+    static_assert(kBlockM % 32 == 0);
+    const int seqlen_q = seq_q.len;
+    int row = tiles.first * kBlockM + lane;
+    const int64_t lse_step = 32 * p.lse_seq;
+    const float* lse = p.lse + (varlen ? seq_q.row0 * p.lse_seq : batch * p.lse_batch) +
+                       head * p.lse_head + row * p.lse_seq;
+    const float* dsum = p.dsum + head * p.rows_q + seq_q.row0 + row;
+    int stage = 0, phase = 0;
+#pragma unroll 1
+    for (int m = tiles.first; m <= tiles.last; ++m) {
+      wait_barrier(smem.empty[stage], phase ^ 1);
+      CUTE_UNROLL
+      for (int i = lane; i < kBlockM; i += 32, row += 32, lse += lse_step, dsum += 32) {
+        const bool valid = row < seqlen_q;
+        smem.lse[stage][i] = valid ? *lse * kLog2e : INFINITY;
+        smem.dsum[stage][i] = valid ? *dsum : 0.0f;
+      }
+      Barrier::arrive(&smem.rows_full[stage]);
+      if (++stage == kStages) {
+        stage = 0;
+        phase ^= 1;
+      }
+    }
+  }
+}
+
+// S^T -> P^T in place: softcap, the mask (keys outside a query row's range
+// give P = 0), then exp2(S^T scale_log2 - LSE). `scores` and `coords` are
+// row-column views of the S^T accumulator and of its (key, query row)
+// coordinates within the tile.
+template <class Scores, class Coords>
+__device__ inline void scores_to_probs(Scores& scores, Coords const& coords,
+                                       const AttentionMask& mask, const float* lse, int m0,
+                                       int block_m, int n0, int block_n, float scale_log2,
+                                       float softcap, float softcap_pre) {
+  using namespace cute;
+  if (softcap > 0.0f) {
+    CUTE_UNROLL
+    for (int i = 0; i < size(scores); ++i) scores(i) = softcap * tanhf(scores(i) * softcap_pre);
+  }
+  if (mask.tile_needs_mask(m0, block_m, n0, block_n)) {
+    CUTE_UNROLL
+    for (int c = 0; c < size<1>(scores); ++c) {
+      const int row = m0 + get<1>(coords(0, c));
+      const int lo = mask.first_key(row), hi = mask.key_end(row);
+      CUTE_UNROLL
+      for (int r = 0; r < size<0>(scores); ++r) {
+        const int key = n0 + get<0>(coords(r, 0));
+        if (key < lo || key >= hi) scores(r, c) = -INFINITY;
+      }
+    }
+  }
+  CUTE_UNROLL
+  for (int c = 0; c < size<1>(scores); ++c) {
+    const float row_lse = lse[get<1>(coords(0, c))];
+    CUTE_UNROLL
+    for (int r = 0; r < size<0>(scores); ++r) {
+      scores(r, c) = fast_exp2(scores(r, c) * scale_log2 - row_lse);
+    }
+  }
+}
+
+// dP^T -> dS^T in place: P^T (dP^T - D), times softcap's tanh derivative
+// 1 - tanh^2 when there is one, tanh recovered from P (scale_log2 is log2 e:
+// log2 P + LSE log2 e = log2 e softcap tanh); P = 0 (masked or underflowed)
+// already gives dS = 0. `prob(r, c)` reads P^T at the same position.
+template <class DScores, class Prob, class Coords>
+__device__ inline void dprobs_to_dscores(DScores& dscores, Prob&& prob, Coords const& coords,
+                                         const float* lse, const float* dsum, float scale_log2,
+                                         float softcap) {
+  using namespace cute;
+  CUTE_UNROLL
+  for (int c = 0; c < size<1>(dscores); ++c) {
+    const float row_dsum = dsum[get<1>(coords(0, c))];
+    CUTE_UNROLL
+    for (int r = 0; r < size<0>(dscores); ++r)
+      dscores(r, c) = prob(r, c) * (dscores(r, c) - row_dsum);
+  }
+  if (softcap > 0.0f) {
+    const float tanh_per_log2 = 1.0f / (scale_log2 * softcap);
+    CUTE_UNROLL
+    for (int c = 0; c < size<1>(dscores); ++c) {
+      const float row_lse = lse[get<1>(coords(0, c))];
+      CUTE_UNROLL
+      for (int r = 0; r < size<0>(dscores); ++r) {
+        if (prob(r, c) > 0.0f) {
+          const float t = (fast_log2(prob(r, c)) + row_lse) * tanh_per_log2;
+          dscores(r, c) *= 1.0f - t * t;
+        }
+      }
+    }
+  }
+}
+
+// dQ of a query tile goes to the accumulator through shared memory, in
+// fragment order, then one bulk reduction issued by consumer thread 0 after
+// the consumers meet (named barrier 2). Deterministic: the key tiles of a
+// query tile add in their order, each after the one before has finished (the
+// bulk reduction completed, then the semaphore released), so the sums round
+// the same way on every run.
+template <class Traits, class SharedStorage>
+struct DqReducer {
+  SharedStorage& smem;
+  float* tile_base;  // the accumulator's query tile 0 of this (batch, head)
+  int* semaphores;   // nullptr: any order
+  AttentionMask mask;
+  int n_block;
+
+  __device__ void operator()(int tidx, int m0) const {
+    constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
+    cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, 2);
+    if (tidx != 0) return;
+    int* semaphore = nullptr;
+    if (semaphores != nullptr) {
+      int n_begin, n_end;
+      mask.key_tiles(m0, kBlockM, kBlockN, n_begin, n_end);
+      semaphore = semaphores + m0 / kBlockM;
+      while (load_acquire(semaphore) != n_block - n_begin) {
+      }
+      asm volatile("fence.proxy.async.global;" ::: "memory");  // the reduction after the wait
+    }
+    bulk_reduce_add(tile_base + int64_t(m0) * Traits::kHeadDim, smem.dq.data(),
+                    Traits::kDQFloats * sizeof(float));
+    cute::tma_store_arrive();
+    if (semaphore != nullptr) {
+      asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");  // completed, not only read
+      asm volatile("fence.proxy.async.global;" ::: "memory");
+      __threadfence();
+      atomicAdd(semaphore, 1);
+    }
+  }
+};
+
+// Writes one key tile's dK (times the softmax scale) or dV from a dK / dV
+// accumulator: the keys in range, zeros for keys that no query attends;
+// with GQA this query head's share in fp32 to the workspace (summed per
+// group later). `coords` are the accumulator's (key, column) coordinates.
+template <class Element, class Acc, class Coords>
+__device__ inline void store_key_grad(Acc const& acc, Coords const& coords, float scale,
+                                      int keys_left, int headdim, Element* out, int64_t out_seq,
+                                      float* accum, bool direct) {
+  using namespace cute;
+  CUTE_UNROLL
+  for (int r = 0; r < size<0>(acc); ++r) {
+    const int row = get<0>(coords(r, 0));
+    if (row >= keys_left) continue;
+    CUTE_UNROLL
+    for (int c = 0; c < size<1>(acc); c += 2) {
+      const int col = get<1>(coords(r, c));  // columns c, c + 1 are adjacent
+      if (col >= headdim) continue;
+      if (direct) {
+        store_pair(out + row * out_seq + col, acc(r, c) * scale, acc(r, c + 1) * scale, true, true);
+      } else {
+        *reinterpret_cast<float2*>(accum + int64_t(row) * headdim + col) =
+            make_float2(acc(r, c), acc(r, c + 1));
+      }
+    }
+  }
+}
+
+// Where one CTA's consumers read and write: its key tile, its query tiles,
+// its stores.
 template <class Traits>
-__global__ void __launch_bounds__(Traits::kThreads, 1)
-    flash_bwd_sm90_kernel(CUTE_GRID_CONSTANT BwdParams<Traits> const p) {
+struct BwdTile {
+  AttentionMask mask;  // this sequence's lengths
+  QueryTiles tiles;
+  int n_block, n0;
+  DqReducer<Traits, typename Traits::SharedStorage> reduce_dq;
+  // dK / dV: the key tile's first row, the seq stride, or the fp32 share
+  // (GQA); direct when there is no group.
+  typename Traits::Element *dk_out, *dv_out;
+  float *dk_accum, *dv_accum;
+  bool direct;
+};
+
+// Consumers up to head dim 128: warpgroup g owns keys [64 g, 64 g + 64) of
+// the tile and runs every GEMM but dQ for them; dQ is split by head dim.
+template <class Traits, class Smem>
+__device__ inline void consume_key_halves(BwdParams<Traits> const& p, BwdTile<Traits> const& t,
+                                          typename Traits::SharedStorage& smem, Smem const& s,
+                                          int tidx) {
   using namespace cute;
   using Element = typename Traits::Element;
-  using Transaction = cutlass::arch::ClusterTransactionBarrier;
   using Barrier = cutlass::arch::ClusterBarrier;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
   constexpr int kHeadDim = Traits::kHeadDim, kStages = Traits::kStages;
-  constexpr float kLog2e = 1.4426950408889634f;
-  using SharedStorage = typename Traits::SharedStorage;
-
-  // Key tiles fastest: the CTAs running at once share a head's Q and dO in L2
-  // (measured on the H100, causal calls: up to 1.5x faster than taking every
-  // head's key tiles with the most work first).
-  const int n_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
-  const bool varlen = p.cu_seqlens_q != nullptr;
-  const SeqExtent seq_q = seq_extent(p.cu_seqlens_q, p.mask.seqlen_q, batch);
-  const SeqExtent seq_k = seq_extent(p.cu_seqlens_k, p.mask.seqlen_k, batch);
-  AttentionMask mask = p.mask;
-  mask.seqlen_q = seq_q.len;
-  mask.seqlen_k = seq_k.len;
-  const int n0 = n_block * kBlockN;
-  if (n0 >= mask.seqlen_k) return;
-  const QueryTiles tiles = query_tiles(mask, n_block, kBlockM, kBlockN);
-
-  extern __shared__ __align__(1024) char smem_raw[];
-  SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
-  Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutKV{});
-  Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutKV{});
-  Tensor sKt = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutKt{});
-  Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
-  Tensor sQt = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQt{});
-  Tensor sdO = make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::SmemLayoutQ{});
-  Tensor sdOt = make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::SmemLayoutQt{});
-  Tensor sdS = make_tensor(make_smem_ptr(smem.ds.data()), typename Traits::SmemLayoutDS{});
-  Tensor sdSt = make_tensor(make_smem_ptr(smem.ds.data()), typename Traits::SmemLayoutDSt{});
-
-  const int warp_group = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);
-  if (threadIdx.x == 0) {
-    Transaction::init(&smem.kv_full, 1);
-    CUTE_UNROLL
-    for (int s = 0; s < kStages; ++s) {
-      Transaction::init(&smem.q_full[s], 1);
-      Transaction::init(&smem.do_full[s], 1);
-      Barrier::init(&smem.rows_full[s], 32);
-      Barrier::init(&smem.empty[s], Traits::kConsumerThreads);
-    }
-    cutlass::arch::fence_barrier_init();
-  }
-  __syncthreads();
-
-  if (warp_group == 0) {
-    // ------------------------------------------------------------ producer
-    cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
-    const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
-    if (warp == 0) {
-      if (!cute::elect_one_sync() || tiles.last < tiles.first) return;
-      Tensor mQ = p.tma_q.get_tma_tensor(p.shape_q);
-      Tensor mdO = p.tma_do.get_tma_tensor(p.shape_q);
-      Tensor mK = p.tma_k.get_tma_tensor(p.shape_k);
-      Tensor mV = p.tma_v.get_tma_tensor(p.shape_k);
-      // Tiles from the sequence's first row (varlen: the rows past its end are
-      // the next sequence's, which LSE = +inf and the key mask leave out).
-      const int head_k = head / p.kv_group, tma_batch = varlen ? 0 : batch;
-      const auto q_start = make_coord(varlen ? int(seq_q.row0) : 0, 0);
-      const auto k_start = make_coord(varlen ? int(seq_k.row0) : 0, 0);
-      Tensor gQ = local_tile(domain_offset(q_start, mQ(_, _, head, tma_batch)),
-                             typename Traits::TileQ{}, make_coord(_, 0));
-      Tensor gdO = local_tile(domain_offset(q_start, mdO(_, _, head, tma_batch)),
-                              typename Traits::TileQ{}, make_coord(_, 0));
-      Tensor gK = local_tile(domain_offset(k_start, mK(_, _, head_k, tma_batch)),
-                             typename Traits::TileKV{}, make_coord(n_block, 0));
-      Tensor gV = local_tile(domain_offset(k_start, mV(_, _, head_k, tma_batch)),
-                             typename Traits::TileKV{}, make_coord(n_block, 0));
-      auto [tQgQ, tQsQ] = tma_partition(p.tma_q, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sQ),
-                                        group_modes<0, 2>(gQ));
-      auto [tOgO, tOsO] = tma_partition(p.tma_do, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sdO),
-                                        group_modes<0, 2>(gdO));
-      auto [tKgK, tKsK] = tma_partition(p.tma_k, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sK),
-                                        group_modes<0, 2>(gK));
-      auto [tVgV, tVsV] = tma_partition(p.tma_v, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sV),
-                                        group_modes<0, 2>(gV));
-      Transaction::arrive_and_expect_tx(&smem.kv_full, 2 * Traits::kBytesKV);
-      copy(p.tma_k.with(smem.kv_full), tKgK, tKsK);
-      copy(p.tma_v.with(smem.kv_full), tVgV, tVsV);
-      int stage = 0, phase = 0;
-      for (int m = tiles.first; m <= tiles.last; ++m) {
-        wait_barrier(smem.empty[stage], phase ^ 1);
-        Transaction::arrive_and_expect_tx(&smem.q_full[stage], Traits::kBytesQ);
-        copy(p.tma_q.with(smem.q_full[stage]), tQgQ(_, m), tQsQ(_, stage));
-        Transaction::arrive_and_expect_tx(&smem.do_full[stage], Traits::kBytesQ);
-        copy(p.tma_do.with(smem.do_full[stage]), tOgO(_, m), tOsO(_, stage));
-        if (++stage == kStages) {
-          stage = 0;
-          phase ^= 1;
-        }
-      }
-    } else if (warp == 1) {
-      // The rows' LSE and D, next to the stage's Q and dO: lane l takes rows
-      // l, l + 32, ... of each tile (pointers stepped, not recomputed: the
-      // producer's 24 registers hold no more).
-      static_assert(kBlockM % 32 == 0);
-      int row = tiles.first * kBlockM + lane;
-      const int64_t lse_step = 32 * p.lse_seq;
-      const float* lse = p.lse + (varlen ? seq_q.row0 * p.lse_seq : batch * p.lse_batch) +
-                         head * p.lse_head + row * p.lse_seq;
-      const float* dsum = p.dsum + head * p.rows_q + seq_q.row0 + row;
-      int stage = 0, phase = 0;
-#pragma unroll 1
-      for (int m = tiles.first; m <= tiles.last; ++m) {
-        wait_barrier(smem.empty[stage], phase ^ 1);
-        CUTE_UNROLL
-        for (int i = lane; i < kBlockM; i += 32, row += 32, lse += lse_step, dsum += 32) {
-          const bool valid = row < mask.seqlen_q;
-          smem.lse[stage][i] = valid ? *lse * kLog2e : INFINITY;
-          smem.dsum[stage][i] = valid ? *dsum : 0.0f;
-        }
-        Barrier::arrive(&smem.rows_full[stage]);
-        if (++stage == kStages) {
-          stage = 0;
-          phase ^= 1;
-        }
-      }
-    }
-    return;
-  }
-
-  // ------------------------------------------------------------- consumers
-  cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();
-  const int tidx = int(threadIdx.x) - 128;
   typename Traits::TiledMmaSdP mma_sdp;
   typename Traits::TiledMmaDKV mma_dkv;
   typename Traits::TiledMmaDQ mma_dq;
   auto thr_sdp = mma_sdp.get_thread_slice(tidx);
   auto thr_dkv = mma_dkv.get_thread_slice(tidx);
   auto thr_dq = mma_dq.get_thread_slice(tidx);
-  Tensor tSrK = thr_sdp.partition_fragment_A(sK);    // (MMA, MMA_M, MMA_K)
-  Tensor tSrV = thr_sdp.partition_fragment_A(sV);    // (MMA, MMA_M, MMA_K)
-  Tensor tSrQ = thr_sdp.partition_fragment_B(sQ);    // (MMA, MMA_N, MMA_K, stage)
-  Tensor tSrdO = thr_sdp.partition_fragment_B(sdO);  // (MMA, MMA_N, MMA_K, stage)
-  Tensor tdVrdO = thr_dkv.partition_fragment_B(sdOt);
-  Tensor tdKrQ = thr_dkv.partition_fragment_B(sQt);
-  Tensor tdQrdS = thr_dq.partition_fragment_A(sdS);
-  Tensor tdQrK = thr_dq.partition_fragment_B(sKt);
-  Tensor tdSsdS = thr_sdp.partition_C(sdSt);  // where this thread's dS^T goes
+  Tensor tSrK = thr_sdp.partition_fragment_A(s.k);      // (MMA, MMA_M, MMA_K)
+  Tensor tSrV = thr_sdp.partition_fragment_A(s.v);      // (MMA, MMA_M, MMA_K)
+  Tensor tSrQ = thr_sdp.partition_fragment_B(s.q);      // (MMA, MMA_N, MMA_K, stage)
+  Tensor tSrdO = thr_sdp.partition_fragment_B(s.dout);  // (MMA, MMA_N, MMA_K, stage)
+  Tensor tdVrdO = thr_dkv.partition_fragment_B(s.dout_t);
+  Tensor tdKrQ = thr_dkv.partition_fragment_B(s.q_t);
+  Tensor tdQrdS = thr_dq.partition_fragment_A(s.ds);
+  Tensor tdQrK = thr_dq.partition_fragment_B(s.k_t);
+  Tensor tdSsdS = thr_sdp.partition_C(s.ds_t);  // where this thread's dS^T goes
 
   auto tile_kv = Shape<Int<kBlockN>, Int<kHeadDim>>{};
   Tensor acc_dk = partition_fragment_C(mma_dkv, tile_kv);
@@ -364,7 +495,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   clear(acc_dk);
   clear(acc_dv);
 
-  if (tiles.last >= tiles.first) {
+  if (t.tiles.last >= t.tiles.first) {
     Tensor acc_s = partition_fragment_C(mma_sdp, Shape<Int<kBlockN>, Int<kBlockM>>{});
     Tensor acc_dp = partition_fragment_C(mma_sdp, Shape<Int<kBlockN>, Int<kBlockM>>{});
     Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});
@@ -376,112 +507,35 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // P^T and dS^T as the A operands of dV and dK.
     Tensor tdVrP = make_tensor<Element>(gmma_c_to_a_layout(acc_s.layout()));
     Tensor tdKrdS = make_tensor<Element>(gmma_c_to_a_layout(acc_dp.layout()));
-    float* dq_tile_base =
-        p.dq_accum + head * p.dq_head_stride + (seq_q.row0 + int64_t(batch) * kBlockM) * kHeadDim;
 
-    // dQ of a query tile goes to the accumulator through shared memory, in
-    // fragment order, then one bulk reduction. The reduction is issued after
-    // the next tile's S^T and dP^T, so that the tensor cores run them while
-    // the consumers meet at its barrier (no wgmma is in flight across the
-    // loop's back edge: ptxas serializes every wgmma of a kernel where one
-    // is, and acc_dq is not kept live next to the next tile's S^T and dP^T).
-    // Deterministic: the key tiles of a query tile add in their order, each
-    // after the one before has finished (the bulk reduction completed, then
-    // the semaphore released), so the sums round the same way on every run.
-    int* semaphores = p.semaphores == nullptr
-                          ? nullptr
-                          : p.semaphores + (int64_t(batch) * gridDim.y + head) * p.sem_per_head;
-    auto reduce_dq = [&](int m0) {
-      cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, 2);
-      if (tidx != 0) return;
-      int* semaphore = nullptr;
-      if (semaphores != nullptr) {
-        int n_begin, n_end;
-        mask.key_tiles(m0, kBlockM, kBlockN, n_begin, n_end);
-        semaphore = semaphores + m0 / kBlockM;
-        while (load_acquire(semaphore) != n_block - n_begin) {
-        }
-        asm volatile("fence.proxy.async.global;" ::: "memory");  // the reduction after the wait
-      }
-      bulk_reduce_add(dq_tile_base + int64_t(m0) * kHeadDim, smem.dq.data(),
-                      Traits::kDQFloats * sizeof(float));
-      tma_store_arrive();
-      if (semaphore != nullptr) {
-        asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");  // completed, not only read
-        asm volatile("fence.proxy.async.global;" ::: "memory");
-        __threadfence();
-        atomicAdd(semaphore, 1);
-      }
-    };
+    // The previous tile's bulk reduction is issued after this tile's S^T and
+    // dP^T, so that the tensor cores run them while the consumers meet at its
+    // barrier (no wgmma is in flight across the loop's back edge: ptxas
+    // serializes every wgmma of a kernel where one is, and acc_dq is not kept
+    // live next to the next tile's S^T and dP^T).
     wait_barrier(smem.kv_full, 0);
     int stage = 0, phase = 0;
-    for (int m = tiles.first; m <= tiles.last; ++m) {
+    for (int m = t.tiles.first; m <= t.tiles.last; ++m) {
       const int m0 = m * kBlockM;
       wait_barrier(smem.q_full[stage], phase);
       warpgroup_gemm<true, -1>(mma_sdp, tSrK, tSrQ(_, _, _, stage), acc_s);
       wait_barrier(smem.do_full[stage], phase);
       warpgroup_gemm<true, -1>(mma_sdp, tSrV, tSrdO(_, _, _, stage), acc_dp);
-      if (m > tiles.first) reduce_dq(m0 - kBlockM);
+      if (m > t.tiles.first) t.reduce_dq(tidx, m0 - kBlockM);
       wait_barrier(smem.rows_full[stage], phase);
       warpgroup_wait<1>();  // S^T
       warpgroup_fence_operand(acc_s);
-      if (p.softcap > 0.0f) {
-        CUTE_UNROLL
-        for (int i = 0; i < size(acc_s); ++i)
-          acc_s(i) = p.softcap * tanhf(acc_s(i) * p.softcap_pre);
-      }
-      // Keys outside a query row's range: -inf, so P = 0.
-      if (mask.tile_needs_mask(m0, kBlockM, n0, kBlockN)) {
-        CUTE_UNROLL
-        for (int c = 0; c < size<1>(scores); ++c) {
-          const int row = m0 + get<1>(coords(0, c));
-          const int lo = mask.first_key(row), hi = mask.key_end(row);
-          CUTE_UNROLL
-          for (int r = 0; r < size<0>(scores); ++r) {
-            const int key = n0 + get<0>(coords(r, 0));
-            if (key < lo || key >= hi) scores(r, c) = -INFINITY;
-          }
-        }
-      }
       const float* lse = smem.lse[stage];
       const float* dsum = smem.dsum[stage];
-      CUTE_UNROLL
-      for (int c = 0; c < size<1>(scores); ++c) {
-        const float row_lse = lse[get<1>(coords(0, c))];
-        CUTE_UNROLL
-        for (int r = 0; r < size<0>(scores); ++r) {
-          scores(r, c) = fast_exp2(scores(r, c) * p.scale_log2 - row_lse);
-        }
-      }
+      scores_to_probs(scores, coords, t.mask, lse, m0, kBlockM, t.n0, kBlockN, p.scale_log2,
+                      p.softcap, p.softcap_pre);
       convert_gmma_fragment(acc_s, tdVrP);
       warpgroup_gemm<false, -1>(mma_dkv, tdVrP, tdVrdO(_, _, _, stage), acc_dv);
       warpgroup_wait<1>();  // dP^T
       warpgroup_fence_operand(acc_dp);
-      CUTE_UNROLL
-      for (int c = 0; c < size<1>(dscores); ++c) {
-        const float row_dsum = dsum[get<1>(coords(0, c))];
-        CUTE_UNROLL
-        for (int r = 0; r < size<0>(dscores); ++r) {
-          dscores(r, c) = scores(r, c) * (dscores(r, c) - row_dsum);
-        }
-      }
-      if (p.softcap > 0.0f) {
-        // The gradient through softcap's tanh: 1 - tanh^2, with tanh recovered
-        // from P (scale_log2 is log2 e: log2 P + LSE log2 e = log2 e softcap
-        // tanh); P = 0 (masked or underflowed) already gives dS = 0.
-        const float tanh_per_log2 = 1.0f / (p.scale_log2 * p.softcap);
-        CUTE_UNROLL
-        for (int c = 0; c < size<1>(dscores); ++c) {
-          const float row_lse = lse[get<1>(coords(0, c))];
-          CUTE_UNROLL
-          for (int r = 0; r < size<0>(dscores); ++r) {
-            if (scores(r, c) > 0.0f) {
-              const float t = (fast_log2(scores(r, c)) + row_lse) * tanh_per_log2;
-              dscores(r, c) *= 1.0f - t * t;
-            }
-          }
-        }
-      }
+      dprobs_to_dscores(
+          dscores, [&](int r, int c) { return scores(r, c); }, coords, lse, dsum, p.scale_log2,
+          p.softcap);
       convert_gmma_fragment(acc_dp, tdKrdS);
       warpgroup_gemm<false, -1>(mma_dkv, tdKrdS, tdKrQ(_, _, _, stage), acc_dk);
       // dS for dQ: every consumer's keys, through shared memory. The last
@@ -491,7 +545,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       cutlass::arch::fence_view_async_shared();  // wgmma reads what these stores wrote
       // This step's dQ is written to the shared dQ tile below: the last bulk
       // reduction must have read it.
-      if (tidx == 0) tma_store_wait<0>();
+      if (tidx == 0) cute::tma_store_wait<0>();
       cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, 1);
       warpgroup_gemm<true, -1>(mma_dq, tdQrdS, tdQrK, acc_dq);
       warpgroup_wait<0>();
@@ -509,41 +563,234 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         phase ^= 1;
       }
     }
-    reduce_dq(tiles.last * kBlockM);
-    if (tidx == 0) tma_store_wait<0>();  // shared memory outlives the reduction's reads
+    t.reduce_dq(tidx, t.tiles.last * kBlockM);
+    if (tidx == 0) cute::tma_store_wait<0>();  // shared memory outlives the reduction's reads
   }
 
-  // Epilogue: dK (times the softmax scale) and dV of the keys in range,
-  // zeros for keys that no query attends; with GQA this query head's share
-  // in fp32 to the workspace (summed per group later).
-  Tensor dk_rc = gmma_rowcol_view(acc_dk);
-  Tensor dv_rc = gmma_rowcol_view(acc_dv);
   Tensor kv_coords = gmma_rowcol_view(thr_dkv.partition_C(make_identity_tensor(tile_kv)));
-  const int keys_left = mask.seqlen_k - n0;
-  const bool direct = p.kv_group == 1;
-  Element* dk_out = p.dk + (varlen ? seq_k.row0 * p.dk_seq : batch * p.dk_batch) +
-                    head * p.dk_head + int64_t(n0) * p.dk_seq;
-  Element* dv_out = p.dv + (varlen ? seq_k.row0 * p.dv_seq : batch * p.dv_batch) +
-                    head * p.dv_head + int64_t(n0) * p.dv_seq;
-  const int64_t accum_offset = (head * p.rows_k + seq_k.row0 + n0) * int64_t(p.headdim);
-  CUTE_UNROLL
-  for (int r = 0; r < size<0>(dk_rc); ++r) {
-    const int row = get<0>(kv_coords(r, 0));
-    if (row >= keys_left) continue;
-    CUTE_UNROLL
-    for (int c = 0; c < size<1>(dk_rc); c += 2) {
-      const int col = get<1>(kv_coords(r, c));  // columns c, c + 1 are adjacent
-      if (col >= p.headdim) continue;
-      if (direct) {
-        store_pair(dk_out + row * p.dk_seq + col, dk_rc(r, c) * p.softmax_scale,
-                   dk_rc(r, c + 1) * p.softmax_scale, true, true);
-        store_pair(dv_out + row * p.dv_seq + col, dv_rc(r, c), dv_rc(r, c + 1), true, true);
+  const int keys_left = t.mask.seqlen_k - t.n0;
+  store_key_grad(gmma_rowcol_view(acc_dk), kv_coords, p.softmax_scale, keys_left, p.headdim,
+                 t.dk_out, p.dk_seq, t.dk_accum, t.direct);
+  store_key_grad(gmma_rowcol_view(acc_dv), kv_coords, 1.0f, keys_left, p.headdim, t.dv_out,
+                 p.dv_seq, t.dv_accum, t.direct);
+}
+
+// Consumers past head dim 128, on a tile of 64 keys: warpgroup 0 computes
+// S^T, P^T and dV += P^T dO; warpgroup 1 dP^T, dS^T (with P^T from warpgroup
+// 0 through shared memory, fp32 in fragment order: both warpgroups' threads
+// hold the same elements) and dK += dS^T Q; both compute dQ for half of the
+// head dim from dS in shared memory. Named barrier 3: P^T written; 1: dS^T
+// written and the dQ tile free.
+template <class Traits, class Smem>
+__device__ inline void consume_roles(BwdParams<Traits> const& p, BwdTile<Traits> const& t,
+                                     typename Traits::SharedStorage& smem, Smem const& s,
+                                     int tidx) {
+  using namespace cute;
+  using Element = typename Traits::Element;
+  using Barrier = cutlass::arch::ClusterBarrier;
+  using NamedBarrier = cutlass::arch::NamedBarrier;
+  constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
+  constexpr int kHeadDim = Traits::kHeadDim, kStages = Traits::kStages;
+  constexpr int kThreads = Traits::kConsumerThreads;
+  const bool probs_role = tidx < 128;  // else the dS role
+  const int wg_thread = tidx % 128;    // the thread within its warpgroup
+  typename Traits::TiledMmaSdP mma_sdp;
+  typename Traits::TiledMmaDKV mma_dkv;
+  typename Traits::TiledMmaDQ mma_dq;
+  auto thr_sdp = mma_sdp.get_thread_slice(wg_thread);
+  auto thr_dkv = mma_dkv.get_thread_slice(wg_thread);
+  auto thr_dq = mma_dq.get_thread_slice(tidx);
+  // S^T = K Q^T in the P role, dP^T = V dO^T in the dS role: the same
+  // partitions of other buffers.
+  Tensor tSrA = thr_sdp.partition_fragment_A(probs_role ? s.k : s.v);  // (MMA, MMA_M, MMA_K)
+  Tensor tSrB = thr_sdp.partition_fragment_B(probs_role ? s.q : s.dout);
+  // dV += P^T dO in the P role, dK += dS^T Q in the dS role.
+  Tensor tKVrB = thr_dkv.partition_fragment_B(probs_role ? s.dout_t : s.q_t);
+  Tensor tdQrdS = thr_dq.partition_fragment_A(s.ds);
+  Tensor tdQrK = thr_dq.partition_fragment_B(s.k_t);
+  Tensor tdSsdS = thr_sdp.partition_C(s.ds_t);
+
+  auto tile_kv = Shape<Int<kBlockN>, Int<kHeadDim>>{};
+  Tensor acc_kv = partition_fragment_C(mma_dkv, tile_kv);  // dV or dK
+  clear(acc_kv);
+
+  if (t.tiles.last >= t.tiles.first) {
+    Tensor acc_sdp = partition_fragment_C(mma_sdp, Shape<Int<kBlockN>, Int<kBlockM>>{});
+    Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});
+    Tensor coords = gmma_rowcol_view(
+        thr_sdp.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kBlockM>>{})));
+    Tensor sdp = gmma_rowcol_view(acc_sdp);
+    Tensor tKVrA = make_tensor<Element>(gmma_c_to_a_layout(acc_sdp.layout()));  // P^T or dS^T
+    // P^T in fragment order: element i of thread t at i x 128 + t.
+    float* probs = smem.probs.data() + wg_thread;
+    constexpr int kValues = decltype(size(acc_sdp))::value;
+    static_assert(kValues * 128 == kBlockN * kBlockM);
+
+    wait_barrier(smem.kv_full, 0);
+    int stage = 0, phase = 0;
+    for (int m = t.tiles.first; m <= t.tiles.last; ++m) {
+      const int m0 = m * kBlockM;
+      wait_barrier(probs_role ? smem.q_full[stage] : smem.do_full[stage], phase);
+      warpgroup_gemm<true, -1>(mma_sdp, tSrA, tSrB(_, _, _, stage), acc_sdp);
+      if (m > t.tiles.first) t.reduce_dq(tidx, m0 - kBlockM);
+      wait_barrier(smem.rows_full[stage], phase);
+      const float* lse = smem.lse[stage];
+      const float* dsum = smem.dsum[stage];
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(acc_sdp);
+      if (probs_role) {
+        scores_to_probs(sdp, coords, t.mask, lse, m0, kBlockM, t.n0, kBlockN, p.scale_log2,
+                        p.softcap, p.softcap_pre);
+        CUTE_UNROLL
+        for (int i = 0; i < kValues; ++i) probs[i * 128] = acc_sdp(i);
+        NamedBarrier::arrive(kThreads, 3);
+        convert_gmma_fragment(acc_sdp, tKVrA);
+        wait_barrier(smem.do_full[stage], phase);
       } else {
-        const int64_t offset = accum_offset + int64_t(row) * p.headdim + col;
-        *reinterpret_cast<float2*>(p.dk_accum + offset) = make_float2(dk_rc(r, c), dk_rc(r, c + 1));
-        *reinterpret_cast<float2*>(p.dv_accum + offset) = make_float2(dv_rc(r, c), dv_rc(r, c + 1));
+        NamedBarrier::sync(kThreads, 3);
+        Tensor prob = make_fragment_like(acc_sdp);
+        CUTE_UNROLL
+        for (int i = 0; i < kValues; ++i) prob(i) = probs[i * 128];
+        Tensor prob_rc = gmma_rowcol_view(prob);
+        dprobs_to_dscores(
+            sdp, [&](int r, int c) { return prob_rc(r, c); }, coords, lse, dsum, p.scale_log2,
+            p.softcap);
+        convert_gmma_fragment(acc_sdp, tKVrA);
+        copy(make_tensor(tKVrA.data(), acc_sdp.layout()), tdSsdS);
+        cutlass::arch::fence_view_async_shared();  // wgmma reads what these stores wrote
+        wait_barrier(smem.q_full[stage], phase);
+      }
+      warpgroup_gemm<false, -1>(mma_dkv, tKVrA, tKVrB(_, _, _, stage), acc_kv);
+      // This step's dQ is written to the shared dQ tile below: the last bulk
+      // reduction must have read it.
+      if (tidx == 0) cute::tma_store_wait<0>();
+      NamedBarrier::sync(kThreads, 1);
+      warpgroup_gemm<true, -1>(mma_dq, tdQrdS, tdQrK, acc_dq);
+      warpgroup_wait<1>();  // dV or dK: this stage's Q and dO are read
+      warpgroup_fence_operand(acc_kv);
+      Barrier::arrive(&smem.empty[stage]);
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(acc_dq);
+      CUTE_UNROLL
+      for (int i = 0; i < size(acc_dq); ++i) smem.dq[i * kThreads + tidx] = acc_dq(i);
+      cutlass::arch::fence_view_async_shared();  // the bulk reduction reads these
+      if (++stage == kStages) {
+        stage = 0;
+        phase ^= 1;
       }
     }
+    t.reduce_dq(tidx, t.tiles.last * kBlockM);
+    if (tidx == 0) cute::tma_store_wait<0>();  // shared memory outlives the reduction's reads
+  }
+
+  Tensor kv_coords = gmma_rowcol_view(thr_dkv.partition_C(make_identity_tensor(tile_kv)));
+  const int keys_left = t.mask.seqlen_k - t.n0;
+  if (probs_role) {
+    store_key_grad(gmma_rowcol_view(acc_kv), kv_coords, 1.0f, keys_left, p.headdim, t.dv_out,
+                   p.dv_seq, t.dv_accum, t.direct);
+  } else {
+    store_key_grad(gmma_rowcol_view(acc_kv), kv_coords, p.softmax_scale, keys_left, p.headdim,
+                   t.dk_out, p.dk_seq, t.dk_accum, t.direct);
+  }
+}
+
+// The shared-memory views of one CTA.
+template <class Traits>
+struct BwdSmemTensors {
+  using Element = typename Traits::Element;
+  template <class Layout>
+  using View =
+      decltype(cute::make_tensor(cute::make_smem_ptr(static_cast<Element*>(nullptr)), Layout{}));
+  View<typename Traits::SmemLayoutKV> k, v;
+  View<typename Traits::SmemLayoutKt> k_t;          // (head dim, keys)
+  View<typename Traits::SmemLayoutQ> q, dout;       // (rows, head dim, stage)
+  View<typename Traits::SmemLayoutQt> q_t, dout_t;  // (head dim, rows, stage)
+  View<typename Traits::SmemLayoutDS> ds;           // (query rows, keys)
+  View<typename Traits::SmemLayoutDSt> ds_t;        // (keys, query rows)
+};
+
+template <class Traits>
+__global__ void __launch_bounds__(Traits::kThreads, 1)
+    flash_bwd_sm90_kernel(CUTE_GRID_CONSTANT BwdParams<Traits> const p) {
+  using namespace cute;
+  using Transaction = cutlass::arch::ClusterTransactionBarrier;
+  using Barrier = cutlass::arch::ClusterBarrier;
+  using SharedStorage = typename Traits::SharedStorage;
+
+  // Key tiles fastest: the CTAs running at once share a head's Q and dO in L2
+  // (measured on the H100, causal calls: up to 1.5x faster than taking every
+  // head's key tiles with the most work first).
+  const int n_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
+  const bool varlen = p.cu_seqlens_q != nullptr;
+  const SeqExtent seq_q = seq_extent(p.cu_seqlens_q, p.mask.seqlen_q, batch);
+  const SeqExtent seq_k = seq_extent(p.cu_seqlens_k, p.mask.seqlen_k, batch);
+  AttentionMask mask = p.mask;
+  mask.seqlen_q = seq_q.len;
+  mask.seqlen_k = seq_k.len;
+  const int n0 = n_block * Traits::kBlockN;
+  if (n0 >= mask.seqlen_k) return;
+  const QueryTiles tiles = query_tiles(mask, n_block, Traits::kBlockM, Traits::kBlockN);
+
+  extern __shared__ __align__(1024) char smem_raw[];
+  SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
+  BwdSmemTensors<Traits> s{
+      make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutKV{}),
+      make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutKV{}),
+      make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutKt{}),
+      make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{}),
+      make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::SmemLayoutQ{}),
+      make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQt{}),
+      make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::SmemLayoutQt{}),
+      make_tensor(make_smem_ptr(smem.ds.data()), typename Traits::SmemLayoutDS{}),
+      make_tensor(make_smem_ptr(smem.ds.data()), typename Traits::SmemLayoutDSt{}),
+  };
+
+  const int warp_group = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);
+  if (threadIdx.x == 0) {
+    Transaction::init(&smem.kv_full, 1);
+    CUTE_UNROLL
+    for (int i = 0; i < Traits::kStages; ++i) {
+      Transaction::init(&smem.q_full[i], 1);
+      Transaction::init(&smem.do_full[i], 1);
+      Barrier::init(&smem.rows_full[i], 32);
+      Barrier::init(&smem.empty[i], Traits::kConsumerThreads);
+    }
+    cutlass::arch::fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (warp_group == 0) {
+    cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
+    bwd_producer(p, smem, tiles, seq_q, seq_k, n_block, head, batch, s.q, s.dout, s.k, s.v);
+    return;
+  }
+
+  cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();
+  const int tidx = int(threadIdx.x) - 128;
+  int* semaphores = p.semaphores == nullptr
+                        ? nullptr
+                        : p.semaphores + (int64_t(batch) * gridDim.y + head) * p.sem_per_head;
+  float* dq_tile_base = p.dq_accum + head * p.dq_head_stride +
+                        (seq_q.row0 + int64_t(batch) * Traits::kBlockM) * Traits::kHeadDim;
+  const int64_t accum_offset = (head * p.rows_k + seq_k.row0 + n0) * int64_t(p.headdim);
+  const BwdTile<Traits> t{
+      mask,
+      tiles,
+      n_block,
+      n0,
+      {smem, dq_tile_base, semaphores, mask, n_block},
+      p.dk + (varlen ? seq_k.row0 * p.dk_seq : batch * p.dk_batch) + head * p.dk_head +
+          int64_t(n0) * p.dk_seq,
+      p.dv + (varlen ? seq_k.row0 * p.dv_seq : batch * p.dv_batch) + head * p.dv_head +
+          int64_t(n0) * p.dv_seq,
+      p.kv_group == 1 ? nullptr : p.dk_accum + accum_offset,
+      p.kv_group == 1 ? nullptr : p.dv_accum + accum_offset,
+      p.kv_group == 1,
+  };
+  if constexpr (Traits::kRoles) {
+    consume_roles(p, t, smem, s, tidx);
+  } else {
+    consume_key_halves(p, t, smem, s, tidx);
   }
 }
 

@@ -3,9 +3,9 @@
 // and bf16. The forward's plan takes fixed-length and variable-length prefill
 // calls whose tensors TMA can describe and whose head dim fills at least
 // three quarters of a table row, with ALiBi and sinks or without; the
-// backward's takes fixed-length and variable-length calls at head dims 33-64
-// and 97-128, with softcap, sinks and the deterministic mode or without, and
-// without ALiBi or masks. Everything else (KV caches
+// backward's takes fixed-length and variable-length calls at head dims 33-64,
+// 97-128 and 193-256, with softcap, sinks and the deterministic mode or
+// without, and without ALiBi or masks. Everything else (KV caches
 // and decode-shaped calls, attention masks, odd head dims or strides)
 // declines to the sm80 family. The kernels are instantiated in their own
 // translation units (one per table row and dtype).
@@ -223,8 +223,8 @@ bool plan_backward(const AttentionBackwardProblem& problem, std::string* why) {
   const int smem = backward_row_smem(head_dim);
   if (smem == 0) {
     return decline(why,
-                   "the sm90 backward runs head dims 33-64 and 97-128 (those built); sm80 runs "
-                   "the others");
+                   "the sm90 backward runs head dims 33-64, 97-128 and 193-256 (those built); "
+                   "sm80 runs the others");
   }
   if (smem > problem.max_smem_per_block) {
     return decline(why, "no sm90 backward kernel fits this GPU's shared memory");

@@ -35,12 +35,16 @@ static_assert(tiles_valid(kSm90FwdTiles));
 // Backward. A CTA is one producer warpgroup (TMA loads of K and V once, then
 // of each query tile's Q and dO through `stages` buffers) and block_n / 64
 // consumer warpgroups, each owning 64 keys: per thread dK and dV take head
-// dim / 2 floats each, S^T and dP^T block_m / 2 each. The head dim must be
-// the problem's padded head dim (the dQ accumulator's row width).
+// dim / 2 floats each, S^T and dP^T block_m / 2 each. Past head dim 128 a
+// tile has 64 keys and the two consumers split the work by role (one
+// accumulates dV, the other dK: head dim / 2 floats per thread). The head dim
+// must be the problem's padded head dim (the dQ accumulator's row width).
 inline constexpr FlashBwdSm90Tile kSm90BwdTiles[] = {
     // head_dim, block_m, block_n, stages
     {64, 64, 128, 2},
     {128, 64, 128, 2},
+    // 256: K, V, one stage of Q and dO, dQ and P^T in fp32: 217 KB.
+    {256, 64, 64, 1},
 };
 static_assert(tiles_valid(kSm90BwdTiles));
 
