@@ -729,7 +729,7 @@ def test_sm90_backward_softcap_and_determinism(no_family_env, dtype, d, causal):
             assert torch.equal(a, b_), f"{what}: {name} differs between deterministic runs"
 
 
-@pytest.mark.parametrize("case", ["d192", "d96", "alibi"], ids=str)
+@pytest.mark.parametrize("case", ["d192", "d96", "alibi softcap"], ids=str)
 def test_sm90_hands_the_backwards_it_declines_to_sm80(no_family_env, case):
     """What the sm90 backward's plan declines runs on sm80, forced or not, and right."""
     need_sm90()
@@ -737,11 +737,13 @@ def test_sm90_hands_the_backwards_it_declines_to_sm80(no_family_env, case):
     b, s, h = 2, 300, 4
     q, k, v = make_qkv(b, s, s, h, h, d, torch.bfloat16)
     dout = randn(b, s, h, d, dtype=torch.bfloat16)
-    slopes = torch.rand(h, device=DEVICE, dtype=torch.float32) if case == "alibi" else None
+    alibi = case == "alibi softcap"
+    slopes = torch.rand(h, device=DEVICE, dtype=torch.float32) if alibi else None
+    softcap = 30.0 if alibi else 0.0
     out, lse = samattn.flash_attn_func(
-        q, k, v, causal=True, alibi_slopes=slopes, return_attn_probs=True
+        q, k, v, causal=True, alibi_slopes=slopes, softcap=softcap, return_attn_probs=True
     )[:2]
-    args = (dout, q, k, v, out, lse, None, None, s, s, d**-0.5, True, -1, -1, 0.0, False,
+    args = (dout, q, k, v, out, lse, None, None, s, s, d**-0.5, True, -1, -1, softcap, False,
             slopes)  # fmt: skip
     for forced in ("sm90", None):
         grads, family = ran_forced(forced, lambda: torch.ops.samattn.flash_attn_backward(*args)[:3])

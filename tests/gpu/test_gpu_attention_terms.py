@@ -524,6 +524,19 @@ DETERMINISTIC_CASES = {
 def test_deterministic_backward_is_bit_identical(attn_family, case):
     """deterministic=True: dq, dk, dv and dsinks bit-identical run to run. dsinks is
     summed in a fixed order in either mode (samattn.h), so bit-identical without it too."""
+    check_deterministic(attn_family, case)
+
+
+@pytest.mark.parametrize("case", DETERMINISTIC_CASES)
+def test_sm90_deterministic_backward_is_bit_identical(case):
+    """The same on sm90 forced (ALiBi and sinks run its own backward; softcap with ALiBi
+    is handed to sm80's)."""
+    if "sm90" not in runnable_families():
+        pytest.skip("sm90 is not built or cannot run on this GPU")
+    check_deterministic("sm90", case)
+
+
+def check_deterministic(attn_family: str, case: str) -> None:
     c = dict(DETERMINISTIC_CASES[case])
     b, sq, sk, h, hk, d = (c.pop(name) for name in ("b", "sq", "sk", "h", "hk", "d"))
     alibi = alibi_slopes(c.pop("alibi"), b, h)
@@ -946,3 +959,29 @@ def test_sm90_backward_with_sinks(dtype, d, sq, sk, feature):
     options = dict(TERM_FEATURES[feature])
     hk = options.pop("hk", 8)
     check_fixed("sm90", 2, sq, sk, 8, hk, d, dtype, with_sinks=True, grads=True, **options)
+
+
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+@pytest.mark.parametrize("d", [64, 128, 256])
+@pytest.mark.parametrize("sq, sk", [(203, 113), (300, 1000)], ids=str)
+@pytest.mark.parametrize("terms", ["alibi", "alibi per batch", "alibi and sinks"])
+@pytest.mark.parametrize("feature", ["plain", "causal", "window", "GQA", "MQA"])
+def test_sm90_backward_with_alibi(dtype, d, sq, sk, terms, feature):
+    """The sm90 backward with ALiBi (per head and per batch slopes, with sinks too), forced
+    (check_fixed asserts that sm90 ran it), against the reference's gradients."""
+    if "sm90" not in runnable_families():
+        pytest.skip("sm90 is not built or cannot run on this GPU")
+    options = dict(TERM_FEATURES[feature])
+    hk = options.pop("hk", 8)
+    alibi_kind, with_sinks = TERMS[terms]
+    check_fixed("sm90", 2, sq, sk, 8, hk, d, dtype, alibi_kind=alibi_kind,
+                with_sinks=with_sinks, grads=True, **options)  # fmt: skip
+
+
+@pytest.mark.parametrize("alibi_kind", ["head", "batch view", "broadcast", "negative"])
+def test_sm90_backward_slope_layouts(alibi_kind):
+    """The sm90 backward reads strided, broadcast and negative slopes."""
+    if "sm90" not in runnable_families():
+        pytest.skip("sm90 is not built or cannot run on this GPU")
+    check_fixed("sm90", 3, 277, 130, 4, 2, 128, BF16, alibi_kind=alibi_kind, causal=True,
+                grads=True)  # fmt: skip

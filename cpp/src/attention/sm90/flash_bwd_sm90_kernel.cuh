@@ -188,6 +188,12 @@ struct BwdParams {
   int kv_group, headdim;
   float scale_log2, softmax_scale;
   float softcap, softcap_pre;  // 0: no softcap (attention_problem.h)
+  // ALiBi: slope (batch, head) at alibi_slopes[batch * alibi_batch_stride +
+  // head], the scores scaled by bias_pre before the bias is added (nullptr:
+  // none; scale_log2 is then log2 e, as with softcap).
+  const float* alibi_slopes;
+  int64_t alibi_batch_stride;
+  float bias_pre;
   // Deterministic: per (batch, head, query tile) the number of key tiles that
   // have added their dQ, so that they add in key-tile order; nullptr: any order.
   int* semaphores;
@@ -313,19 +319,40 @@ __device__ inline void bwd_producer(BwdParams<Traits> const& p, SharedStorage& s
   }
 }
 
-// S^T -> P^T in place: softcap, the mask (keys outside a query row's range
-// give P = 0), then exp2(S^T scale_log2 - LSE). `scores` and `coords` are
-// row-column views of the S^T accumulator and of its (key, query row)
-// coordinates within the tile.
+// ALiBi's bias of one CTA's head: -slope |diagonal(row) - key| (score_terms.cuh).
+struct AlibiBias {
+  bool on;
+  float slope;  // of this (batch, head)
+  __device__ float operator()(const AttentionMask& mask, int row, int key) const {
+    return -slope * fabsf(float(mask.diagonal(row)) - float(key));
+  }
+};
+
+// S^T -> P^T in place: softcap, ALiBi (the scores scaled by bias_pre first),
+// the mask (keys outside a query row's range give P = 0), then exp2(S^T
+// scale_log2 - LSE). `scores` and `coords` are row-column views of the S^T
+// accumulator and of its (key, query row) coordinates within the tile.
 template <class Scores, class Coords>
 __device__ inline void scores_to_probs(Scores& scores, Coords const& coords,
                                        const AttentionMask& mask, const float* lse, int m0,
                                        int block_m, int n0, int block_n, float scale_log2,
-                                       float softcap, float softcap_pre) {
+                                       float softcap, float softcap_pre, AlibiBias alibi,
+                                       float bias_pre) {
   using namespace cute;
   if (softcap > 0.0f) {
     CUTE_UNROLL
     for (int i = 0; i < size(scores); ++i) scores(i) = softcap * tanhf(scores(i) * softcap_pre);
+  }
+  if (alibi.on) {
+    CUTE_UNROLL
+    for (int c = 0; c < size<1>(scores); ++c) {
+      const int row = m0 + get<1>(coords(0, c));
+      CUTE_UNROLL
+      for (int r = 0; r < size<0>(scores); ++r) {
+        const int key = n0 + get<0>(coords(r, 0));
+        scores(r, c) = fmaf(scores(r, c), bias_pre, alibi(mask, row, key));
+      }
+    }
   }
   if (mask.tile_needs_mask(m0, block_m, n0, block_n)) {
     CUTE_UNROLL
@@ -351,8 +378,10 @@ __device__ inline void scores_to_probs(Scores& scores, Coords const& coords,
 
 // dP^T -> dS^T in place: P^T (dP^T - D), times softcap's tanh derivative
 // 1 - tanh^2 when there is one, tanh recovered from P (scale_log2 is log2 e:
-// log2 P + LSE log2 e = log2 e softcap tanh); P = 0 (masked or underflowed)
-// already gives dS = 0. `prob(r, c)` reads P^T at the same position.
+// log2 P + LSE log2 e = log2 e softcap tanh; the plan declines softcap with
+// ALiBi, whose bias would have to come off it); P = 0 (masked or
+// underflowed) already gives dS = 0. `prob(r, c)` reads P^T at the same
+// position.
 template <class DScores, class Prob, class Coords>
 __device__ inline void dprobs_to_dscores(DScores& dscores, Prob&& prob, Coords const& coords,
                                          const float* lse, const float* dsum, float scale_log2,
@@ -362,8 +391,9 @@ __device__ inline void dprobs_to_dscores(DScores& dscores, Prob&& prob, Coords c
   for (int c = 0; c < size<1>(dscores); ++c) {
     const float row_dsum = dsum[get<1>(coords(0, c))];
     CUTE_UNROLL
-    for (int r = 0; r < size<0>(dscores); ++r)
+    for (int r = 0; r < size<0>(dscores); ++r) {
       dscores(r, c) = prob(r, c) * (dscores(r, c) - row_dsum);
+    }
   }
   if (softcap > 0.0f) {
     const float tanh_per_log2 = 1.0f / (scale_log2 * softcap);
@@ -460,6 +490,7 @@ struct BwdTile {
   typename Traits::Element *dk_out, *dv_out;
   float *dk_accum, *dv_accum;
   bool direct;
+  AlibiBias alibi;
 };
 
 // Consumers up to head dim 128: warpgroup g owns keys [64 g, 64 g + 64) of
@@ -528,7 +559,7 @@ __device__ inline void consume_key_halves(BwdParams<Traits> const& p, BwdTile<Tr
       const float* lse = smem.lse[stage];
       const float* dsum = smem.dsum[stage];
       scores_to_probs(scores, coords, t.mask, lse, m0, kBlockM, t.n0, kBlockN, p.scale_log2,
-                      p.softcap, p.softcap_pre);
+                      p.softcap, p.softcap_pre, t.alibi, p.bias_pre);
       convert_gmma_fragment(acc_s, tdVrP);
       warpgroup_gemm<false, -1>(mma_dkv, tdVrP, tdVrdO(_, _, _, stage), acc_dv);
       warpgroup_wait<1>();  // dP^T
@@ -640,7 +671,7 @@ __device__ inline void consume_roles(BwdParams<Traits> const& p, BwdTile<Traits>
       warpgroup_fence_operand(acc_sdp);
       if (probs_role) {
         scores_to_probs(sdp, coords, t.mask, lse, m0, kBlockM, t.n0, kBlockN, p.scale_log2,
-                        p.softcap, p.softcap_pre);
+                        p.softcap, p.softcap_pre, t.alibi, p.bias_pre);
         CUTE_UNROLL
         for (int i = 0; i < kValues; ++i) probs[i * 128] = acc_sdp(i);
         NamedBarrier::arrive(kThreads, 3);
@@ -786,6 +817,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       p.kv_group == 1 ? nullptr : p.dk_accum + accum_offset,
       p.kv_group == 1 ? nullptr : p.dv_accum + accum_offset,
       p.kv_group == 1,
+      {p.alibi_slopes != nullptr,
+       p.alibi_slopes != nullptr ? p.alibi_slopes[batch * p.alibi_batch_stride + head] : 0.0f},
   };
   if constexpr (Traits::kRoles) {
     consume_roles(p, t, smem, s, tidx);

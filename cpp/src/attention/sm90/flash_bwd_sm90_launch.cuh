@@ -135,6 +135,9 @@ cudaError_t run_flash_bwd_sm90(const AttentionBackwardProblem& problem) {
       P.softmax_scale,
       P.softcap,
       P.softcap_pre,
+      P.terms.alibi_slopes,
+      P.terms.alibi_batch_stride,
+      P.bias_pre,
       semaphores,
       (P.seqlen_q + 15) / 16,
   };

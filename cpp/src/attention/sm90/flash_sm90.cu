@@ -4,8 +4,8 @@
 // calls whose tensors TMA can describe and whose head dim fills at least
 // three quarters of a table row, with ALiBi and sinks or without; the
 // backward's takes fixed-length and variable-length calls at head dims 33-64,
-// 97-128 and 193-256, with softcap, sinks and the deterministic mode or
-// without, and without ALiBi or masks. Everything else (KV caches
+// 97-128 and 193-256, with softcap or ALiBi (not both), sinks and the
+// deterministic mode or without, and without masks or dropout. Everything else (KV caches
 // and decode-shaped calls, attention masks, odd head dims or strides)
 // declines to the sm80 family. The kernels are instantiated in their own
 // translation units (one per table row and dtype).
@@ -203,8 +203,13 @@ bool plan_backward(const AttentionBackwardProblem& problem, std::string* why) {
                   problem.total_k > INT32_MAX))) {
     return decline(why, "variable-length calls with no rows, or more than 2^31 - 1");
   }
-  if (backward_terms(problem.terms)) {
-    return decline(why, "ALiBi, attention masks and dropout are not in the sm90 backward yet");
+  if (problem.terms.mask.kind != MaskKind::none || dropout_on(problem.terms)) {
+    return decline(why, "attention masks and dropout are not in the sm90 backward yet");
+  }
+  // Softcap's derivative with ALiBi would hold the bias next to dS (the d = 128
+  // kernel then spills): that rare pair runs on sm80.
+  if (problem.terms.alibi_slopes != nullptr && problem.softcap > 0.0f) {
+    return decline(why, "ALiBi with softcap is not in the sm90 backward");
   }
   if (problem.seqlen_q <= 0 || problem.seqlen_k <= 0) return decline(why, "no queries or no keys");
   // Varlen: one packed tensor of total rows.
