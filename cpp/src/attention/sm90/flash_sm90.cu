@@ -5,9 +5,9 @@
 // three quarters of a table row, with ALiBi and sinks or without; the
 // backward's takes fixed-length and variable-length calls at head dims 33-64,
 // 97-128 and 193-256, with softcap or ALiBi (not both), sinks and the
-// deterministic mode or without, and without masks or dropout. Everything else (KV caches
-// and decode-shaped calls, attention masks, odd head dims or strides)
-// declines to the sm80 family. The kernels are instantiated in their own
+// deterministic mode or without, and without masks or dropout. Everything
+// else (KV caches and decode-shaped calls, attention masks, odd head dims or
+// strides) declines to the sm80 family. The kernels are instantiated in their own
 // translation units (one per table row and dtype).
 #include <algorithm>
 #include <cstdint>
