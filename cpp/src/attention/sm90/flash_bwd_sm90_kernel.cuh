@@ -490,7 +490,7 @@ struct BwdTile {
   typename Traits::Element *dk_out, *dv_out;
   float *dk_accum, *dv_accum;
   bool direct;
-  AlibiBias alibi;
+  AlibiBias alibi;  // off, or this (batch, head)'s slope
 };
 
 // Consumers up to head dim 128: warpgroup g owns keys [64 g, 64 g + 64) of
