@@ -425,6 +425,18 @@ struct DqReducer {
   AttentionMask mask;
   int n_block;
 
+  // A query tile's dQ fragment into the shared dQ tile, element i of
+  // consumer thread t at i x kConsumerThreads + t (the order the conversion
+  // kernel reads back), visible to the bulk reduction.
+  template <class Acc>
+  __device__ void stash(int tidx, Acc const& acc_dq) const {
+    CUTE_UNROLL
+    for (int i = 0; i < cute::size(acc_dq); ++i) {
+      smem.dq[i * Traits::kConsumerThreads + tidx] = acc_dq(i);
+    }
+    cutlass::arch::fence_view_async_shared();
+  }
+
   __device__ void operator()(int tidx, int m0) const {
     constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
     cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, 2);
@@ -584,11 +596,7 @@ __device__ inline void consume_key_halves(BwdParams<Traits> const& p, BwdTile<Tr
       warpgroup_fence_operand(acc_dv);
       warpgroup_fence_operand(acc_dq);
       Barrier::arrive(&smem.empty[stage]);  // Q, dO, LSE and D of this stage are read
-      CUTE_UNROLL
-      for (int i = 0; i < size(acc_dq); ++i) {
-        smem.dq[i * Traits::kConsumerThreads + tidx] = acc_dq(i);
-      }
-      cutlass::arch::fence_view_async_shared();  // the bulk reduction reads these
+      t.reduce_dq.stash(tidx, acc_dq);
       if (++stage == kStages) {
         stage = 0;
         phase ^= 1;
@@ -702,9 +710,7 @@ __device__ inline void consume_roles(BwdParams<Traits> const& p, BwdTile<Traits>
       Barrier::arrive(&smem.empty[stage]);
       warpgroup_wait<0>();
       warpgroup_fence_operand(acc_dq);
-      CUTE_UNROLL
-      for (int i = 0; i < size(acc_dq); ++i) smem.dq[i * kThreads + tidx] = acc_dq(i);
-      cutlass::arch::fence_view_async_shared();  // the bulk reduction reads these
+      t.reduce_dq.stash(tidx, acc_dq);
       if (++stage == kStages) {
         stage = 0;
         phase ^= 1;
