@@ -793,9 +793,15 @@ def _sdpa_backend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | No
 class Bench:
     """Runs the cases, prints one line per record and keeps the records."""
 
-    def __init__(self, timer: Timer, families: list[str | None]) -> None:
+    def __init__(
+        self,
+        timer: Timer,
+        families: list[str | None],
+        terms_features: Sequence[str] = TERMS_FEATURES,
+    ) -> None:
         self.timer = timer
         self.families = families
+        self.terms_features = tuple(terms_features)  # those --ops terms measures
         self.records: list[dict[str, Any]] = []
         # {"case": label, "reason": message, **the case's fields}: also written to the JSON.
         self.skipped: list[dict[str, Any]] = []
@@ -1569,7 +1575,7 @@ class Bench:
             )
 
         fields = {"dtype": dtype_name, **case._asdict()}
-        for feature in TERMS_FEATURES:
+        for feature in self.terms_features:
             for direction in ("fwd", "bwd"):
                 self._run_case(
                     f"attention_terms {feature} {direction} {what}",
@@ -2043,6 +2049,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "(default: benchmarks/results/<gpu>.json)",
     )
     parser.add_argument("--plot", type=Path, default=None, help="write a PNG of the ratios here")
+    parser.add_argument(
+        "--terms-features",
+        type=_list_argument(TERMS_FEATURES),
+        default=list(TERMS_FEATURES),
+        help=f"the features --ops terms measures: {','.join(TERMS_FEATURES)} (default: all)",
+    )
     parser.add_argument("--quick", action="store_true", help="fewer shapes and repetitions")
     return parser.parse_args(argv)
 
@@ -2066,7 +2078,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     size = "quick" if args.quick else "full"
     families = [None if name == "auto" else name for name in dict.fromkeys(args.families)]
-    bench = Bench(Timer(args.quick), families)
+    bench = Bench(Timer(args.quick), families, args.terms_features)
     started = time.perf_counter()
     print(TABLE_HEADER, flush=True)
     if "gemm" in args.ops:

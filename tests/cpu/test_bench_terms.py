@@ -61,7 +61,7 @@ CASE = bench.AttentionCase(batch=2, heads=2, seqlen=64, d=32, causal=False)
 
 
 def run_terms_on_cpu(monkeypatch, case=CASE, flash_attn_func=reference_flash_attn_func,
-                     sdpa=reference_sdpa):  # fmt: skip
+                     sdpa=reference_sdpa, features=bench.TERMS_FEATURES):  # fmt: skip
     monkeypatch.setattr(bench, "_randn", lambda shape, dtype: torch.randn(shape).to(dtype))
     monkeypatch.setattr(samattn, "flash_attn_func", flash_attn_func)
     monkeypatch.setattr(samattn, "scaled_dot_product_attention", sdpa)
@@ -70,7 +70,7 @@ def run_terms_on_cpu(monkeypatch, case=CASE, flash_attn_func=reference_flash_att
         return self.timer.median_ms(fn, input_sets), "sm80"
 
     monkeypatch.setattr(bench.Bench, "_samattn_ms", samattn_ms)
-    b = bench.Bench(OneCallTimer(), [None])
+    b = bench.Bench(OneCallTimer(), [None], features)
     b.terms("bf16", case)
     return b
 
@@ -138,6 +138,20 @@ def test_terms_records_with_the_baseline_refused(monkeypatch):
     summary = bench.summarize(b)
     assert "attention_terms sm80 alibi fwd: 1.00 .. 1.00, target 0.90 met by 1 of 1" in summary
     assert "ERROR" not in summary
+
+
+def test_terms_features_narrow_the_section(monkeypatch):
+    args = bench.parse_args(["--ops", "terms", "--terms-features", "sinks,alibi"])
+    assert args.terms_features == ["sinks", "alibi"]
+    assert bench.parse_args([]).terms_features == list(bench.TERMS_FEATURES)
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--terms-features", "alibi,dropout"])
+    b = run_terms_on_cpu(monkeypatch, features=args.terms_features)
+    assert [(r["op"], r["feature"], r["direction"]) for r in b.records] == [
+        ("attention_terms", feature, direction)
+        for feature in ("sinks", "alibi")
+        for direction in ("fwd", "bwd")
+    ]  # fmt: skip
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])

@@ -234,20 +234,22 @@ def check_backward(grads, q, k, v, dout, *, what, sinks=None, **terms):
 # ----------------------------------------------------------- fixed length ----
 def check_fixed(family, b, sq, sk, h, hk, d, dtype, *, alibi_kind="none", with_sinks=False,
                 causal=False, window=(-1, -1), softcap=0.0, grads=False,
-                deterministic=False):  # fmt: skip
+                deterministic=False, softmax_scale=None):  # fmt: skip
     """flash_attn_func with the terms, forward (out, lse) and with `grads` the backward
     (dq, dk, dv, dsinks), against the reference."""
     need_dtype(family, dtype)
     what = (
         f"{family} {dtype} b{b} sq{sq} sk{sk} h{h}/{hk} d{d} alibi:{alibi_kind} "
-        f"sinks:{with_sinks} causal{causal} w{window} cap{softcap}"
+        f"sinks:{with_sinks} causal{causal} w{window} cap{softcap} scale{softmax_scale}"
     )
     q, k, v = make_qkv(b, sq, sk, h, hk, d, dtype, scale=3.0 if softcap else 1.0)
     alibi = alibi_slopes(alibi_kind, b, h)
     sinks = make_sinks(h) if with_sinks else None
-    options = dict(causal=causal, window_size=window, softcap=softcap, alibi_slopes=alibi)
+    options = dict(causal=causal, window_size=window, softcap=softcap, alibi_slopes=alibi,
+                   softmax_scale=softmax_scale)  # fmt: skip
     mask = allowed_keys(sq, sk, causal, window)
-    terms = dict(scale=d**-0.5, softcap=softcap, mask=mask, alibi=alibi)
+    scale = d**-0.5 if softmax_scale is None else softmax_scale
+    terms = dict(scale=scale, softcap=softcap, mask=mask, alibi=alibi)
 
     poison_allocator((b, sq, h, d), dtype)
     poison_allocator((b, h, sq), F32)
@@ -327,6 +329,20 @@ def test_slope_layouts(attn_family, alibi_kind):
     broadcast over the batch (stride 0), slopes of both signs: forward and backward."""
     check_fixed(attn_family, 3, 77, 130, 4, 2, 64, last_dtype(attn_family),
                 alibi_kind=alibi_kind, causal=True, grads=True)  # fmt: skip
+
+
+@pytest.mark.parametrize("forced", ["sm90", "sm80", "sm75"])
+@pytest.mark.parametrize("softcap", [0.0, 5.0], ids=["nocap", "cap"])
+@pytest.mark.parametrize("scale", [0.0, 2.0**-20, -0.3, 2.5], ids=["zero", "tiny", "neg", "big"])
+def test_alibi_whatever_the_scale(forced, softcap, scale):
+    """The kernels add ALiBi to the unscaled scores (the slope divided by the scale) where
+    the scale can be inverted, else to scores they scaled first: both ways, forward and
+    backward, with and without softcap (sm90's backward declines ALiBi with softcap)."""
+    if forced not in runnable_families():
+        pytest.skip(f"{forced} is not built or cannot run on this GPU")
+    check_fixed(forced, 2, 77, 130, 4, 2, 64, last_dtype(forced), alibi_kind="negative",
+                softcap=softcap, grads=forced != "sm90" or softcap == 0.0,
+                softmax_scale=scale)  # fmt: skip
 
 
 LENGTHS = [(1, 1), (17, 17), (1000, 1000), (4099, 4099), (1, 4099), (4099, 17), (17, 1000)]

@@ -110,9 +110,6 @@ struct ScoreTerms {
   DropoutView dropout;
 };
 inline bool dropout_on(const ScoreTerms& t) { return t.dropout.p > 0.0f; }
-inline bool additive_terms(const ScoreTerms& t) {
-  return t.alibi_slopes != nullptr || t.mask.kind == MaskKind::add_f32;
-}
 // The kernel variant a call's score terms need (score_terms.cuh): none; the
 // computed terms (ALiBi, sinks, dropout); or also a mask, whose per-element
 // loads take registers that the other calls should not pay for.
@@ -160,10 +157,14 @@ struct AttentionForwardProblem {
   // softmax_scale / softcap, and the softmax exponent is scale_log2 * s with
   // scale_log2 = log2(e) (the capped scores are already scaled); off:
   // softcap = softcap_pre = 0 and scale_log2 = log2(e) * softmax_scale.
-  // With additive terms (ALiBi, an additive mask) the kernels scale the
-  // scores themselves before adding them (by bias_pre: softmax_scale, or 1
-  // when capped), and scale_log2 is log2(e); without, bias_pre is 1.
-  float softcap, softcap_pre, scale_log2, bias_pre;
+  // An additive mask is added to scaled scores: the kernels scale them first
+  // (by bias_pre: softmax_scale, or 1 when capped) and scale_log2 is log2(e);
+  // else bias_pre is 1. ALiBi's slopes are multiplied by alibi_scale:
+  // 1 / softmax_scale where the scores stay unscaled (no mask, no softcap),
+  // so that the bias costs one fused multiply-add per score; else 1. A scale
+  // that is not positive, or too small to invert safely, takes the mask's
+  // way (the running maximum then stays that of the scaled scores).
+  float softcap, softcap_pre, scale_log2, bias_pre, alibi_scale;
   AttentionWindow window;  // normalized (normalize_window), causal included
   ScoreTerms terms;
 
@@ -196,13 +197,18 @@ struct AttentionForwardProblem {
 inline void set_scores(AttentionForwardProblem& p, float softmax_scale, float softcap, bool causal,
                        int64_t window_left, int64_t window_right) {
   constexpr float kLog2e = 1.4426950408889634f;
-  const bool capped = softcap > 0.0f, additive = additive_terms(p.terms);
+  constexpr float kSmallestInvertedScale = 1.0f / 65536.0f;
+  const bool capped = softcap > 0.0f;
+  const bool scaled_first =
+      p.terms.mask.kind == MaskKind::add_f32 ||
+      (p.terms.alibi_slopes != nullptr && !(softmax_scale >= kSmallestInvertedScale));
   p.softmax_scale = softmax_scale;
   p.softcap = capped ? softcap : 0.0f;
   p.softcap_pre = capped ? softmax_scale / softcap : 0.0f;
-  p.bias_pre = additive && !capped ? softmax_scale : 1.0f;
-  // Capped or biased scores are already scaled.
-  p.scale_log2 = capped || additive ? kLog2e : softmax_scale * kLog2e;
+  p.bias_pre = scaled_first && !capped ? softmax_scale : 1.0f;
+  p.alibi_scale = scaled_first || capped ? 1.0f : 1.0f / softmax_scale;
+  // Capped or pre-scaled scores are already scaled.
+  p.scale_log2 = capped || scaled_first ? kLog2e : softmax_scale * kLog2e;
   p.window = normalize_window(causal, window_left, window_right, p.seqlen_q, p.seqlen_k);
 }
 

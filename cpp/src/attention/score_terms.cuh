@@ -1,12 +1,13 @@
 // The score terms beyond scale q k^T (ScoreTerms in attention_problem.h) in
 // the kernels: ALiBi's bias, an attention mask and the sinks.
 //
-// Kernels compiled with these terms (kTerms, TermsKernel) scale the scores themselves
-// (by bias_pre) before adding ALiBi's -slope * |d - j| (d: the row's
-// diagonal, mask.cuh) and an additive mask, and run the softmax with
-// scale_log2 = log2(e), as with softcap; a keep mask sets -inf. Slopes and
-// diagonals are recomputed per key tile (a few L1 loads) rather than held in
-// registers through the key loop.
+// Kernels compiled with these terms (kTerms, TermsKernel) add ALiBi's
+// -slope * |d - j| (d: the row's diagonal, mask.cuh) in the units of the
+// scores as they are (the slope times alibi_scale, attention_problem.h), and
+// an additive mask to scores they scaled first (by bias_pre, the softmax then
+// running with scale_log2 = log2(e), as with softcap); a keep mask sets -inf.
+// Slopes and diagonals are recomputed per key tile (a few L1 loads) rather
+// than held in registers through the key loop.
 // A sink is one more key of the row with value zero: it joins the softmax
 // denominator once, in the epilogue (OnlineSoftmax::finalize).
 #pragma once
@@ -29,7 +30,8 @@ struct ScoreTermsParams {
   const char* mask;  // nullptr: none
   MaskKind mask_kind;
   int64_t mask_batch, mask_head, mask_q;  // strides in bytes; keys are contiguous
-  float bias_pre;                         // the scores' scale before additive terms (1 when capped)
+  float bias_pre;                         // the scores' scale before an additive mask (1: none)
+  float alibi_scale;                      // of the slopes
   DropoutParams dropout;
 };
 
@@ -44,19 +46,21 @@ inline ScoreTermsParams score_terms_params(const AttentionForwardProblem& p) {
           m.head_stride * bytes,
           m.q_stride * bytes,
           p.bias_pre,
+          p.alibi_scale,
           dropout_params(p.terms.dropout)};
 }
 
-// The terms of one row of a score tile: its ALiBi slope and diagonal, and
-// its row of the mask (key j at element j of mask_row).
+// The terms of one row of a score tile: its ALiBi slope (times alibi_scale)
+// and diagonal, and its row of the mask (key j at element j of mask_row).
 struct RowTerms {
   float slope, diagonal;
   const char* mask_row;  // (batch, head, query, key 0); the query clamped into the mask
 
   __device__ RowTerms(ScoreTermsParams const& t, int batch, int head, int query,
                       AttentionMask const& mask)
-      : slope(t.alibi_slopes != nullptr ? t.alibi_slopes[batch * t.alibi_batch_stride + head]
-                                        : 0.0f),
+      : slope(t.alibi_slopes != nullptr
+                  ? t.alibi_slopes[batch * t.alibi_batch_stride + head] * t.alibi_scale
+                  : 0.0f),
         diagonal(float(mask.diagonal(query))),
         mask_row(t.mask + batch * t.mask_batch + head * t.mask_head +
                  min(query, mask.seqlen_q - 1) * t.mask_q) {}
@@ -70,30 +74,38 @@ struct RowTerms {
   }
 };
 
-// scores (rows, cols) of the key tile at (m0, n0): pre * s + the additive
-// terms, -inf where a keep mask says 0 (kMask: the kernel variant with masks). coords(r, c): the
-// tile coordinates of fragment element (r, c); head_of / query_of map a tile row to its query head
-// and query row. The branches on the terms are uniform over the CTA and outside the unrolled loops,
-// whose element code has none (a branch per element, or a loop copy per mask kind, made the kernel
-// twice its size).
+// scores (rows, cols) of the key tile at (m0, n0): bias_pre * s + the
+// additive terms, -inf where a keep mask says 0 (kMask: the kernel variant with masks).
+// coords(r, c): the tile coordinates of fragment element (r, c); head_of / query_of map a tile row
+// to its query head and query row. The branches on the terms are uniform over the CTA and outside
+// the unrolled loops, whose element code has none (a branch per element, or a loop copy per mask
+// kind, made the kernel twice its size).
 template <bool kMask, class Scores, class Coords, class HeadOf, class QueryOf>
 __device__ inline void apply_score_terms(Scores& scores, Coords const& coords, int m0, int n0,
                                          ScoreTermsParams const& t, int batch, HeadOf head_of,
                                          QueryOf query_of, AttentionMask const& mask) {
   using namespace cute;
   const bool alibi = t.alibi_slopes != nullptr;
+  // ALiBi's distance d - j of element (r, c) is (d_r - j_0) - (j_c - j_0), with j_c - j_0
+  // a constant of the fragment layout: one subtraction per score, where converting each
+  // key index to float would take as many conversions as the softmax takes exp2s.
+  const int key0 = n0 + get<1>(coords(0, 0));
+  const float key0_f = float(key0);
   CUTE_UNROLL
   for (int r = 0; r < size<0>(scores); ++r) {
     const int row = m0 + get<0>(coords(r, 0));
     const RowTerms terms(t, batch, head_of(row), query_of(row), mask);
-    if (alibi) {
-      CUTE_UNROLL
-      for (int c = 0; c < size<1>(scores); ++c) {
-        scores(r, c) = fmaf(scores(r, c), t.bias_pre, terms.alibi(n0 + get<1>(coords(0, c))));
-      }
-    } else if (kMask && t.mask_kind == MaskKind::add_f32) {
+    if (t.bias_pre != 1.0f) {
       CUTE_UNROLL
       for (int c = 0; c < size<1>(scores); ++c) scores(r, c) *= t.bias_pre;
+    }
+    if (alibi) {
+      const float distance0 = terms.diagonal - key0_f;  // exact: both below 2^24
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(scores); ++c) {
+        const float distance = distance0 - float(n0 + get<1>(coords(0, c)) - key0);
+        scores(r, c) = fmaf(fabsf(distance), -terms.slope, scores(r, c));
+      }
     }
     if constexpr (kMask) {
       if (t.mask_kind == MaskKind::add_f32) {

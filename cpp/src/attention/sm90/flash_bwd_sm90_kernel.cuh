@@ -189,11 +189,11 @@ struct BwdParams {
   float scale_log2, softmax_scale;
   float softcap, softcap_pre;  // 0: no softcap (attention_problem.h)
   // ALiBi: slope (batch, head) at alibi_slopes[batch * alibi_batch_stride +
-  // head], the scores scaled by bias_pre before the bias is added (nullptr:
-  // none; scale_log2 is then log2 e, as with softcap).
+  // head] times alibi_scale, added to the scores scaled by bias_pre
+  // (attention_problem.h; nullptr: none).
   const float* alibi_slopes;
   int64_t alibi_batch_stride;
-  float bias_pre;
+  float bias_pre, alibi_scale;
   // Deterministic: per (batch, head, query tile) the number of key tiles that
   // have added their dQ, so that they add in key-tile order; nullptr: any order.
   int* semaphores;
@@ -319,13 +319,11 @@ __device__ inline void bwd_producer(BwdParams<Traits> const& p, SharedStorage& s
   }
 }
 
-// ALiBi's bias of one CTA's head: -slope |diagonal(row) - key| (score_terms.cuh).
+// ALiBi's bias of one CTA's head: -slope |diagonal(row) - key|, the slope
+// times alibi_scale (score_terms.cuh).
 struct AlibiBias {
   bool on;
   float slope;  // of this (batch, head)
-  __device__ float operator()(const AttentionMask& mask, int row, int key) const {
-    return -slope * fabsf(float(mask.diagonal(row)) - float(key));
-  }
 };
 
 // S^T -> P^T in place: softcap, ALiBi (the scores scaled by bias_pre first),
@@ -344,13 +342,17 @@ __device__ inline void scores_to_probs(Scores& scores, Coords const& coords,
     for (int i = 0; i < size(scores); ++i) scores(i) = softcap * tanhf(scores(i) * softcap_pre);
   }
   if (alibi.on) {
+    if (bias_pre != 1.0f) {
+      CUTE_UNROLL
+      for (int i = 0; i < size(scores); ++i) scores(i) *= bias_pre;
+    }
     CUTE_UNROLL
     for (int c = 0; c < size<1>(scores); ++c) {
-      const int row = m0 + get<1>(coords(0, c));
+      const float diagonal = float(mask.diagonal(m0 + get<1>(coords(0, c))));
       CUTE_UNROLL
       for (int r = 0; r < size<0>(scores); ++r) {
-        const int key = n0 + get<0>(coords(r, 0));
-        scores(r, c) = fmaf(scores(r, c), bias_pre, alibi(mask, row, key));
+        const float distance = diagonal - float(n0 + get<0>(coords(r, 0)));
+        scores(r, c) = fmaf(fabsf(distance), -alibi.slope, scores(r, c));
       }
     }
   }
@@ -824,7 +826,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       p.kv_group == 1 ? nullptr : p.dv_accum + accum_offset,
       p.kv_group == 1,
       {p.alibi_slopes != nullptr,
-       p.alibi_slopes != nullptr ? p.alibi_slopes[batch * p.alibi_batch_stride + head] : 0.0f},
+       p.alibi_slopes != nullptr
+           ? p.alibi_slopes[batch * p.alibi_batch_stride + head] * p.alibi_scale
+           : 0.0f},
   };
   if constexpr (Traits::kRoles) {
     consume_roles(p, t, smem, s, tidx);

@@ -138,6 +138,7 @@ cudaError_t run_flash_bwd_sm90(const AttentionBackwardProblem& problem) {
       P.terms.alibi_slopes,
       P.terms.alibi_batch_stride,
       P.bias_pre,
+      P.alibi_scale,
       semaphores,
       (P.seqlen_q + 15) / 16,
   };

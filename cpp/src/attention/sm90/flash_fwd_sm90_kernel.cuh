@@ -240,8 +240,9 @@ struct GemmTurns {
   }
 };
 
-// kTerms: the kernel with ALiBi, sinks and dropout (score_terms.cuh,
-// dropout.cuh), so that calls without them run code that has none.
+// kTerms: the kernel with ALiBi and dropout (score_terms.cuh, dropout.cuh),
+// so that calls without them run code that has none. Sinks reach both: they
+// only join the epilogue's row sums.
 template <class Traits, bool kTerms>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     flash_fwd_sm90_kernel(CUTE_GRID_CONSTANT FwdParams<Traits> const p) {
@@ -461,8 +462,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // ------------------------------------------------------------ epilogue
     float lse[kRows];
     float sink_log2[kRows];  // -inf: no sink
-    sink_logits_log2(
-        kTerms ? p.sinks : nullptr, out_coords, m0, [&](int) { return tile.head; }, sink_log2);
+    sink_logits_log2(p.sinks, out_coords, m0, [&](int) { return tile.head; }, sink_log2);
     // Rows with no key: zeros, and LSE +inf (or the sink's logit).
     softmax.finalize(out, p.scale_log2, lse, sink_log2);
     if (dropout) {

@@ -104,12 +104,12 @@ cudaError_t run_flash_fwd_sm90(const AttentionForwardProblem& problem) {
                        : p.paired ? std::min<int64_t>((tiles + 1) / 2, problem.sm_count)
                                   : tiles;
   const dim3 grid(static_cast<unsigned>(ctas));
-  // The plan declines masks: terms are ALiBi, sinks and dropout (TermsKernel::computed).
-  return any_terms(problem.terms)
-             ? launch_with_smem<sm90::flash_fwd_sm90_kernel<Traits, true>>(
-                   p, grid, Traits::kThreads, Traits::kSmemBytes, problem.stream)
-             : launch_with_smem<sm90::flash_fwd_sm90_kernel<Traits, false>>(
-                   p, grid, Traits::kThreads, Traits::kSmemBytes, problem.stream);
+  // The plan declines masks: the terms kernel is for ALiBi and dropout.
+  const bool terms = problem.terms.alibi_slopes != nullptr || dropout_on(problem.terms);
+  return terms ? launch_with_smem<sm90::flash_fwd_sm90_kernel<Traits, true>>(
+                     p, grid, Traits::kThreads, Traits::kSmemBytes, problem.stream)
+               : launch_with_smem<sm90::flash_fwd_sm90_kernel<Traits, false>>(
+                     p, grid, Traits::kThreads, Traits::kSmemBytes, problem.stream);
 }
 
 }  // namespace samattn::attention
