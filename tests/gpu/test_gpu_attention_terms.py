@@ -918,6 +918,18 @@ def test_sm90_runs_the_terms(dtype, d, sq, sk, terms, feature):
                 with_sinks=with_sinks, **options)  # fmt: skip
 
 
+@pytest.mark.parametrize("d", [64, 128, 256])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_sm90_alibi_long_keys(d, causal):
+    """ALiBi over 4099 keys on sm90: most key tiles lie on one side of every row's diagonal
+    (the bias as a per-row offset of the softmax), at d = 64 on the 128-row tile (the
+    192-row one runs no ALiBi), with sinks."""
+    if "sm90" not in runnable_families():
+        pytest.skip("sm90 is not built or cannot run on this GPU")
+    check_fixed("sm90", 1, 4099, 4099, 2, 2, d, BF16, alibi_kind="head", with_sinks=True,
+                causal=causal)  # fmt: skip
+
+
 @pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
 @pytest.mark.parametrize("terms", MAIN_TERMS)
 @pytest.mark.parametrize("feature", ["plain", "causal", "window"])

@@ -33,7 +33,8 @@ enum class TileUse {
   // split keys, query heads of a KV head packed into one tile; used for those
   // features and for decode-shaped calls (uses_kvcache_kernel)
   kvcache,
-  // sm90 rows only: for long key loops (long_key_loop in sm90/flash_sm90.cu)
+  // sm90 rows only: for long key loops without ALiBi or dropout (long_key_loop
+  // in sm90/flash_sm90.cu)
   long_keys,
 };
 

@@ -124,6 +124,58 @@ __device__ inline void apply_score_terms(Scores& scores, Coords const& coords, i
   }
 }
 
+// ALiBi on the key tile at (m0, n0) of rows m0 .. m0 + block_m - 1 (query
+// rows, one head), returning in row_offset what the softmax adds to this
+// lane's scores of each row (OnlineSoftmax's row_offset). A tile left of the
+// diagonals of all its rows (every key j <= d) has the bias -slope |d - j| =
+// s slope (j - j0) + s slope (j0 - d) with s = +1, one right of them (j >= d)
+// with s = -1; j0 is the lane's first key. The first part is one FMA per
+// score with a constant of the fragment layout, the second a constant of the
+// row. Tiles that the diagonals cross (one or two per query tile) take the
+// distance per score and offsets 0. bias_pre != 1 (scores scaled first)
+// scales them before.
+template <int kRows, class Scores, class Coords>
+__device__ inline void apply_alibi_by_side(Scores& scores, Coords const& coords, int m0,
+                                           int block_m, int n0, int block_n,
+                                           ScoreTermsParams const& t, int batch, int head,
+                                           AttentionMask const& mask, float (&row_offset)[kRows]) {
+  using namespace cute;
+  static_assert(decltype(size<0>(scores))::value == kRows);
+  if (t.bias_pre != 1.0f) {
+    CUTE_UNROLL
+    for (int i = 0; i < size(scores); ++i) scores(i) *= t.bias_pre;
+  }
+  const float slope = t.alibi_slopes[batch * t.alibi_batch_stride + head] * t.alibi_scale;
+  const int key0 = n0 + get<1>(coords(0, 0));
+  const float key0_f = float(key0);
+  const bool left = n0 + block_n - 1 <= mask.diagonal(m0);
+  const bool right = n0 >= mask.diagonal(m0 + block_m - 1);
+  if (left || right) {
+    const float signed_slope = left ? slope : -slope;
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      const float diagonal = float(mask.diagonal(m0 + get<0>(coords(r, 0))));
+      row_offset[r] = signed_slope * (key0_f - diagonal);
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(scores); ++c) {
+        const float from_key0 = float(n0 + get<1>(coords(0, c)) - key0);
+        scores(r, c) = fmaf(signed_slope, from_key0, scores(r, c));
+      }
+    }
+    return;
+  }
+  CUTE_UNROLL
+  for (int r = 0; r < kRows; ++r) {
+    row_offset[r] = 0.0f;
+    const float distance0 = float(mask.diagonal(m0 + get<0>(coords(r, 0)))) - key0_f;
+    CUTE_UNROLL
+    for (int c = 0; c < size<1>(scores); ++c) {
+      const float distance = distance0 - float(n0 + get<1>(coords(0, c)) - key0);
+      scores(r, c) = fmaf(fabsf(distance), -slope, scores(r, c));
+    }
+  }
+}
+
 // The additive terms of one score (ALiBi and an additive mask; a keep mask
 // adds nothing), for the backward's softcap derivative.
 template <bool kMask>

@@ -55,33 +55,16 @@ struct OnlineSoftmax {
   // the softmax of one key tile can overlap the P V product of the last.
   template <bool kFirstTile, class Scores>
   __device__ void update_deferred(Scores& scores, float scale_log2, float (&correction)[kRows]) {
-    using namespace cute;
-    static_assert(decltype(size<0>(scores))::value == kRows);
-    CUTE_UNROLL
-    for (int r = 0; r < kRows; ++r) {
-      float tile_max = row_max[r];
-      CUTE_UNROLL
-      for (int c = 0; c < size<1>(scores); ++c) tile_max = fmaxf(tile_max, scores(r, c));
-      tile_max = quad_allreduce(tile_max, [](float a, float b) { return fmaxf(a, b); });
-      // A row masked so far keeps max -inf: subtract 0 so that its
-      // probabilities are exp2(-inf) = 0, not NaN.
-      const float max_scaled = tile_max == -INFINITY ? 0.0f : tile_max * scale_log2;
-      if constexpr (!kFirstTile) {
-        correction[r] = fast_exp2(row_max[r] * scale_log2 - max_scaled);
-        row_sum[r] *= correction[r];
-      } else {
-        correction[r] = 1.0f;
-      }
-      row_max[r] = tile_max;
-      float sum = 0.0f;
-      CUTE_UNROLL
-      for (int c = 0; c < size<1>(scores); ++c) {
-        const float p = fast_exp2(scores(r, c) * scale_log2 - max_scaled);
-        scores(r, c) = p;
-        sum += p;
-      }
-      row_sum[r] += sum;
-    }
+    update_impl<kFirstTile, false>(scores, scale_log2, correction, nullptr);
+  }
+
+  // As update_deferred for the scores of row r plus row_offset[r]: a term
+  // common to this lane's scores of the row in this tile (ALiBi's, away from
+  // the diagonal) joins its maximum and the exponent's addend, not every score.
+  template <bool kFirstTile, class Scores>
+  __device__ void update_deferred(Scores& scores, float scale_log2, float (&correction)[kRows],
+                                  const float (&row_offset)[kRows]) {
+    update_impl<kFirstTile, true>(scores, scale_log2, correction, row_offset);
   }
 
   // out (rows, head dim) *= correction per row.
@@ -128,6 +111,43 @@ struct OnlineSoftmax {
       lse[r] = empty ? INFINITY : (max_log2 + __log2f(sum)) * kLn2;
       CUTE_UNROLL
       for (int c = 0; c < size<1>(out); ++c) out(r, c) *= inv_sum;
+    }
+  }
+
+ private:
+  template <bool kFirstTile, bool kOffset, class Scores>
+  __device__ void update_impl(Scores& scores, float scale_log2, float (&correction)[kRows],
+                              const float* row_offset) {
+    using namespace cute;
+    static_assert(decltype(size<0>(scores))::value == kRows);
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      float tile_max = kOffset ? -INFINITY : row_max[r];
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(scores); ++c) tile_max = fmaxf(tile_max, scores(r, c));
+      // Before the quad's reduction: a lane's offset may differ from its
+      // neighbours' (it holds other columns).
+      if constexpr (kOffset) tile_max = fmaxf(row_max[r], tile_max + row_offset[r]);
+      tile_max = quad_allreduce(tile_max, [](float a, float b) { return fmaxf(a, b); });
+      // A row masked so far keeps max -inf: subtract 0 so that its
+      // probabilities are exp2(-inf) = 0, not NaN.
+      const float max_scaled = tile_max == -INFINITY ? 0.0f : tile_max * scale_log2;
+      const float addend = kOffset ? row_offset[r] * scale_log2 - max_scaled : -max_scaled;
+      if constexpr (!kFirstTile) {
+        correction[r] = fast_exp2(row_max[r] * scale_log2 - max_scaled);
+        row_sum[r] *= correction[r];
+      } else {
+        correction[r] = 1.0f;
+      }
+      row_max[r] = tile_max;
+      float sum = 0.0f;
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(scores); ++c) {
+        const float p = fast_exp2(scores(r, c) * scale_log2 + addend);
+        scores(r, c) = p;
+        sum += p;
+      }
+      row_sum[r] += sum;
     }
   }
 };

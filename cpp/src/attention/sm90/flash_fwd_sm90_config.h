@@ -41,6 +41,12 @@ struct FlashFwdSm90Config {
   static constexpr int kSmemBytes = kSmem.bytes;
 };
 
+// Whether a call runs the forward's terms kernel: ALiBi or dropout (sinks
+// join the plain kernel's epilogue; the plan declines masks).
+inline bool sm90_forward_terms(const AttentionForwardProblem& problem) {
+  return problem.terms.alibi_slopes != nullptr || dropout_on(problem.terms);
+}
+
 // Defined in flash_fwd_sm90_launch.cuh, instantiated once per tag.
 template <class Config>
 cudaError_t run_flash_fwd_sm90(const AttentionForwardProblem& problem);

@@ -381,17 +381,23 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       }
     };
 
-    // Softcap, ALiBi, then -inf where the mask says so (only tiles that
-    // cross a boundary pay for the mask).
+    // Softcap, ALiBi (its part common to a row in row_offset, which the
+    // softmax takes), then -inf where the mask says so (only tiles that cross
+    // a boundary pay for the mask).
+    float row_offset[kRows];
     auto score_terms = [&](int n) {
       if (p.softcap > 0.0f) {
         CUTE_UNROLL
         for (int i = 0; i < size(tSrS); ++i) tSrS(i) = p.softcap * tanhf(tSrS(i) * p.softcap_pre);
       }
       if constexpr (kTerms) {
-        apply_score_terms<false>(
-            scores, score_coords, m0, n * kBlockN, p.terms, tile.batch,
-            [&](int) { return tile.head; }, [](int row) { return row; }, tile.mask);
+        if (p.terms.alibi_slopes != nullptr) {
+          apply_alibi_by_side(scores, score_coords, m0, kBlockM, n * kBlockN, kBlockN, p.terms,
+                              tile.batch, tile.head, tile.mask, row_offset);
+        } else {
+          CUTE_UNROLL
+          for (int r = 0; r < kRows; ++r) row_offset[r] = 0.0f;
+        }
       }
       if (tile.mask.tile_needs_mask(m0, kBlockM, n * kBlockN, kBlockN)) {
         tile.mask.apply(scores, score_coords, m0, n * kBlockN);
@@ -411,7 +417,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       Barrier::arrive(&smem.k_empty[stage]);
       score_terms(n);
       float correction[kRows];
-      softmax.template update_deferred<true>(scores, p.scale_log2, correction);
+      if constexpr (kTerms) {
+        softmax.template update_deferred<true>(scores, p.scale_log2, correction, row_offset);
+      } else {
+        softmax.template update_deferred<true>(scores, p.scale_log2, correction);
+      }
       drop(n);
       convert_gmma_fragment(tSrS, tOrP);
       for (--n; n >= tile.n_begin; --n) {
@@ -432,7 +442,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         warpgroup_fence_operand(tSrS);
         Barrier::arrive(&smem.k_empty[next]);
         score_terms(n);
-        softmax.template update_deferred<false>(scores, p.scale_log2, correction);
+        if constexpr (kTerms) {
+          softmax.template update_deferred<false>(scores, p.scale_log2, correction, row_offset);
+        } else {
+          softmax.template update_deferred<false>(scores, p.scale_log2, correction);
+        }
         drop(n);
         warpgroup_wait<0>();
         warpgroup_fence_operand(tOrO);

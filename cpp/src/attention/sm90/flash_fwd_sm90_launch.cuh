@@ -13,6 +13,7 @@
 
 #include "attention/sm90/flash_fwd_sm90_config.h"
 #include "attention/sm90/flash_fwd_sm90_kernel.cuh"
+#include "attention/sm90/flash_sm90_tiles.h"
 #include "attention/sm90/gmem_tensor.cuh"
 #include "common/launch_setup.h"
 
@@ -24,6 +25,20 @@ namespace sm90 {
 // with at least this many pairs per SM: the last round's imbalance is then
 // a fraction of the whole; below, one CTA per tile.
 constexpr int64_t kPairedMinRounds = 2;
+
+// Whether Config's row of the tile table runs the terms kernel: the long_keys
+// rows do not (the dispatch in flash_sm90.cu gives those calls the next row),
+// so theirs is not instantiated.
+template <class Config>
+constexpr bool runs_terms() {
+  for (const FlashFwdSm90Tile& row : kSm90FwdTiles) {
+    if (row.head_dim == Config::kHeadDim && row.block_m == Config::kBlockM &&
+        row.block_n == Config::kBlockN && row.stages == Config::kStages) {
+      return row.use != TileUse::long_keys;
+    }
+  }
+  return true;
+}
 
 }  // namespace sm90
 
@@ -104,12 +119,15 @@ cudaError_t run_flash_fwd_sm90(const AttentionForwardProblem& problem) {
                        : p.paired ? std::min<int64_t>((tiles + 1) / 2, problem.sm_count)
                                   : tiles;
   const dim3 grid(static_cast<unsigned>(ctas));
-  // The plan declines masks: the terms kernel is for ALiBi and dropout.
-  const bool terms = problem.terms.alibi_slopes != nullptr || dropout_on(problem.terms);
-  return terms ? launch_with_smem<sm90::flash_fwd_sm90_kernel<Traits, true>>(
-                     p, grid, Traits::kThreads, Traits::kSmemBytes, problem.stream)
-               : launch_with_smem<sm90::flash_fwd_sm90_kernel<Traits, false>>(
-                     p, grid, Traits::kThreads, Traits::kSmemBytes, problem.stream);
+  if (sm90_forward_terms(problem)) {
+    if constexpr (sm90::runs_terms<Config>()) {
+      return launch_with_smem<sm90::flash_fwd_sm90_kernel<Traits, true>>(
+          p, grid, Traits::kThreads, Traits::kSmemBytes, problem.stream);
+    }
+    return cudaErrorNotSupported;
+  }
+  return launch_with_smem<sm90::flash_fwd_sm90_kernel<Traits, false>>(
+      p, grid, Traits::kThreads, Traits::kSmemBytes, problem.stream);
 }
 
 }  // namespace samattn::attention

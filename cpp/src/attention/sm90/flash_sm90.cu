@@ -36,8 +36,10 @@ constexpr int sm90_head_dim(int headdim) {
 
 // Whether the query tiles run long key loops: 4096 keys or more on average (a
 // causal row sees half of its keys, a two-sided window at most its width),
-// where the rows marked TileUse::long_keys measured faster.
+// where the rows marked TileUse::long_keys measured faster; calls of the
+// terms kernel skip them (its 192-row d = 64 kernel would spill).
 bool long_key_loop(const AttentionForwardProblem& problem) {
+  if (sm90_forward_terms(problem)) return false;
   const AttentionWindow& window = problem.window;
   int64_t keys = problem.seqlen_k;
   if (window.left >= 0 && window.right >= 0) {

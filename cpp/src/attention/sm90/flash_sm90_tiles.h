@@ -20,7 +20,8 @@ inline constexpr DType kSm90AttentionDTypes[] = {DType::f16, DType::bf16};
 inline constexpr FlashFwdSm90Tile kSm90FwdTiles[] = {
     // head_dim, block_m, block_n, stages, use
     // 64: three consumer warpgroups (no ping-pong), 112 KB: from 4k keys per
-    // query tile 7-17% faster on the H100 than 128 rows, slower below.
+    // query tile 7-17% faster on the H100 than 128 rows, slower below. Not
+    // with ALiBi or dropout: their kernel spills with 160 registers a thread.
     {64, 192, 128, 2, TileUse::long_keys},
     // 64: 96 KB.
     {64, 128, 128, 2, TileUse::any},
