@@ -15,9 +15,10 @@ reference at most twice that of the same computation by torch in the input dtype
 rounding. Rows left with no key are checked exactly.
 
 Each test runs with the sm80 and sm75 families forced (sm75: fp16; its backward stops at
-head dim 192); the sm90 forward has no masks and hands them to sm80, also when forced
-(test_sm90_hands_masks_to_sm80). Masks run on 16-byte rows: head dims that are not
-multiples of 8 run padded with zeros by the Python layer (test_odd_head_dims_run_padded).
+head dim 192); the test_sm90_* tests force sm90, whose forward reads masks and whose
+backward hands them to sm80, also when forced. Masks run on 16-byte rows: head dims that
+are not multiples of 8 run padded with zeros by the Python layer
+(test_odd_head_dims_run_padded).
 """
 
 from __future__ import annotations
@@ -276,7 +277,9 @@ def run(family, b, sq, sk, h, hk, d, dtype, *, mask_kind="bool", shape="per batc
         )  # fmt: skip
         inputs = leaves + [t for t in (sink_leaf, mask_leaf) if t is not None and t.requires_grad]
         got = list(torch.autograd.grad(out, inputs, dout))
-    assert _lib.last_family() == family, f"{what}: the backward ran {_lib.last_family()}"
+    # last_family() is this thread's; the backward ran on autograd's, so this is the
+    # forward's family (the sm90 backward hands masks to sm80: test_sm90_runs_masked_forwards).
+    assert _lib.last_family() == family, f"{what}: the forward ran {_lib.last_family()}"
     dsinks = got.pop(3) if sink_leaf is not None else None
     dmask = got.pop(3) if mask_grad else None
     if dmask is not None:
@@ -701,16 +704,56 @@ def test_c_abi_dmask_writes_nothing_outside(attn_family):
                    **terms)  # fmt: skip
 
 
-def test_sm90_hands_masks_to_sm80():
-    """The sm90 forward has no masks: a forced sm90 runs them on sm80 (its registration's
-    forced_fallback), as automatic selection does."""
+def need_sm90() -> None:
     if "sm90" not in runnable_families():
         pytest.skip("sm90 is not built or cannot run on this GPU")
+
+
+def test_sm90_runs_masked_forwards():
+    """Automatic selection on Hopper runs a masked forward on sm90, as a forced sm90 does;
+    the backward op, forced to sm90, runs on sm80 (its registration's forced_fallback)."""
+    need_sm90()
     q, k, v = make_qkv(1, 256, 256, 2, 2, 64, F16)
     mask = make_mask("bool", (1, 1, 256, 256), empty_row=False)
     call = functools.partial(samattn.flash_attn_func, q, k, v, attn_mask=mask)
-    outs = {family: call_forced(family, call, expected="sm80") for family in ("sm90", "sm80")}
-    assert torch.equal(outs["sm90"], outs["sm80"])
+    call_forced("sm90", call)
+    samattn._lib.set_last_family(samattn._lib.FAMILY_AUTO)
+    out, lse, _ = call(return_attn_probs=True)
+    assert _lib.last_family() == "sm90"
+    dout = torch.randn_like(out)
+    backward = torch.ops.samattn.flash_attn_masked_backward
+    args = (dout, q, k, v, out, lse, mask, 64**-0.5, False, -1, -1, 0.0, False)
+    call_forced("sm90", lambda: backward(*args), expected="sm80")
+
+
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+@pytest.mark.parametrize("sq, sk", [*LENGTHS, (300, 1000)], ids=str)
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("kind", KINDS)
+def test_sm90_mask_shapes(dtype, sq, sk, shape, kind):
+    """test_mask_shapes with sm90 forced (its forward, sm80's backward)."""
+    need_sm90()
+    run("sm90", 2, sq, sk, 4, 2, 64, dtype, mask_kind=kind, shape=shape)
+
+
+@pytest.mark.parametrize("d", [64, 128, 256])
+@pytest.mark.parametrize("sq, sk", [(113, 203), (203, 113), (300, 1000)], ids=str)
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("feature", FEATURES)
+def test_sm90_mask_with_features(d, sq, sk, kind, feature):
+    """test_mask_with_features with sm90 forced; 1000 keys take several key tiles."""
+    need_sm90()
+    options = dict(FEATURES[feature])
+    hk = options.pop("hk", 2)
+    run("sm90", 2, sq, sk, 4, hk, d, BF16, mask_kind=kind, grads=sk < 1000, **options)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_sm90_mask_long_keys(kind, causal):
+    """4099 keys at d = 64: a masked call takes the 128-row tile, not the long-keys one."""
+    need_sm90()
+    run("sm90", 1, 4099, 4099, 2, 2, 64, BF16, mask_kind=kind, causal=causal, grads=False)
 
 
 # ------------------------------------------------------------ transformers ----

@@ -41,10 +41,12 @@ struct FlashFwdSm90Config {
   static constexpr int kSmemBytes = kSmem.bytes;
 };
 
-// Whether a call runs the forward's terms kernel: ALiBi or dropout (sinks
-// join the plain kernel's epilogue; the plan declines masks).
-inline bool sm90_forward_terms(const AttentionForwardProblem& problem) {
-  return problem.terms.alibi_slopes != nullptr || dropout_on(problem.terms);
+// The forward kernel a call runs: masked with an attention mask, computed
+// with ALiBi or dropout, else none (sinks join every kernel's epilogue).
+inline TermsKernel sm90_forward_terms_kernel(const AttentionForwardProblem& problem) {
+  if (problem.terms.mask.kind != MaskKind::none) return TermsKernel::masked;
+  return problem.terms.alibi_slopes != nullptr || dropout_on(problem.terms) ? TermsKernel::computed
+                                                                            : TermsKernel::none;
 }
 
 // Defined in flash_fwd_sm90_launch.cuh, instantiated once per tag.

@@ -159,7 +159,7 @@ struct FwdParams {
   typename Traits::Element* o;
   int64_t o_seq, o_head;
   AttentionMask mask;      // fixed length; varlen: its window, with each sequence's lengths
-  ScoreTermsParams terms;  // ALiBi, dropout (kTerms); no mask: the plan declines those
+  ScoreTermsParams terms;  // ALiBi, dropout, a mask (the terms kernels)
   const float* sinks;      // (nheads,) or nullptr
   int kv_group;
   float softcap, softcap_pre, scale_log2;
@@ -240,10 +240,12 @@ struct GemmTurns {
   }
 };
 
-// kTerms: the kernel with ALiBi and dropout (score_terms.cuh, dropout.cuh),
-// so that calls without them run code that has none. Sinks reach both: they
+// kTermsKernel: computed, the kernel with ALiBi and dropout (score_terms.cuh,
+// dropout.cuh); masked, also an attention mask, read element by element
+// (its loads take registers that the others should not pay for); none, so
+// that calls without them run code that has none. Sinks reach all three: they
 // only join the epilogue's row sums.
-template <class Traits, bool kTerms>
+template <class Traits, TermsKernel kTermsKernel>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     flash_fwd_sm90_kernel(CUTE_GRID_CONSTANT FwdParams<Traits> const p) {
   using namespace cute;
@@ -367,6 +369,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     OnlineSoftmax<kRows> softmax;
     // Dropout zeroes the dropped probabilities after the row sums took them;
     // O is scaled by 1 / (1 - p) in the epilogue.
+    constexpr bool kTerms = kTermsKernel != TermsKernel::none;
     const bool dropout = kTerms && p.terms.dropout.seed != nullptr;
     const DropoutRng dropout_rng(kTerms ? p.terms.dropout : DropoutParams{}, tile.batch,
                                  int(get<2>(p.shape_q)), tile.head);
@@ -381,16 +384,21 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       }
     };
 
-    // Softcap, ALiBi (its part common to a row in row_offset, which the
-    // softmax takes), then -inf where the mask says so (only tiles that cross
-    // a boundary pay for the mask).
+    // Softcap, ALiBi (without a mask: its part common to a row in
+    // row_offset, which the softmax takes) and the attention mask, then -inf
+    // outside causal and the window (only tiles that cross a boundary pay).
+    constexpr bool kRowOffset = kTermsKernel == TermsKernel::computed;
     float row_offset[kRows];
     auto score_terms = [&](int n) {
       if (p.softcap > 0.0f) {
         CUTE_UNROLL
         for (int i = 0; i < size(tSrS); ++i) tSrS(i) = p.softcap * tanhf(tSrS(i) * p.softcap_pre);
       }
-      if constexpr (kTerms) {
+      if constexpr (kTermsKernel == TermsKernel::masked) {
+        apply_score_terms<true>(
+            scores, score_coords, m0, n * kBlockN, p.terms, tile.batch,
+            [&](int) { return tile.head; }, [](int row) { return row; }, tile.mask);
+      } else if constexpr (kRowOffset) {
         if (p.terms.alibi_slopes != nullptr) {
           apply_alibi_by_side(scores, score_coords, m0, kBlockM, n * kBlockN, kBlockN, p.terms,
                               tile.batch, tile.head, tile.mask, row_offset);
@@ -417,7 +425,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       Barrier::arrive(&smem.k_empty[stage]);
       score_terms(n);
       float correction[kRows];
-      if constexpr (kTerms) {
+      if constexpr (kRowOffset) {
         softmax.template update_deferred<true>(scores, p.scale_log2, correction, row_offset);
       } else {
         softmax.template update_deferred<true>(scores, p.scale_log2, correction);
@@ -442,7 +450,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         warpgroup_fence_operand(tSrS);
         Barrier::arrive(&smem.k_empty[next]);
         score_terms(n);
-        if constexpr (kTerms) {
+        if constexpr (kRowOffset) {
           softmax.template update_deferred<false>(scores, p.scale_log2, correction, row_offset);
         } else {
           softmax.template update_deferred<false>(scores, p.scale_log2, correction);

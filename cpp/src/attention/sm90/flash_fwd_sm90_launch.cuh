@@ -26,9 +26,9 @@ namespace sm90 {
 // a fraction of the whole; below, one CTA per tile.
 constexpr int64_t kPairedMinRounds = 2;
 
-// Whether Config's row of the tile table runs the terms kernel: the long_keys
-// rows do not (the dispatch in flash_sm90.cu gives those calls the next row),
-// so theirs is not instantiated.
+// Whether Config's row of the tile table runs the terms kernels: the
+// long_keys rows do not (the dispatch in flash_sm90.cu gives those calls the
+// next row), so theirs are not instantiated.
 template <class Config>
 constexpr bool runs_terms() {
   for (const FlashFwdSm90Tile& row : kSm90FwdTiles) {
@@ -119,15 +119,24 @@ cudaError_t run_flash_fwd_sm90(const AttentionForwardProblem& problem) {
                        : p.paired ? std::min<int64_t>((tiles + 1) / 2, problem.sm_count)
                                   : tiles;
   const dim3 grid(static_cast<unsigned>(ctas));
-  if (sm90_forward_terms(problem)) {
-    if constexpr (sm90::runs_terms<Config>()) {
-      return launch_with_smem<sm90::flash_fwd_sm90_kernel<Traits, true>>(
+  switch (sm90_forward_terms_kernel(problem)) {
+    case TermsKernel::none:
+      return launch_with_smem<sm90::flash_fwd_sm90_kernel<Traits, TermsKernel::none>>(
           p, grid, Traits::kThreads, Traits::kSmemBytes, problem.stream);
-    }
-    return cudaErrorNotSupported;
+    case TermsKernel::computed:
+      if constexpr (sm90::runs_terms<Config>()) {
+        return launch_with_smem<sm90::flash_fwd_sm90_kernel<Traits, TermsKernel::computed>>(
+            p, grid, Traits::kThreads, Traits::kSmemBytes, problem.stream);
+      }
+      break;
+    case TermsKernel::masked:
+      if constexpr (sm90::runs_terms<Config>()) {
+        return launch_with_smem<sm90::flash_fwd_sm90_kernel<Traits, TermsKernel::masked>>(
+            p, grid, Traits::kThreads, Traits::kSmemBytes, problem.stream);
+      }
+      break;
   }
-  return launch_with_smem<sm90::flash_fwd_sm90_kernel<Traits, false>>(
-      p, grid, Traits::kThreads, Traits::kSmemBytes, problem.stream);
+  return cudaErrorNotSupported;
 }
 
 }  // namespace samattn::attention

@@ -2,13 +2,13 @@
 // wgmma and TMA (flash_fwd_sm90_kernel.cuh, flash_bwd_sm90_kernel.cuh), fp16
 // and bf16. The forward's plan takes fixed-length and variable-length prefill
 // calls whose tensors TMA can describe and whose head dim fills at least
-// three quarters of a table row, with ALiBi and sinks or without; the
-// backward's takes fixed-length and variable-length calls at head dims 33-64,
-// 97-128 and 193-256, with softcap or ALiBi (not both), sinks and the
-// deterministic mode or without, and without masks or dropout. Everything
-// else (KV caches and decode-shaped calls, attention masks, odd head dims or
-// strides) declines to the sm80 family. The kernels are instantiated in their own
-// translation units (one per table row and dtype).
+// three quarters of a table row, with ALiBi, sinks, dropout and attention
+// masks or without; the backward's takes fixed-length and variable-length
+// calls at head dims 33-64, 97-128 and 193-256, with softcap or ALiBi (not
+// both), sinks and the deterministic mode or without, and without masks or
+// dropout. Everything else (KV caches and decode-shaped calls, odd head dims
+// or strides; the backward's masks and dropout) declines to the sm80 family. The kernels are
+// instantiated in their own translation units (one per table row and dtype).
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -37,9 +37,9 @@ constexpr int sm90_head_dim(int headdim) {
 // Whether the query tiles run long key loops: 4096 keys or more on average (a
 // causal row sees half of its keys, a two-sided window at most its width),
 // where the rows marked TileUse::long_keys measured faster; calls of the
-// terms kernel skip them (its 192-row d = 64 kernel would spill).
+// terms kernels skip them (their 192-row d = 64 kernels would spill).
 bool long_key_loop(const AttentionForwardProblem& problem) {
-  if (sm90_forward_terms(problem)) return false;
+  if (sm90_forward_terms_kernel(problem) != TermsKernel::none) return false;
   const AttentionWindow& window = problem.window;
   int64_t keys = problem.seqlen_k;
   if (window.left >= 0 && window.right >= 0) {
@@ -114,9 +114,6 @@ bool plan(const AttentionForwardProblem& problem, std::string* why) {
   if (varlen && (problem.total_q <= 0 || problem.total_k <= 0 || problem.total_q > INT32_MAX ||
                  problem.total_k > INT32_MAX)) {
     return decline(why, "variable-length calls with no rows, or more than 2^31 - 1");
-  }
-  if (problem.terms.mask.kind != MaskKind::none) {
-    return decline(why, "attention masks are not in the sm90 forward yet");
   }
   if (problem.seqlen_k <= 0) return decline(why, "no keys (seqlen_k = 0)");
   const SeqHeadView out{problem.o.ptr, problem.o.batch_stride, problem.o.seq_stride,
