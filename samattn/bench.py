@@ -3,6 +3,7 @@
     python -m samattn.bench [--ops gemm,linear,split_k,grouped,softmax,attention,terms,decode,
                              overhead]
                             [--families sm80,sm75] [--quick] [--json PATH] [--plot PATH]
+                            [--terms-features alibi,sinks,bool_mask,float_mask]
 
 GEMM is reported in TFLOPS (2 * batch * M * N * K flops) against torch.matmul
 (cuBLAS) in the same dtype and fp32 precision; softmax in GB/s of the minimum
@@ -61,7 +62,8 @@ calls also against torch's SDPA forced to its EFFICIENT_ATTENTION backend with t
 mask (the float mask in the inputs' dtype, which that kernel reads; the causal mask folded
 in): op "attention_mask", `ratio` = SDPA's time / samattn's, `difference_to_baseline` of
 the output or the largest of the gradients. TFLOPS count the attention's nominal work (as
-above, halved when causal) for every call.
+above, halved when causal) for every call. --terms-features measures only the features
+named.
 
 Overhead (--ops overhead): what an eager call costs the CPU, as a user meets it. For
 each call (small GEMMs, a small softmax, a prefill-sized and a decode-sized attention,
