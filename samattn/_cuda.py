@@ -307,10 +307,12 @@ def _softmax_key(x: torch.Tensor, dim: int, *others: torch.Tensor) -> tuple | No
     tensors of one shape, or None (the full path)."""
     if type(dim) is not int or not x.is_contiguous():
         return None
-    for t in others:
-        if not t.is_contiguous() or t.shape != x.shape or t.dtype is not x.dtype:
-            return None
-    devices = tuple(t.get_device() for t in others)
+    devices: tuple[int, ...] = ()
+    if others:  # the backward's dy
+        for t in others:
+            if not t.is_contiguous() or t.shape != x.shape or t.dtype is not x.dtype:
+                return None
+        devices = tuple(t.get_device() for t in others)
     return (x.shape, x.dtype, x.get_device(), devices, dim, _family.requested_family())
 
 

@@ -7,12 +7,20 @@ from types import TracebackType
 
 from . import _lib
 
-_state = threading.local()
+
+class _ThreadState(threading.local):
+    """The family code each thread forces; the class attribute is a thread's default, so
+    that reading it raises no AttributeError to catch (every eager call reads it)."""
+
+    family: int = _lib.FAMILY_AUTO
+
+
+_state = _ThreadState()
 
 
 def requested_family() -> int:
     """The family code this thread forces (FAMILY_AUTO when none: the library decides)."""
-    return getattr(_state, "family", _lib.FAMILY_AUTO)
+    return _state.family
 
 
 class use_family:

@@ -338,7 +338,13 @@ SIGNATURES: dict[str, tuple[object, list[object]]] = {
 
 _load_lock = threading.Lock()
 _library: ctypes.CDLL | None = None
-_thread_state = threading.local()
+
+
+class _ThreadState(threading.local):
+    last_family: str | None = None  # a thread's default (no AttributeError to catch)
+
+
+_thread_state = _ThreadState()
 
 
 def library_path() -> Path:
@@ -415,7 +421,7 @@ def set_last_family(code: int) -> None:
 
 def last_family() -> str | None:
     """The family ("sm75", "sm80", "sm90") of the last kernel this thread ran, or None."""
-    return getattr(_thread_state, "last_family", None)
+    return _thread_state.last_family
 
 
 def version() -> str:
