@@ -751,7 +751,7 @@ def test_sm90_mask_with_features(d, sq, sk, kind, feature):
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_sm90_mask_long_keys(kind, causal):
-    """4099 keys at d = 64: a masked call takes the 128-row tile, not the long-keys one."""
+    """4099 keys at d = 64, the long key loops that masked calls run on the 128-row tile."""
     need_sm90()
     run("sm90", 1, 4099, 4099, 2, 2, 64, BF16, mask_kind=kind, causal=causal, grads=False)
 
