@@ -81,6 +81,12 @@ def runnable_families() -> list[str]:
     return families
 
 
+def need_family(family: str) -> None:
+    """Skip the test unless `family` is built and this GPU runs it."""
+    if family not in runnable_families():
+        pytest.skip(f"{family} is not built or cannot run on this GPU")
+
+
 def expected_gemm_family(family: str, a, b, c=None, alpha=1.0, beta=0.0, **epilogue) -> str:
     """The family samattn.gemm(a, b, c, ..., **epilogue) must run with `family` forced:
     itself, except that sm90 hands what TMA cannot describe, and epilogues in layouts it has

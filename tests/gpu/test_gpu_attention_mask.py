@@ -36,9 +36,9 @@ from gpu_checks import (
     assert_close_to_reference,
     call_forced,
     capture_graph,
+    need_family,
     poison_allocator,
     randn,
-    runnable_families,
     stored_output_delta,
     stored_output_term,
 )
@@ -62,8 +62,7 @@ DTYPES = {"f16": F16, "bf16": BF16}
 
 @pytest.fixture(params=["sm80", "sm75"])
 def attn_family(request) -> str:
-    if request.param not in runnable_families():
-        pytest.skip(f"{request.param} is not built or cannot run on this GPU")
+    need_family(request.param)
     return request.param
 
 
@@ -704,15 +703,10 @@ def test_c_abi_dmask_writes_nothing_outside(attn_family):
                    **terms)  # fmt: skip
 
 
-def need_sm90() -> None:
-    if "sm90" not in runnable_families():
-        pytest.skip("sm90 is not built or cannot run on this GPU")
-
-
 def test_sm90_runs_masked_forwards():
     """Automatic selection on Hopper runs a masked forward on sm90, as a forced sm90 does;
     the backward op, forced to sm90, runs on sm80 (its registration's forced_fallback)."""
-    need_sm90()
+    need_family("sm90")
     q, k, v = make_qkv(1, 256, 256, 2, 2, 64, F16)
     mask = make_mask("bool", (1, 1, 256, 256), empty_row=False)
     call = functools.partial(samattn.flash_attn_func, q, k, v, attn_mask=mask)
@@ -732,7 +726,7 @@ def test_sm90_runs_masked_forwards():
 @pytest.mark.parametrize("kind", KINDS)
 def test_sm90_mask_shapes(dtype, sq, sk, shape, kind):
     """test_mask_shapes with sm90 forced (its forward, sm80's backward)."""
-    need_sm90()
+    need_family("sm90")
     run("sm90", 2, sq, sk, 4, 2, 64, dtype, mask_kind=kind, shape=shape)
 
 
@@ -742,7 +736,7 @@ def test_sm90_mask_shapes(dtype, sq, sk, shape, kind):
 @pytest.mark.parametrize("feature", FEATURES)
 def test_sm90_mask_with_features(d, sq, sk, kind, feature):
     """test_mask_with_features with sm90 forced; 1000 keys take several key tiles."""
-    need_sm90()
+    need_family("sm90")
     options = dict(FEATURES[feature])
     hk = options.pop("hk", 2)
     run("sm90", 2, sq, sk, 4, hk, d, BF16, mask_kind=kind, grads=sk < 1000, **options)
@@ -752,7 +746,7 @@ def test_sm90_mask_with_features(d, sq, sk, kind, feature):
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_sm90_mask_long_keys(kind, causal):
     """4099 keys at d = 64, the long key loops that masked calls run on the 128-row tile."""
-    need_sm90()
+    need_family("sm90")
     run("sm90", 1, 4099, 4099, 2, 2, 64, BF16, mask_kind=kind, causal=causal, grads=False)
 
 

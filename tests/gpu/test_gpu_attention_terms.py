@@ -36,9 +36,9 @@ from gpu_checks import (
     assert_cuda_healthy,
     call_forced,
     capture_graph,
+    need_family,
     poison_allocator,
     randn,
-    runnable_families,
     stored_output_delta,
     stored_output_term,
 )
@@ -65,8 +65,7 @@ SM75_BACKWARD_MAX_D = 192
 
 @pytest.fixture(params=["sm80", "sm75"])
 def attn_family(request) -> str:
-    if request.param not in runnable_families():
-        pytest.skip(f"{request.param} is not built or cannot run on this GPU")
+    need_family(request.param)
     return request.param
 
 
@@ -338,8 +337,7 @@ def test_alibi_whatever_the_scale(forced, softcap, scale):
     """The kernels add ALiBi to the unscaled scores (the slope divided by the scale) where
     the scale can be inverted, else to scores they scaled first: both ways, forward and
     backward, with and without softcap (sm90's backward declines ALiBi with softcap)."""
-    if forced not in runnable_families():
-        pytest.skip(f"{forced} is not built or cannot run on this GPU")
+    need_family(forced)
     check_fixed(forced, 2, 77, 130, 4, 2, 64, last_dtype(forced), alibi_kind="negative",
                 softcap=softcap, grads=forced != "sm90" or softcap == 0.0,
                 softmax_scale=scale)  # fmt: skip
@@ -547,8 +545,7 @@ def test_deterministic_backward_is_bit_identical(attn_family, case):
 def test_sm90_deterministic_backward_is_bit_identical(case):
     """The same on sm90 forced (ALiBi and sinks run its own backward; softcap with ALiBi
     is handed to sm80's)."""
-    if "sm90" not in runnable_families():
-        pytest.skip("sm90 is not built or cannot run on this GPU")
+    need_family("sm90")
     check_deterministic("sm90", case)
 
 
@@ -669,8 +666,8 @@ KV_CASES = {
 
 @pytest.fixture(params=["sm80", "sm75", "auto"])
 def kv_family(request) -> str:
-    if request.param != "auto" and request.param not in runnable_families():
-        pytest.skip(f"{request.param} is not built or cannot run on this GPU")
+    if request.param != "auto":
+        need_family(request.param)
     return request.param
 
 
@@ -909,8 +906,7 @@ def test_sm90_runs_the_terms(dtype, d, sq, sk, terms, feature):
     """The sm90 forward's kernel with ALiBi and sinks, forced (check_fixed asserts that sm90
     ran it), with every feature, against the reference; prefill shapes only (decode-shaped
     calls go to sm80's split-key kernel)."""
-    if "sm90" not in runnable_families():
-        pytest.skip("sm90 is not built or cannot run on this GPU")
+    need_family("sm90")
     options = dict(TERM_FEATURES[feature])
     hk = options.pop("hk", 8)
     alibi_kind, with_sinks = TERMS[terms]
@@ -924,8 +920,7 @@ def test_sm90_alibi_long_keys(d, causal):
     """ALiBi over 4099 keys on sm90: most key tiles lie on one side of every row's diagonal
     (the bias as a per-row offset of the softmax), at d = 64 on the 128-row tile (the
     192-row one runs no ALiBi), with sinks."""
-    if "sm90" not in runnable_families():
-        pytest.skip("sm90 is not built or cannot run on this GPU")
+    need_family("sm90")
     check_fixed("sm90", 1, 4099, 4099, 2, 2, d, BF16, alibi_kind="head", with_sinks=True,
                 causal=causal)  # fmt: skip
 
@@ -936,8 +931,7 @@ def test_sm90_alibi_long_keys(d, causal):
 def test_sm90_varlen_terms(dtype, terms, feature):
     """sm90 varlen with ALiBi (each sequence's own slopes and lengths) and sinks, forward,
     against the reference per sequence; lengths 0, 1 and sequences with no keys."""
-    if "sm90" not in runnable_families():
-        pytest.skip("sm90 is not built or cannot run on this GPU")
+    need_family("sm90")
     lens_q, lens_k = [0, 1, 17, 300, 1000, 5, 129], [5, 1, 17, 300, 999, 0, 700]
     alibi_kind, with_sinks = TERMS[terms]
     b, h, d = len(lens_q), 4, 128
@@ -969,8 +963,7 @@ def test_sm90_varlen_terms(dtype, terms, feature):
 @pytest.mark.parametrize("alibi_kind", ["head", "batch", "batch view", "broadcast", "negative"])
 def test_sm90_slope_layouts(alibi_kind):
     """Per-head and per-batch slopes, strided, broadcast and negative, on sm90 with sinks."""
-    if "sm90" not in runnable_families():
-        pytest.skip("sm90 is not built or cannot run on this GPU")
+    need_family("sm90")
     check_fixed("sm90", 3, 277, 130, 4, 2, 128, BF16, alibi_kind=alibi_kind, with_sinks=True,
                 causal=True)  # fmt: skip
 
@@ -982,8 +975,7 @@ def test_sm90_slope_layouts(alibi_kind):
 def test_sm90_backward_with_sinks(dtype, d, sq, sk, feature):
     """The sm90 backward with sinks, forced (check_fixed asserts that sm90 ran it): its main
     kernel is the plain one (the LSE holds the sinks) and step 1b gives their gradient."""
-    if "sm90" not in runnable_families():
-        pytest.skip("sm90 is not built or cannot run on this GPU")
+    need_family("sm90")
     options = dict(TERM_FEATURES[feature])
     hk = options.pop("hk", 8)
     check_fixed("sm90", 2, sq, sk, 8, hk, d, dtype, with_sinks=True, grads=True, **options)
@@ -997,8 +989,7 @@ def test_sm90_backward_with_sinks(dtype, d, sq, sk, feature):
 def test_sm90_backward_with_alibi(dtype, d, sq, sk, terms, feature):
     """The sm90 backward with ALiBi (per head and per batch slopes, with sinks too), forced
     (check_fixed asserts that sm90 ran it), against the reference's gradients."""
-    if "sm90" not in runnable_families():
-        pytest.skip("sm90 is not built or cannot run on this GPU")
+    need_family("sm90")
     options = dict(TERM_FEATURES[feature])
     hk = options.pop("hk", 8)
     alibi_kind, with_sinks = TERMS[terms]
@@ -1009,7 +1000,6 @@ def test_sm90_backward_with_alibi(dtype, d, sq, sk, terms, feature):
 @pytest.mark.parametrize("alibi_kind", ["head", "batch view", "broadcast", "negative"])
 def test_sm90_backward_slope_layouts(alibi_kind):
     """The sm90 backward reads strided, broadcast and negative slopes."""
-    if "sm90" not in runnable_families():
-        pytest.skip("sm90 is not built or cannot run on this GPU")
+    need_family("sm90")
     check_fixed("sm90", 3, 277, 130, 4, 2, 128, BF16, alibi_kind=alibi_kind, causal=True,
                 grads=True)  # fmt: skip
