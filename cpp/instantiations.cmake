@@ -186,10 +186,12 @@ samattn_family_sources(attention sm80 cpp/src/attention/sm80/flash_bwd_sm80.cu)
 samattn_family_sources(attention sm75 cpp/src/attention/sm75/flash_fwd_sm75.cu
                        cpp/src/attention/sm75/flash_bwd_sm75.cu)
 
-# sm90 family (Hopper, sm_90a only): the forward on wgmma + TMA with warp
-# specialization, fp16 and bf16; its kernels come from kSm90FwdTiles above.
-# One family TU registers both directions: the forward, and a backward whose
-# plan always declines and names sm80 as its forced fallback, so that the
-# backward of an sm90 forward runs sm80's kernels even with sm90 forced. The
-# forward problems sm90 declines run sm80's too (90a always builds sm80).
-samattn_family_sources(attention sm90 cpp/src/attention/sm90/flash_sm90.cu)
+# sm90 family (Hopper, sm_90a only), fp16 and bf16: the forward and the
+# backward on wgmma + TMA with warp specialization (kSm90FwdTiles,
+# kSm90BwdTiles), and sm80's kvcache kernel compiled for sm_90a with its key
+# splits combined in a thread block cluster (kSm90FwdCacheTiles; its append
+# kernels in kvcache_append_sm90.cu). One family TU registers both
+# directions; what their plans decline runs sm80's kernels, also with sm90
+# forced (90a always builds sm80).
+samattn_family_sources(attention sm90 cpp/src/attention/sm90/flash_sm90.cu
+                       cpp/src/attention/sm90/kvcache_append_sm90.cu)

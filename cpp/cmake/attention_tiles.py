@@ -5,7 +5,8 @@ CMake runs it at configure time (cpp/instantiations.cmake) to get one explicit
 instantiation per (family, direction, dtype, row); benchmarks/attention_check/build.sh
 runs it to write the standalone checkers' translation units; tests/cpu/test_attention_build.py
 imports it. The tables have a fixed textual form (cpp/src/attention/flash_tiles.h): an
-array opens on a line `inline constexpr FlashFwdTile kSm80FwdTiles[] = {`, holds one
+array opens on a line `inline constexpr FlashFwdTile kSm80FwdTiles[] = {` (or
+`kSm90FwdCacheTiles`: FlashFwdTile rows of TileUse::kvcache in another family's table), holds one
 `{...},` row per line and comment lines, and closes with `};`. Any other line inside an
 array is an error, so a table the compiler reads differently from this parser fails the
 configure instead of building a different set of kernels.
@@ -36,7 +37,7 @@ ATTENTION = Path(__file__).resolve().parents[1] / "src" / "attention"
 
 _OPEN = re.compile(
     r"^inline constexpr (FlashFwdTile|FlashBwdTile|FlashFwdSm90Tile|FlashBwdSm90Tile) "
-    r"k(Sm\d+)(Fwd|Bwd)Tiles\[\] "
+    r"k(Sm\d+)(Fwd|Bwd)(Cache)?Tiles\[\] "
     r"= \{$"
 )
 _DTYPES = re.compile(r"^inline constexpr DType k(Sm\d+)AttentionDTypes\[\] = \{([^}]*)\};$")
@@ -105,7 +106,7 @@ class FamilyTable:
 
 def parse(header: Path) -> FamilyTable:
     """The dtypes and rows of one family's table header; ValueError on a malformed table."""
-    family, dtypes, tiles, current = None, None, [], None
+    family, dtypes, tiles, current, cache_table = None, None, [], None, False
     for number, raw in enumerate(header.read_text().splitlines(), 1):
         line = raw.strip()
         where = f"{header}:{number}"
@@ -122,7 +123,9 @@ def parse(header: Path) -> FamilyTable:
                 family = _family(family, match[2], where)
                 if only is not None and family != only:
                     raise ValueError(f"{where}: {match[1]} rows belong to the {only} table")
-                current = match[1]
+                if match[4] and match[1] != "FlashFwdTile":
+                    raise ValueError(f"{where}: a Cache table holds FlashFwdTile rows")
+                current, cache_table = match[1], bool(match[4])
             elif re.search(r"\bFlash(Fwd|Bwd)(Sm\d+)?Tile\b.*\[\]", line):
                 raise ValueError(f"{where}: a table must open as `{_OPEN.pattern}`")
             continue
@@ -135,6 +138,8 @@ def parse(header: Path) -> FamilyTable:
             if not fields:
                 raise ValueError(f"{where}: not a {current} row: {line!r}")
             if current == "FlashFwdTile":
+                if cache_table and fields[7] != "kvcache":
+                    raise ValueError(f"{where}: a Cache table holds TileUse::kvcache rows only")
                 tiles.append(Tile(current, fields.groups()[:6], fields[7]))
             elif current == "FlashFwdSm90Tile":
                 tiles.append(Tile(current, fields.groups()[:4], fields[5]))

@@ -98,7 +98,13 @@ def test_every_family_has_a_table():
 
 
 def test_sm90_rows_are_the_sm90_kernels():
-    assert {t.row for t in TABLES["sm90"].tiles} == {"FlashFwdSm90Tile", "FlashBwdSm90Tile"}
+    """sm90's own kernels, and sm80's kvcache kernel (its cache table) compiled for sm_90a,
+    whose key splits combine in a cluster."""
+    rows = {t.row for t in TABLES["sm90"].tiles}
+    assert rows == {"FlashFwdSm90Tile", "FlashBwdSm90Tile", "FlashFwdTile"}
+    cache_rows = [t for t in TABLES["sm90"].tiles if t.row == "FlashFwdTile"]
+    assert {t.use for t in cache_rows} == {"kvcache"}
+    assert sorted(t.head_dim for t in cache_rows) == [32, 64, 96, 128, 192, 256]
     assert TABLES["sm90"].dtypes == ["f16", "bf16"]
     for family in ("sm75", "sm80"):
         assert {t.row for t in TABLES[family].tiles} == {"FlashFwdTile", "FlashBwdTile"}

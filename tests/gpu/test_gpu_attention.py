@@ -545,14 +545,15 @@ def test_sm90_runs_the_prefill_forward(no_family_env, dtype, shape, causal):
 def test_sm90_hands_what_it_declines_to_sm80():
     """A forced sm90 runs what its plan declines on sm80 (its registration's
     forced_fallback): here a head dim that is not a multiple of 8 and a decode-shaped
-    call. A view whose head stride TMA cannot describe (not a multiple of 16 bytes) runs
+    call whose grid fills the GPU without splitting the keys (sm90 runs decode-shaped calls
+    whose splits it combines in a cluster, test_gpu_kvcache.py). A view whose head stride TMA cannot describe (not a multiple of 16 bytes) runs
     right, on whichever family takes it (the Python layer may pass an aligned copy)."""
     need_sm90()
     q, k, v = make_qkv(2, 200, 200, 4, 4, 100, torch.float16)
     out, family = ran_forced("sm90", lambda: samattn.flash_attn_func(q, k, v))
     assert family == "sm80"
     assert torch.equal(out, ran_forced("sm80", lambda: samattn.flash_attn_func(q, k, v))[0])
-    q, k, v = make_qkv(1, 1, 500, 8, 8, 128, torch.bfloat16)
+    q, k, v = make_qkv(8, 1, 500, 64, 64, 128, torch.bfloat16)
     assert ran_forced("sm90", lambda: samattn.flash_attn_func(q, k, v))[1] == "sm80"
     padded = randn(2, 300, 4, 68, dtype=torch.float16)
     q = k = v = padded[..., :64]  # head stride 68 elements

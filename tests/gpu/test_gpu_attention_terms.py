@@ -36,6 +36,7 @@ from gpu_checks import (
     assert_cuda_healthy,
     call_forced,
     capture_graph,
+    forced_runs,
     need_family,
     poison_allocator,
     randn,
@@ -664,7 +665,7 @@ KV_CASES = {
 }
 
 
-@pytest.fixture(params=["sm80", "sm75", "auto"])
+@pytest.fixture(params=["sm90", "sm80", "sm75", "auto"])
 def kv_family(request) -> str:
     if request.param != "auto":
         need_family(request.param)
@@ -694,7 +695,10 @@ def test_kvcache(kv_family, case, terms):
             **p.kwargs(),
         )  # fmt: skip
 
-    out, lse = call() if kv_family == "auto" else call_forced(kv_family, call)
+    if kv_family == "auto":
+        out, lse = call()
+    else:  # sm90 runs the cases whose keys split 2 to 16 ways, sm80 the others
+        out, lse = call_forced(kv_family, call, expected=forced_runs(kv_family))
     what = f"{kv_family} {case} {terms}"
     check_caches(p, k_cache, v_cache, what)
     new = sq if append else 0
@@ -735,6 +739,33 @@ def test_num_splits_agree_with_terms(kv_family):
         outs.append(out.float())
     for other in outs[1:]:
         torch.testing.assert_close(other, outs[0], rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("splits", [2, 5, 8, 13])
+def test_sm90_cluster_combine_with_terms(splits):
+    """The sm90 kvcache kernel with ALiBi and sinks, its splits combined in a cluster: the
+    sink joins the combined denominator once; an empty sequence gets out 0 and LSE the
+    sink."""
+    need_family("sm90")
+    alibi, sinks = alibi_slopes("batch", 3, 8), make_sinks(8)
+    case = Case(BF16, 3, 2, 8, 2, 128, "contiguous", False, "none", "causal", 0.0, splits)
+    p = make_problem(case, BF16, seed=splits, capacity=2000)
+    p.lengths = [0, 5, 2000]
+
+    def call():
+        return samattn.flash_attn_with_kvcache(
+            p.q, p.k_cache, p.v_cache, alibi_slopes=alibi, sinks=sinks,
+            return_softmax_lse=True, **p.kwargs(),
+        )  # fmt: skip
+
+    out, lse = call_forced("sm90", call, expected="sm90")
+    for b in range(3):
+        keys, values = p.k_cache[b, : p.lengths[b]], p.v_cache[b, : p.lengths[b]]
+        check_forward(
+            out[b : b + 1], lse[b : b + 1], p.q[b : b + 1], keys[None], values[None],
+            scale=128**-0.5, softcap=0.0, mask=allowed_keys(2, keys.shape[0], True, (-1, -1)),
+            alibi=slopes_of(alibi, b), sinks=sinks, what=f"sm90 splits {splits} sequence {b}",
+        )  # fmt: skip
 
 
 @pytest.mark.parametrize("terms", TERMS)

@@ -14,8 +14,10 @@ The matrix of the issue (append, rotary interleaved or not at full and half the 
 dim, cache_batch_idx, left padding, shuffled paged caches of 16/64/256-row pages, GQA
 ratios 1/4/8, causal, window, softcap, num_splits 0 to 16, seqlen_q 1 to 16, head dims
 64/128 and one case each of 32/96/192/256, fp16 and bf16) is sampled with a fixed seed so
-that every value of every dimension appears, and each case runs with the sm80 and sm75
-families forced (sm75: fp16) and a subset with automatic selection.
+that every value of every dimension appears, and each case runs with the sm90, sm80 and
+sm75 families forced (sm75: fp16; sm90 runs the calls whose keys split 2 to 16 ways, 8
+past head dim 128, the splits combined in a thread block cluster, and hands the others
+to sm80) and a subset with automatic selection.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ from gpu_checks import (
     assert_cuda_healthy,
     call_forced,
     capture_graph,
+    forced_runs,
+    need_family,
     poison_allocator,
     randn,
     runnable_families,
@@ -50,10 +54,10 @@ import samattn
 from samattn import _lib
 
 F16, BF16 = torch.float16, torch.bfloat16
-FAMILY_DTYPES = {"sm80": (F16, BF16), "sm75": (F16,)}
+FAMILY_DTYPES = {"sm90": (F16, BF16), "sm80": (F16, BF16), "sm75": (F16,)}
 
 
-@pytest.fixture(params=["sm80", "sm75", "auto"])
+@pytest.fixture(params=["sm90", "sm80", "sm75", "auto"])
 def kv_family(request) -> str:
     if request.param != "auto" and request.param not in runnable_families():
         pytest.skip(f"{request.param} is not built or cannot run on this GPU")
@@ -61,10 +65,11 @@ def kv_family(request) -> str:
 
 
 def run(family: str, fn):
-    """fn() with `family` forced (and checked to be the one that ran), or automatic."""
+    """fn() with `family` forced (and checked to be the one that ran, or the family it
+    hands what it declines to), or automatic."""
     if family == "auto":
         return fn()
-    return call_forced(family, fn)
+    return call_forced(family, fn, expected=forced_runs(family))
 
 
 # ------------------------------------------------------------ the cases ----
@@ -399,7 +404,7 @@ def test_kvcache_matrix_automatic_family(no_family_env, index):
     run_case("auto", AUTO_CASES[index], seed=2000 + index)
 
 
-@pytest.fixture(params=["sm80", "sm75"])
+@pytest.fixture(params=["sm90", "sm80", "sm75"])
 def attn_family(request) -> str:
     if request.param not in runnable_families():
         pytest.skip(f"{request.param} is not built or cannot run on this GPU")
@@ -414,6 +419,94 @@ def test_num_splits_agree(kv_family):
         case = dataclasses.replace(base, num_splits=splits)
         # The same inputs for every split count.
         run_case(kv_family, case, seed=77, capacity=6000)
+
+
+SM90_CLUSTER_CASES = {
+    # name: (batch, seqlen_q, nheads, nheads_k, head dim, layout, append, mask, splits,
+    #        cache rows); every grid at most one CTA per SM of an H100 (132)
+    "d64 gqa8 2 queries, split 2": (4, 2, 16, 2, 64, "contiguous", True, "causal", 2, 1500),
+    "d128 mqa, split 3": (4, 1, 8, 1, 128, "contiguous", False, "none", 3, 1500),
+    "d128 gqa4 paged64, split 5": (3, 1, 8, 2, 128, "paged64", True, "causal", 5, 0),
+    "d256 leftpad, split 8": (4, 3, 4, 4, 256, "leftpad", True, "window", 8, 1500),
+    "d96 gqa8 8 queries (64 rows), split 7": (
+        2,
+        8,
+        16,
+        2,
+        96,
+        "contiguous",
+        True,
+        "causal",
+        7,
+        1500,
+    ),
+    "d128 batch_idx, chosen splits": (2, 1, 8, 2, 128, "batch_idx", False, "none", 0, 600),
+    "d64 gqa4, split 12 (non-portable cluster)": (
+        3,
+        1,
+        8,
+        2,
+        64,
+        "contiguous",
+        True,
+        "none",
+        12,
+        1500,
+    ),
+    "d128 gqa4 2 queries, split 16": (2, 2, 8, 2, 128, "contiguous", False, "causal", 16, 1500),
+}
+
+
+@pytest.mark.parametrize("name", SM90_CLUSTER_CASES)
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=["f16", "bf16"])
+def test_sm90_combines_key_splits_in_a_cluster(name, dtype):
+    """sm90 forced on calls whose keys split 2 to 16 ways (8 past head dim 128) over at most
+    one CTA per SM runs sm90 itself (the splits combined through distributed shared memory),
+    with sequences empty, shorter than one split's share and full: empty ones give zeros
+    and LSE +inf."""
+    need_family("sm90")
+    b, sq, h, hk, d, layout, append, mask, splits, rows = SM90_CLUSTER_CASES[name]
+    case = Case(dtype, b, sq, h, hk, d, layout, append, "none", mask, 0.0, splits)
+    p = make_problem(case, dtype, seed=len(name), capacity=rows or None)
+    new = sq if append else 0
+    capacity = p.k_cache.shape[1] * (p.block_table.shape[1] if p.block_table is not None else 1)
+    p.lengths = [0, 1, capacity // 3, capacity - new][:b]
+    if p.leftpad is not None:
+        p.leftpad = [0, 0, capacity // 5, 7][:b]
+    k_cache, v_cache = p.k_cache.clone(), p.v_cache.clone()
+    poison_allocator(p.q.shape, dtype)
+    poison_allocator((b, h, sq), torch.float32)
+    out, lse = call_forced(
+        "sm90",
+        lambda: samattn.flash_attn_with_kvcache(
+            p.q, k_cache, v_cache, return_softmax_lse=True, **p.kwargs()
+        ),
+        expected="sm90",
+    )
+    what = f"sm90 {name} {dtype}"
+    check_caches(p, k_cache, v_cache, what)
+    check_outputs(p, out, lse, k_cache, v_cache, what)
+    if not append:
+        assert torch.all(out[0] == 0) and torch.all(lse[0] == math.inf), f"{what}: empty"
+
+
+@pytest.mark.parametrize(
+    "d, splits, batch", [(128, 1, 2), (128, 17, 2), (128, 32, 2), (256, 9, 2), (128, 8, 32)]
+)
+def test_sm90_hands_other_grids_to_sm80(d, splits, batch):
+    """One query tile per CTA (no split), more splits than a cluster holds (16 at d = 128,
+    8 at d = 256) and grids of more CTAs than SMs run sm80's kernel with sm90 forced."""
+    need_family("sm90")
+    case = Case(BF16, batch, 1, 8, 2, d, "contiguous", False, "none", "none", 0.0, splits)
+    p = make_problem(case, BF16, 3, capacity=4000)
+    out, lse = call_forced(
+        "sm90",
+        lambda: samattn.flash_attn_with_kvcache(
+            p.q, p.k_cache, p.v_cache, return_softmax_lse=True, **p.kwargs()
+        ),
+        expected="sm80",
+    )
+    check_outputs(p, out, lse, p.k_cache, p.v_cache, f"sm90 forced, d{d}, {splits} splits")
 
 
 # -------------------------------------------------------- bad values ----
@@ -679,6 +772,7 @@ def test_paged_prefill(attn_family, dtype, batch, feature):
             block_table=block_table,
         ),
         may_launch_nothing=sum(lens_q) == 0,
+        expected=forced_runs(attn_family),  # sm90: paged prefill does not split, sm80 runs it
     )
     assert out.shape == q.shape and lse.shape == (h, sum(lens_q))
     for i, (sq, sk) in enumerate(zip(lens_q, lens_k)):

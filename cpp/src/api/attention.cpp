@@ -699,11 +699,13 @@ int attention_forward_workspace_size_op(const samattn_attention_args* args, int6
   status = check_attention_cache(subject, *args);
   if (status != SAMATTN_OK) return status;
   if (args->batch == 0 || args->nheads == 0 || args->seqlen_q == 0) return SAMATTN_OK;
-  // The split count follows the device's SM count and the tile its shared memory allows.
+  // The split count follows the device's SM count and the tile its shared
+  // memory allows; how the splits combine, the family the call will run.
   const DeviceInfo* device = nullptr;
   status = device_info(args->device, subject, &device);
   if (status != SAMATTN_OK) return status;
-  *bytes = registered_workspace_bytes<Op::attention_forward>(
+  *bytes = chosen_workspace_bytes<Op::attention_forward>(
+      subject, args->dtype, device->gpu, args->family,
       forward_problem(*args, device->sm_count, device->max_smem_per_block));
   return SAMATTN_OK;
 }

@@ -98,6 +98,21 @@ int64_t registered_workspace_bytes(const ProblemOf<kOp>& problem) {
   return bytes;
 }
 
+// The workspace of the family a call of `problem` would run (selection as
+// choose_kernels makes it); where none would, the most of any family, so
+// that the call's own error says why.
+template <Op kOp>
+int64_t chosen_workspace_bytes(const Subject& subject, int32_t dtype, const GpuSpec& gpu,
+                               int32_t requested, const ProblemOf<kOp>& problem) {
+  const Kernels<kOp>* kernels = nullptr;
+  if (choose_kernels<kOp>(subject, dtype, gpu, requested, false, problem, &kernels) != SAMATTN_OK) {
+    return registered_workspace_bytes<kOp>(problem);
+  }
+  return kernels->workspace_bytes != nullptr
+             ? static_cast<int64_t>(kernels->workspace_bytes(problem))
+             : 0;
+}
+
 // What the skeleton needs to know of a call besides its problem.
 struct OpCall {
   Subject subject;

@@ -16,7 +16,8 @@ using Family = ::samattn::Family;
 // whether the Q tile stays in registers for the whole key loop (else it is
 // re-read from shared memory per key tile, which frees registers for large
 // head dims), the family (sm80: mma.sync m16n8k16 + cp.async; sm75: the
-// same kernel with an m16n8k8 atom and synchronous loads) and the
+// same kernel with an m16n8k8 atom and synchronous loads; sm90: sm80's
+// kvcache kernel whose key splits combine in a cluster) and the
 // shared-memory stages of K and V (2: tiles load a whole key tile ahead;
 // cp.async only); kKVCache: the inference kernel (TileUse::kvcache), which
 // reads K and V from caches (paged or not, per-sequence lengths), splits the
@@ -24,7 +25,7 @@ using Family = ::samattn::Family;
 template <DType T, int kHeadDim, int kBlockM, int kBlockN, int kWarps, bool kQInRegs, Family F,
           int kKVStages = 1, bool kKVCache = false>
 struct FlashFwdConfig {
-  static_assert(kKVStages == 1 || (kKVStages == 2 && F == Family::sm80), "1 or 2 (sm80) stages");
+  static_assert(kKVStages == 1 || (kKVStages == 2 && F != Family::sm75), "2 stages need cp.async");
   static constexpr Family kFamily = F;
   // Q (reused to stage O), kKVStages K and V tiles of 16-bit elements.
   static constexpr int kSmemBytes = (kBlockM + 2 * kKVStages * kBlockN) * kHeadDim * 2;

@@ -29,6 +29,7 @@
 #include "attention/mask.cuh"
 #include "attention/score_terms.cuh"
 #include "attention/softmax_online.cuh"
+#include "attention/split_cluster.cuh"
 
 namespace samattn::attention {
 
@@ -298,6 +299,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(FlashFwd
   constexpr bool kMask = kTermsKernel == TermsKernel::masked;
   static_assert(!kTerms || kVectors, "score terms run on 16-byte vectors only");
   static_assert(!kMask || !kKVCache, "masks run in the prefill kernel (uses_kvcache_kernel)");
+  // The sm90 family's kvcache kernel: its key splits are one cluster
+  // (split_cluster.cuh), launched with the cluster dimension num_splits.
+  constexpr bool kClusterCombine = kKVCache && Traits::Config::kFamily == Family::sm90;
+  using Share = ClusterShare<kBlockM, kHeadDim>;
+  static_assert(!kClusterCombine || sizeof(Share) <= Traits::kSmemBytes, "the share fits");
 
   // Causal and windowed CTAs with high m_block have the most key tiles:
   // launch them first so that the tail of the grid is short. The kvcache
@@ -441,13 +447,31 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(FlashFwd
     return kTerms && p.sinks != nullptr ? p.sinks[head0 + (m0 + r) % group] : INFINITY;
   };
 
+  extern __shared__ __align__(128) char shared_memory[];
+  // The cluster's combine of this tile (every split takes part, with keys or
+  // without); the sink joins there.
+  const auto combine_in_cluster = [&](Share& share) {
+    combine_cluster_splits<Traits::kThreads, Element>(
+        share, num_splits, split, min(kBlockM, rows_left), p.headdim, o_row,
+        [&](int r, float row_lse) {
+          if (write_lse) lse_at(r) = row_lse;
+        },
+        [&](int r) {
+          return kTerms && p.sinks != nullptr ? p.sinks[head0 + (m0 + r) % group] : -INFINITY;
+        });
+  };
+
   if (n_begin >= n_end) {
     // No row of this tile attends any key (of this split): output 0 and LSE
     // empty_lse (split partials: -inf, a share that adds nothing; the
     // combine adds the sink).
     if constexpr (kKVCache) {
       const int rows = min(kBlockM, rows_left);
-      if (num_splits > 1) {
+      if (kClusterCombine && num_splits > 1) {
+        Share& share = *reinterpret_cast<Share*>(shared_memory);
+        for (int r = threadIdx.x; r < rows; r += Traits::kThreads) share.lse[r] = -INFINITY;
+        combine_in_cluster(share);
+      } else if (num_splits > 1) {
         for (int i = threadIdx.x; i < rows * p.headdim; i += Traits::kThreads) {
           p.o_partial[partial_row(i / p.headdim) * p.headdim + i % p.headdim] = 0.0f;
         }
@@ -474,7 +498,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(FlashFwd
   }
 
   // Shared memory: Q (later O), K and V stages.
-  extern __shared__ __align__(128) char shared_memory[];
   Element* smem_q = reinterpret_cast<Element*>(shared_memory);
   Element* smem_k = smem_q + cosize_v<typename Traits::SmemLayoutQ>;
   Element* smem_v = smem_k + cosize_v<typename Traits::SmemLayoutKV>;
@@ -657,6 +680,25 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(FlashFwd
   if (dropout) {
     CUTE_UNROLL
     for (int i = 0; i < size(acc_o); ++i) acc_o(i) *= p.terms.dropout.scale;
+  }
+  if constexpr (kClusterCombine) {
+    if (num_splits > 1) {
+      // This split's share into shared memory, once no warp reads K or V.
+      __syncthreads();
+      Share& share = *reinterpret_cast<Share*>(shared_memory);
+      Tensor tOcO_rc = rowcol_view(thr_mma.partition_C(cQ));
+      CUTE_UNROLL
+      for (int r = 0; r < kRows; ++r) {
+        const int row = get<0>(tOcO_rc(r, 0));
+        if (row >= rows_left) continue;
+        CUTE_UNROLL
+        for (int c = 0; c < size<1>(acc_o_rc); ++c)
+          share.o[row][get<1>(tOcO_rc(0, c))] = acc_o_rc(r, c);
+        if (threadIdx.x % 4 == 0) share.lse[row] = row_lse[r] == INFINITY ? -INFINITY : row_lse[r];
+      }
+      combine_in_cluster(share);
+      return;
+    }
   }
   if constexpr (kKVCache) {
     if (num_splits > 1) {

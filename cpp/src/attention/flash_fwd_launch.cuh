@@ -20,15 +20,47 @@ cudaError_t launch_flash_fwd(FlashFwdParams const& p, dim3 grid, cudaStream_t st
                                                                       Traits::kSmemBytes, stream);
 }
 
+// The kvcache kernel of the sm90 family, its key splits one cluster of
+// `splits` CTAs along x (split_cluster.cuh).
+template <class Traits, TermsKernel kTerms>
+cudaError_t launch_flash_fwd_cluster(FlashFwdParams const& p, dim3 grid, int splits,
+                                     cudaStream_t stream) {
+  constexpr auto kKernel = flash_fwd_kernel<Traits, true, kTerms>;
+  cudaError_t allowed = allow_dynamic_smem<kKernel>(Traits::kSmemBytes);
+  if (allowed == cudaSuccess && splits > kMaxPortableClusterSplits) {
+    allowed = allow_nonportable_cluster<kKernel>();
+  }
+  if (allowed != cudaSuccess) return allowed;
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = static_cast<unsigned>(splits);
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = dim3(Traits::kThreads);
+  config.dynamicSmemBytes = Traits::kSmemBytes;
+  config.stream = stream;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, kKernel, p);
+}
+
 // The kvcache kernel: append (and rotate), the attention over the caches with
 // the keys split over `splits` CTAs per query tile, and the combine of the
-// splits. Every launch goes to problem.stream, in that order.
+// splits (sm80, sm75: a second kernel over partials in the workspace; sm90:
+// inside the cluster the splits form). Every launch goes to problem.stream,
+// in that order.
 template <class Traits>
 cudaError_t run_flash_fwd_kvcache(const AttentionForwardProblem& problem, FlashFwdParams p) {
   constexpr Family F = Traits::Config::kFamily;
+  constexpr bool kCluster = F == Family::sm90;
   if (!forward_vectors(problem)) return cudaErrorNotSupported;  // the plan declines these
-  const KVCacheGrid grid = kvcache_grid(problem, Traits::kBlockM, Traits::kBlockN);
-  const KVCacheWorkspace layout = kvcache_workspace_layout(problem, grid);
+  const KVCacheGrid grid =
+      kCluster ? cluster_kvcache_grid(problem, Traits::kBlockM, Traits::kBlockN, Traits::kSmemBytes)
+               : kvcache_grid(problem, Traits::kBlockM, Traits::kBlockN);
+  if (grid.splits == 0) return cudaErrorNotSupported;  // the plan declines these
+  const KVCacheWorkspace layout = kvcache_workspace_layout(problem, grid, /*partials=*/!kCluster);
   char* workspace = static_cast<char*>(problem.workspace);
   if (layout.total > 0 && (workspace == nullptr || problem.workspace_bytes < layout.total ||
                            reinterpret_cast<uintptr_t>(workspace) % 256 != 0)) {
@@ -48,9 +80,9 @@ cudaError_t run_flash_fwd_kvcache(const AttentionForwardProblem& problem, FlashF
   p.nheads = problem.nheads;
   p.group = grid.group;
   p.num_splits = grid.splits;
-  p.o_partial = grid.splits > 1 ? reinterpret_cast<float*>(workspace + layout.o_partial) : nullptr;
-  p.lse_partial =
-      grid.splits > 1 ? reinterpret_cast<float*>(workspace + layout.lse_partial) : nullptr;
+  const bool partials = !kCluster && grid.splits > 1;
+  p.o_partial = partials ? reinterpret_cast<float*>(workspace + layout.o_partial) : nullptr;
+  p.lse_partial = partials ? reinterpret_cast<float*>(workspace + layout.lse_partial) : nullptr;
   p.seqused_k = cache.seqused_k;
   p.leftpad_k = cache.leftpad_k;
   p.kv_batch_idx = cache.kv_batch_idx;
@@ -65,11 +97,23 @@ cudaError_t run_flash_fwd_kvcache(const AttentionForwardProblem& problem, FlashF
   dim3 blocks(static_cast<unsigned>(grid.m_blocks * grid.splits), static_cast<unsigned>(grid.heads),
               static_cast<unsigned>(problem.batch));
   // Masks never reach this kernel (uses_kvcache_kernel).
+  if constexpr (kCluster) {
+    if (grid.splits > 1) {
+      return any_terms(problem.terms) ? launch_flash_fwd_cluster<Traits, TermsKernel::computed>(
+                                            p, blocks, grid.splits, problem.stream)
+                                      : launch_flash_fwd_cluster<Traits, TermsKernel::none>(
+                                            p, blocks, grid.splits, problem.stream);
+    }
+  }
   status = any_terms(problem.terms)
                ? launch_flash_fwd<Traits, true, TermsKernel::computed>(p, blocks, problem.stream)
                : launch_flash_fwd<Traits, true, TermsKernel::none>(p, blocks, problem.stream);
   if (status != cudaSuccess || grid.splits == 1) return status;
-  return split_combine<F>(problem, grid.splits, p.o_partial, p.lse_partial);
+  if constexpr (kCluster) {
+    return status;  // (not reached: the cluster launch above)
+  } else {
+    return split_combine<F>(problem, grid.splits, p.o_partial, p.lse_partial);
+  }
 }
 
 template <class Config>

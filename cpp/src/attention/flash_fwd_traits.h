@@ -36,7 +36,7 @@ struct FlashFwdTraits<FlashFwdConfig<T, kHeadDim_, kBlockM_, kBlockN_, kWarps_, 
   static constexpr int kWarps = kWarps_;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr bool kQInRegs = kQInRegs_;
-  static constexpr bool kAsyncCopy = F == Family::sm80;
+  static constexpr bool kAsyncCopy = F != Family::sm75;
   static constexpr int kKVStages = kKVStages_;
   static constexpr bool kKVCache = kKVCache_;
 

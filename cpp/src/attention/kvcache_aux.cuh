@@ -273,14 +273,18 @@ cudaError_t launch_split_combine(const AttentionForwardProblem& p, int splits,
   return cudaGetLastError();
 }
 
-// The definitions a family's flash_fwd_<family>.cu instantiates.
-#define SAMATTN_INSTANTIATE_KVCACHE_AUX(FAMILY)                                                 \
+// The definitions a family's flash_fwd_<family>.cu instantiates: the append
+// (every family with the kvcache kernel), the combine (those whose splits
+// combine through global memory).
+#define SAMATTN_INSTANTIATE_KVCACHE_APPEND(FAMILY)                                              \
   template <>                                                                                   \
   cudaError_t kvcache_append<FAMILY>(const AttentionForwardProblem& problem, void* q_rotated) { \
     return problem.dtype == DType::bf16                                                         \
                ? launch_kvcache_append<FAMILY, __nv_bfloat16>(problem, q_rotated)               \
                : launch_kvcache_append<FAMILY, __half>(problem, q_rotated);                     \
-  }                                                                                             \
+  }
+#define SAMATTN_INSTANTIATE_KVCACHE_AUX(FAMILY)                                                 \
+  SAMATTN_INSTANTIATE_KVCACHE_APPEND(FAMILY)                                                    \
   template <>                                                                                   \
   cudaError_t split_combine<FAMILY>(const AttentionForwardProblem& problem, int splits,         \
                                     const float* o_partial, const float* lse_partial) {         \

@@ -41,6 +41,15 @@ inline bool packs_query_heads(const AttentionForwardProblem& p) {
 
 // Keys are split only with fixed-length queries, at most this many ways.
 constexpr int kMaxSplits = 128;
+// The most splits the sm90 family combines in one cluster (split_cluster.cuh):
+// 16, a cluster size Hopper allows on request (non-portable), where two CTAs
+// of the tile fit an SM, so that a cluster takes 8 SMs of a GPC; else the
+// portable 8.
+constexpr int kMaxClusterSplits = 16;
+constexpr int kMaxPortableClusterSplits = 8;
+inline int max_cluster_splits(int tile_smem, int max_smem_per_block) {
+  return 2 * tile_smem <= max_smem_per_block ? kMaxClusterSplits : kMaxPortableClusterSplits;
+}
 
 struct KVCacheGrid {
   int group;     // query heads per tile row group: kv_group when packed, else 1
@@ -94,22 +103,41 @@ inline KVCacheGrid kvcache_grid(const AttentionForwardProblem& p, int block_m, i
   return g;
 }
 
+// The sm90 family's grid, whose splits combine in clusters (split_cluster.cuh):
+// kvcache_grid's where it splits the keys 2 to max_cluster_splits ways over
+// at most one CTA per SM; else splits = 0 (sm80 runs the call). Clusters are placed GPC by GPC, and
+// fewer of them fit at once than CTAs: a full grid of two CTAs per SM (batch 8 x 8k keys, 4 splits)
+// measured 1.3-1.6x slower on the H100 than sm80's kernel and combine, while a grid under one CTA
+// per SM saves the combine's launch.
+inline KVCacheGrid cluster_kvcache_grid(const AttentionForwardProblem& p, int block_m, int block_n,
+                                        int tile_smem) {
+  KVCacheGrid g = kvcache_grid(p, block_m, block_n);
+  const int64_t ctas = int64_t(p.batch) * g.heads * g.m_blocks * g.splits;
+  if (g.splits < 2 || g.splits > max_cluster_splits(tile_smem, p.max_smem_per_block) ||
+      ctas > p.sm_count) {
+    g.splits = 0;
+  }
+  return g;
+}
+
 // Workspace of the kvcache kernel, in 256-byte aligned pieces:
 //   q rotated   (batch, seqlen_q, nheads, headdim) of q's dtype, with rotary
 //   o partials  fp32 (splits, batch, nheads, seqlen_q, headdim), splits > 1
 //   lse partials fp32 (splits, batch, nheads, seqlen_q), splits > 1
+// The partials only where the splits combine through global memory
+// (`partials`; the sm90 family combines them in a cluster).
 struct KVCacheWorkspace {
   size_t q_rotated, o_partial, lse_partial, total;  // byte offsets, size
 };
 inline KVCacheWorkspace kvcache_workspace_layout(const AttentionForwardProblem& p,
-                                                 const KVCacheGrid& g) {
+                                                 const KVCacheGrid& g, bool partials = true) {
   auto align = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
   const size_t rows = size_t(p.batch) * size_t(p.nheads) * size_t(p.seqlen_q);
   const bool rotary = p.cache.rotary_cos != nullptr && p.cache.rotary_dim > 0;
   KVCacheWorkspace w{};
   w.q_rotated = 0;
   w.o_partial = w.q_rotated + (rotary ? align(rows * size_t(p.headdim) * 2) : 0);
-  const size_t splits = g.splits > 1 ? size_t(g.splits) : 0;
+  const size_t splits = partials && g.splits > 1 ? size_t(g.splits) : 0;
   w.lse_partial = w.o_partial + align(splits * rows * size_t(p.headdim) * 4);
   w.total = w.lse_partial + align(splits * rows * 4);
   return w;
@@ -135,13 +163,14 @@ const FlashFwdTile* kvcache_tile(const FlashFwdTile (&tiles)[N], const Attention
 }
 
 // Forward workspace bytes of a family whose table is `tiles` (0 unless the
-// kvcache kernel splits or rotates).
+// kvcache kernel rotates, or splits with `partials`).
 template <size_t N>
-size_t kvcache_workspace_bytes(const FlashFwdTile (&tiles)[N], const AttentionForwardProblem& p) {
+size_t kvcache_workspace_bytes(const FlashFwdTile (&tiles)[N], const AttentionForwardProblem& p,
+                               bool partials = true) {
   if (!uses_kvcache_kernel(p)) return 0;
   const FlashFwdTile* row = kvcache_tile(tiles, p);  // as run_flash_fwd_rows chooses
   if (row == nullptr) return 0;
-  return kvcache_workspace_layout(p, kvcache_grid(p, row->block_m, row->block_n)).total;
+  return kvcache_workspace_layout(p, kvcache_grid(p, row->block_m, row->block_n), partials).total;
 }
 
 }  // namespace samattn::attention

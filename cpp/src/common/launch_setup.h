@@ -1,5 +1,6 @@
 // Launch setup that must happen once per (kernel, device), not once per call:
-// the dynamic shared memory opt-in, and the device's opt-in limit. Each is a
+// the dynamic shared memory opt-in, clusters of a non-portable size, and the
+// device's opt-in limit. Each is a
 // driver call, and an eager call has little more host time to spend than the
 // launch itself (DESIGN.md, 1).
 //
@@ -37,19 +38,20 @@ inline std::mutex& launch_setup_mutex() {
   return mutex;
 }
 
-inline cudaError_t raise_dynamic_smem(const void* kernel, int bytes, PerDevice& allowed) {
+inline cudaError_t raise_attribute(const void* kernel, cudaFuncAttribute attribute, int value,
+                                   PerDevice& allowed) {
   int device = 0;
   cudaError_t status = cudaGetDevice(&device);
   if (status != cudaSuccess) return status;
   if (device < 0 || device >= kCachedDevices) {
-    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    return cudaFuncSetAttribute(kernel, attribute, value);
   }
   std::atomic<int>& slot = allowed.value[device];
-  if (slot.load(std::memory_order_acquire) >= bytes) return cudaSuccess;
+  if (slot.load(std::memory_order_acquire) >= value) return cudaSuccess;
   std::lock_guard<std::mutex> lock(launch_setup_mutex());
-  if (slot.load(std::memory_order_relaxed) >= bytes) return cudaSuccess;
-  status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  if (status == cudaSuccess) slot.store(bytes, std::memory_order_release);
+  if (slot.load(std::memory_order_relaxed) >= value) return cudaSuccess;
+  status = cudaFuncSetAttribute(kernel, attribute, value);
+  if (status == cudaSuccess) slot.store(value, std::memory_order_release);
   return status;
 }
 
@@ -64,7 +66,17 @@ template <auto Kernel>
 cudaError_t allow_dynamic_smem(int bytes) {
   if (bytes <= kDefaultDynamicSmem) return cudaSuccess;
   static detail::PerDevice allowed;
-  return detail::raise_dynamic_smem(reinterpret_cast<const void*>(Kernel), bytes, allowed);
+  return detail::raise_attribute(reinterpret_cast<const void*>(Kernel),
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, bytes, allowed);
+}
+
+// Lets `Kernel` launch in clusters of more than 8 CTAs (a non-portable size,
+// up to 16 on Hopper) on the current device; set once per device.
+template <auto Kernel>
+cudaError_t allow_nonportable_cluster() {
+  static detail::PerDevice allowed;
+  return detail::raise_attribute(reinterpret_cast<const void*>(Kernel),
+                                 cudaFuncAttributeNonPortableClusterSizeAllowed, 1, allowed);
 }
 
 #ifdef __CUDACC__

@@ -48,6 +48,10 @@ template <>
 struct MmaAtomOf<Family::sm80, DType::f32> {
   using type = cute::SM80_16x8x8_F32TF32TF32F32_TN;
 };
+// The sm90 family's mma.sync kernels (the attention kvcache kernel) use
+// Ampere's atoms, which Hopper runs as they are.
+template <DType T>
+struct MmaAtomOf<Family::sm90, T> : MmaAtomOf<Family::sm80, T> {};
 template <>
 struct MmaAtomOf<Family::sm75, DType::f16> {
   using type = cute::SM75_16x8x8_F32F16F16F32_TN;

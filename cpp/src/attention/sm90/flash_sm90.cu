@@ -6,14 +6,18 @@
 // masks or without; the backward's takes fixed-length and variable-length
 // calls at head dims 33-64, 97-128 and 193-256, with softcap or ALiBi (not
 // both), sinks and the deterministic mode or without, and without masks or
-// dropout. Everything else (KV caches and decode-shaped calls, odd head dims
-// or strides; the backward's masks and dropout) declines to the sm80 family. The kernels are
-// instantiated in their own translation units (one per table row and dtype).
+// dropout. KV caches and decode-shaped calls whose keys split over 2 to 8
+// CTAs run sm80's kvcache kernel compiled here, the splits combined in a
+// cluster (kSm90FwdCacheTiles). Everything else (other split counts, odd head
+// dims or strides; the backward's masks and dropout) declines to the sm80
+// family. The kernels are instantiated in their own translation units (one
+// per table row and dtype).
 #include <algorithm>
 #include <cstdint>
 #include <string>
 #include <utility>
 
+#include "attention/flash_fwd_dispatch.h"
 #include "attention/kvcache_plan.h"
 #include "attention/sm90/flash_bwd_sm90_config.h"
 #include "attention/sm90/flash_fwd_sm90_config.h"
@@ -106,10 +110,33 @@ bool decline(std::string* why, const char* reason) {
   return false;
 }
 
-bool plan(const AttentionForwardProblem& problem, std::string* why) {
-  if (problem.cache.enabled || uses_kvcache_kernel(problem)) {
-    return decline(why, "KV caches and decode-shaped calls run the sm80 split-key kernel");
+// KV caches and decode-shaped calls: the kvcache kernel with its key splits
+// combined in a cluster, where cluster_kvcache_grid takes the grid. One CTA
+// per query tile gains nothing from it; more splits than a cluster holds, or
+// grids of more CTAs than SMs, stay on sm80's global-memory combine.
+bool plan_cache(const AttentionForwardProblem& problem, std::string* why) {
+  if (!head_dim_built(padded_headdim(problem.headdim))) {
+    return decline(why, "the head dim's kernels are not in this build");
   }
+  if (!forward_vectors(problem)) {
+    return decline(why,
+                   "the KV-cache kernel moves 16-byte vectors: the head dim must be a multiple "
+                   "of 8 and q, the caches and out 16-byte aligned with strides that are "
+                   "multiples of 8 elements");
+  }
+  const FlashFwdTile* row = kvcache_tile(kSm90FwdCacheTiles, problem);
+  if (row == nullptr) return decline(why, "no sm90 KV-cache kernel fits this GPU's shared memory");
+  if (cluster_kvcache_grid(problem, row->block_m, row->block_n, fwd_tile_smem(*row)).splits == 0) {
+    return decline(why,
+                   "the sm90 KV-cache kernel combines 2 to 16 key splits (8 at head dims over "
+                   "128) in a cluster, over at most one CTA per SM; sm80's kernel runs this "
+                   "call's grid");
+  }
+  return true;
+}
+
+bool plan(const AttentionForwardProblem& problem, std::string* why) {
+  if (problem.cache.enabled || uses_kvcache_kernel(problem)) return plan_cache(problem, why);
   const bool varlen = problem.cu_seqlens_q != nullptr;
   if (varlen && (problem.total_q <= 0 || problem.total_k <= 0 || problem.total_q > INT32_MAX ||
                  problem.total_k > INT32_MAX)) {
@@ -147,14 +174,22 @@ bool plan(const AttentionForwardProblem& problem, std::string* why) {
 }
 
 cudaError_t launch(const AttentionForwardProblem& problem) {
+  const bool cache = problem.cache.enabled || uses_kvcache_kernel(problem);
   switch (problem.dtype) {
     case DType::f16:
-      return run_dtype<DType::f16>(problem);
+      return cache ? run_flash_fwd_table<DType::f16, Family::sm90, kSm90FwdCacheTiles>(problem)
+                   : run_dtype<DType::f16>(problem);
     case DType::bf16:
-      return run_dtype<DType::bf16>(problem);
+      return cache ? run_flash_fwd_table<DType::bf16, Family::sm90, kSm90FwdCacheTiles>(problem)
+                   : run_dtype<DType::bf16>(problem);
     default:
       return cudaErrorNotSupported;
   }
+}
+
+// The kvcache kernel's rotated q; its splits need none (the cluster combines them).
+size_t workspace_bytes(const AttentionForwardProblem& problem) {
+  return kvcache_workspace_bytes(kSm90FwdCacheTiles, problem, /*partials=*/false);
 }
 
 // ----------------------------------------------------------------- backward
@@ -254,7 +289,7 @@ cudaError_t launch_backward(const AttentionBackwardProblem& problem) {
 }
 
 [[maybe_unused]] const bool kRegistered = register_kernels<Op::attention_forward>(
-    {Family::sm90, &plan, nullptr, &launch, static_cast<int32_t>(Family::sm80)});
+    {Family::sm90, &plan, &workspace_bytes, &launch, static_cast<int32_t>(Family::sm80)});
 [[maybe_unused]] const bool kRegisteredBackward = register_kernels<Op::attention_backward>(
     {Family::sm90, &plan_backward, &flash_bwd_workspace_bytes, &launch_backward,
      static_cast<int32_t>(Family::sm80)});

@@ -49,4 +49,27 @@ inline constexpr FlashBwdSm90Tile kSm90BwdTiles[] = {
 };
 static_assert(tiles_valid(kSm90BwdTiles));
 
+// Inference: the kvcache kernel of the sm80 family (mma.sync, cp.async),
+// compiled for sm_90a so that the CTAs that split a query tile's keys form a
+// thread block cluster and combine their shares through distributed shared
+// memory (one launch, no workspace; sm80 runs a second kernel over fp32
+// partials in global memory). The sm80 rows' tiles (kSm80FwdTiles), for the
+// H100's shared memory: two K/V stages at every head dim.
+inline constexpr FlashFwdTile kSm90FwdCacheTiles[] = {
+    // head_dim, block_m, block_n, warps, q_in_regs, kv_stages, use
+    // 20 KB
+    {32, 64, 64, 4, true, 2, TileUse::kvcache},
+    // 40 KB
+    {64, 64, 64, 4, true, 2, TileUse::kvcache},
+    // 60 KB
+    {96, 64, 64, 4, false, 2, TileUse::kvcache},
+    // 80 KB: two CTAs per SM up to here
+    {128, 64, 64, 4, false, 2, TileUse::kvcache},
+    // 120 KB
+    {192, 64, 64, 4, false, 2, TileUse::kvcache},
+    // 160 KB
+    {256, 64, 64, 4, false, 2, TileUse::kvcache},
+};
+static_assert(tiles_valid(kSm90FwdCacheTiles));
+
 }  // namespace samattn::attention
