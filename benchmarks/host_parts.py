@@ -18,6 +18,7 @@ from torch.profiler import ProfilerActivity, profile
 
 import samattn
 from samattn import _checks, _cuda, _eager, _family, _lib, _prepared
+from samattn.bench import graph_gpu_us, queued_gpu_us
 
 
 def measure(cases, calls=200, rounds=15):
@@ -137,6 +138,32 @@ gqa = {
     "sdpa (enable_gqa)": lambda: F.scaled_dot_product_attention(qgt, kgt, vgt, enable_gqa=True),
 }
 out["decode_gqa_bf16_sk1024_h32_hk8_d128"] = measure(gqa)
+
+# Each decode step with the family samattn picks and with sm80 forced: host us per eager
+# call, and GPU us per call queued back to back and replayed from a CUDA graph.
+steps = {
+    "mha sk512 h32": (lambda: samattn.flash_attn_func(qd, kd, vd), decode["sdpa"]),
+    "gqa sk1024 h32 hk8": (gqa["samattn.flash_attn_func"], gqa["sdpa (enable_gqa)"]),
+}
+families = {}
+for name, (ours, theirs) in steps.items():
+    for family in (None, "sm80"):
+        with samattn.use_family(family):
+            ours()
+            ran = _lib.last_family()
+            families[f"{name} {family or 'auto'}"] = {
+                "family": ran,
+                "host_us": measure({"x": ours})["x"],
+                "queued_gpu_us": queued_gpu_us(ours),
+                "graph_gpu_us": graph_gpu_us(ours),
+            }
+    families[f"{name} sdpa"] = {
+        "host_us": measure({"x": theirs})["x"],
+        "queued_gpu_us": queued_gpu_us(theirs),
+        "graph_gpu_us": graph_gpu_us(theirs),
+    }
+out["decode_steps_by_family"] = families
+print(json.dumps(families, indent=1))
 print(json.dumps(out, indent=1))
 
 

@@ -544,10 +544,11 @@ def test_sm90_runs_the_prefill_forward(no_family_env, dtype, shape, causal):
 
 def test_sm90_hands_what_it_declines_to_sm80():
     """A forced sm90 runs what its plan declines on sm80 (its registration's
-    forced_fallback): here a head dim that is not a multiple of 8 and a decode-shaped
-    call whose grid fills the GPU without splitting the keys (sm90 runs decode-shaped calls
-    whose splits it combines in a cluster, test_gpu_kvcache.py). A view whose head stride TMA cannot describe (not a multiple of 16 bytes) runs
-    right, on whichever family takes it (the Python layer may pass an aligned copy)."""
+    forced_fallback): here a head dim that is not a multiple of 8 and a decode-shaped call
+    whose grid fills the GPU without splitting the keys (sm90 runs decode-shaped calls
+    whose splits it combines in a cluster, test_gpu_kvcache.py). A view whose head stride
+    TMA cannot describe (not a multiple of 16 bytes) runs right, on whichever family takes
+    it (the Python layer may pass an aligned copy)."""
     need_sm90()
     q, k, v = make_qkv(2, 200, 200, 4, 4, 100, torch.float16)
     out, family = ran_forced("sm90", lambda: samattn.flash_attn_func(q, k, v))

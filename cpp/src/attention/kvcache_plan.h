@@ -103,18 +103,31 @@ inline KVCacheGrid kvcache_grid(const AttentionForwardProblem& p, int block_m, i
   return g;
 }
 
+// Key tiles of one split's share up to which the sm90 family lowers an
+// automatic split count to fit its grid into one CTA per SM: a short loop is
+// bound by the launch and the combine, not by how many CTAs stream the cache.
+constexpr int kMaxClusterShareTiles = 4;
+
 // The sm90 family's grid, whose splits combine in clusters (split_cluster.cuh):
-// kvcache_grid's where it splits the keys 2 to max_cluster_splits ways over
-// at most one CTA per SM; else splits = 0 (sm80 runs the call). Clusters are placed GPC by GPC, and
-// fewer of them fit at once than CTAs: a full grid of two CTAs per SM (batch 8 x 8k keys, 4 splits)
-// measured 1.3-1.6x slower on the H100 than sm80's kernel and combine, while a grid under one CTA
-// per SM saves the combine's launch.
+// 2 to max_cluster_splits splits over at most one CTA per SM, else splits = 0
+// (sm80 runs the call). Clusters are placed GPC by GPC and fewer of them fit
+// at once than CTAs: a full grid of two CTAs per SM (batch 8 x 8k keys, 4
+// splits) measured 1.3-1.6x slower on the H100 than sm80's kernel and
+// combine, while a grid under one CTA per SM saves the combine's launch. An
+// automatic split count (num_splits = 0) whose grid is larger is lowered to
+// fit, where each split's share stays within kMaxClusterShareTiles.
 inline KVCacheGrid cluster_kvcache_grid(const AttentionForwardProblem& p, int block_m, int block_n,
                                         int tile_smem) {
   KVCacheGrid g = kvcache_grid(p, block_m, block_n);
-  const int64_t ctas = int64_t(p.batch) * g.heads * g.m_blocks * g.splits;
+  const int64_t tiles = int64_t(p.batch) * g.heads * g.m_blocks;  // query tiles
+  if (p.num_splits < 1 && tiles * g.splits > p.sm_count) {
+    g.splits = int(std::min<int64_t>(g.splits, p.sm_count / tiles));
+    if (g.splits < 1 || (g.n_blocks + g.splits - 1) / g.splits > kMaxClusterShareTiles) {
+      g.splits = 0;
+    }
+  }
   if (g.splits < 2 || g.splits > max_cluster_splits(tile_smem, p.max_smem_per_block) ||
-      ctas > p.sm_count) {
+      tiles * g.splits > p.sm_count) {
     g.splits = 0;
   }
   return g;
