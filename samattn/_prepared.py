@@ -26,6 +26,8 @@ What makes this safe:
 from __future__ import annotations
 
 import ctypes
+import threading
+from collections.abc import Callable
 from typing import Generic, NamedTuple, TypeVar
 
 import torch
@@ -106,6 +108,17 @@ def _ask(
     return _give(args, like, needed.value) if needed.value > 0 else None
 
 
+class _FamilyOut(threading.local):
+    """Each thread's out-parameter for the family the library ran (set on every call)."""
+
+    def __init__(self) -> None:
+        self.value = ctypes.c_int32()
+        self.ref = ctypes.byref(self.value)
+
+
+_FAMILY_OUT = _FamilyOut()
+
+
 class Entry(NamedTuple):
     """A signature's argument struct (its pointers and stream to be overwritten, its
     workspace fields zero), its output shapes and the workspace bytes the library took
@@ -125,6 +138,7 @@ class Calls(Generic[ArgsT]):
         self.function = function
         self.size_function = size_function
         self.entries: dict[tuple, Entry] = {}
+        self._bound: Callable[..., int] | None = None  # the library function, once loaded
 
     def get(self, key: tuple) -> Entry | None:
         return self.entries.get(key)
@@ -156,6 +170,19 @@ class Calls(Generic[ArgsT]):
         """Call the library with `args` (pointers and stream set by the caller), with a
         workspace of the entry's size; keep the size the call ran with. Raises like the
         full path."""
+        if entry.workspace == 0:
+            # Most calls: one C call, nothing to allocate (the general path below costs
+            # about 1.5 us more, a tenth of a small eager call).
+            bound = self._bound
+            if bound is None:
+                bound = self._bound = getattr(_lib.lib(), self.function)
+            out = _FAMILY_OUT
+            status = bound(ctypes.byref(args), out.ref)
+            if status == _lib.OK:
+                _lib.set_last_family(out.value.value)
+                return
+            if status != _lib.NEEDS_WORKSPACE:  # nothing launched: ask for it below
+                _lib.check(status)
         used = run_with_workspace(
             self.function, self.size_function, args, like, known_bytes=entry.workspace
         )
