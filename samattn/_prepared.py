@@ -90,6 +90,38 @@ def run_with_workspace(
     return args.workspace_bytes if workspace is not None else 0
 
 
+class _FamilyOut(threading.local):
+    """Each thread's out-parameter for the family the library ran (set on every call)."""
+
+    def __init__(self) -> None:
+        self.value = ctypes.c_int32()
+        self.ref = ctypes.byref(self.value)
+
+
+_FAMILY_OUT = _FamilyOut()
+
+
+# The library's functions by name, looked up once.
+_BOUND: dict[str, Callable[..., int]] = {}
+
+
+def call_without_workspace(function_name: str, args: ctypes.Structure) -> bool:
+    """One call of a library op with no workspace: True when it ran, False when it answered
+    NEEDS_WORKSPACE (nothing launched); raises like the full path. Most prepared calls
+    need none, and this saves run_with_workspace's general path (about 1.5 us, a tenth of
+    a small eager call)."""
+    function = _BOUND.get(function_name)
+    if function is None:
+        function = _BOUND[function_name] = getattr(_lib.lib(), function_name)
+    out = _FAMILY_OUT
+    status = function(ctypes.byref(args), out.ref)
+    if status == _lib.NEEDS_WORKSPACE:
+        return False
+    _lib.check(status)
+    _lib.set_last_family(out.value.value)
+    return True
+
+
 def _give(args: ctypes.Structure, like: torch.Tensor, nbytes: int) -> torch.Tensor:
     """A workspace of nbytes, set in args. From torch's caching allocator: cheap,
     stream-ordered, 512-byte aligned and capturable in CUDA graphs; freed (stream-ordered)
@@ -106,17 +138,6 @@ def _ask(
     needed = ctypes.c_int64(0)
     _lib.check(getattr(library, size_function_name)(ctypes.byref(args), ctypes.byref(needed)))
     return _give(args, like, needed.value) if needed.value > 0 else None
-
-
-class _FamilyOut(threading.local):
-    """Each thread's out-parameter for the family the library ran (set on every call)."""
-
-    def __init__(self) -> None:
-        self.value = ctypes.c_int32()
-        self.ref = ctypes.byref(self.value)
-
-
-_FAMILY_OUT = _FamilyOut()
 
 
 class Entry(NamedTuple):
@@ -138,7 +159,6 @@ class Calls(Generic[ArgsT]):
         self.function = function
         self.size_function = size_function
         self.entries: dict[tuple, Entry] = {}
-        self._bound: Callable[..., int] | None = None  # the library function, once loaded
 
     def get(self, key: tuple) -> Entry | None:
         return self.entries.get(key)
@@ -170,21 +190,13 @@ class Calls(Generic[ArgsT]):
         """Call the library with `args` (pointers and stream set by the caller), with a
         workspace of the entry's size; keep the size the call ran with. Raises like the
         full path."""
+        refused = False  # asked for a workspace it had none of (e.g. a new forced family)
         if entry.workspace == 0:
-            # Most calls: one C call, nothing to allocate (the general path below costs
-            # about 1.5 us more, a tenth of a small eager call).
-            bound = self._bound
-            if bound is None:
-                bound = self._bound = getattr(_lib.lib(), self.function)
-            out = _FAMILY_OUT
-            status = bound(ctypes.byref(args), out.ref)
-            if status == _lib.OK:
-                _lib.set_last_family(out.value.value)
+            if call_without_workspace(self.function, args):
                 return
-            if status != _lib.NEEDS_WORKSPACE:  # nothing launched: ask for it below
-                _lib.check(status)
+            refused = True
         used = run_with_workspace(
-            self.function, self.size_function, args, like, known_bytes=entry.workspace
+            self.function, self.size_function, args, like, refused, entry.workspace
         )
         if used != entry.workspace:
             self.entries[key] = entry._replace(workspace=used)

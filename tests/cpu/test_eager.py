@@ -192,10 +192,15 @@ def test_prepared_gemm_with_an_epilogue(monkeypatch):
         launched.append(_lib.GemmArgs.from_buffer_copy(args))
         return 0
 
+    def launch_prepared(function, args):
+        launch(function, None, args, None)
+        return True
+
     checked = []
     check = _checks.gemm
     monkeypatch.setattr(_cuda, "_stream", lambda t: 0)
     monkeypatch.setattr(_prepared, "run_with_workspace", launch)
+    monkeypatch.setattr(_prepared, "call_without_workspace", launch_prepared)
     monkeypatch.setattr(_checks, "_check_devices", lambda op, tensors: None)
     monkeypatch.setattr(_checks, "gemm", lambda *args: checked.append(1) or check(*args))
     _cuda._GEMM.clear()
