@@ -288,7 +288,8 @@ typedef struct samattn_attention_args {
    * leftpad_k does not combine with block_table.
    * num_splits: key range split over this many CTAs per query tile, combined
    * by log-sum-exp (0: chosen from the problem and the SM count; 1: no split).
-   * Problems that split, append or rotate need a workspace
+   * Problems that split (except where the sm90 family combines the splits in
+   * a cluster), append or rotate need a workspace
    * (samattn_attention_forward_workspace_size).
    */
   const int32_t* seqused_k;    /* (batch,) cache rows in use before the append */
@@ -379,7 +380,9 @@ int samattn_softmax_backward(const samattn_softmax_args* args, int32_t* family_u
  */
 int samattn_attention_forward(const samattn_attention_args* args, int32_t* family_used);
 /* Device workspace samattn_attention_forward needs for these arguments on
- * `args->device` (0 for most calls; the pointers are not inspected). */
+ * `args->device`, for the family the call will run (args->family or
+ * SAMATTN_FAMILY as they are now; 0 for most calls, and for key splits the
+ * sm90 family combines in a cluster; the pointers are not inspected). */
 int samattn_attention_forward_workspace_size(const samattn_attention_args* args, int64_t* bytes);
 /*
  * Gradients of samattn_attention_forward: reads q, k, v, o, lse (required:
