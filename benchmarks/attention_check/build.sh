@@ -80,6 +80,7 @@ fi
 if [[ "$FAMILY" == sm90 ]]; then
   flags+=(-DSAMATTN_CHECK_SM90)
   sources=("${fwd_sources[@]}" "${bwd_sources[@]}" "$repo/cpp/src/attention/sm90/flash_sm90.cu"
+    "$repo/cpp/src/attention/sm90/kvcache_append_sm90.cu"
     "$repo/cpp/src/common/registry.cpp" "$here/attn_check.cu" "$here/attn_bwd_check.cu")
 else
   sources=("${fwd_sources[@]}" "${bwd_sources[@]}"
@@ -132,9 +133,11 @@ bwd_objects=()
 for src in "${bwd_sources[@]}"; do bwd_objects+=("$(obj_of "$src")"); done
 if [[ "$FAMILY" == sm90 ]]; then
   "$NVCC" $GENCODE "${fwd_objects[@]}" "${bwd_objects[@]}" "$build/flash_sm90.o" \
-    "$build/registry.o" "$build/attn_check.o" -o "$here/attn_sm90_check"
+    "$build/kvcache_append_sm90.o" "$build/registry.o" "$build/attn_check.o" \
+    -o "$here/attn_sm90_check"
   "$NVCC" $GENCODE "${fwd_objects[@]}" "${bwd_objects[@]}" "$build/flash_sm90.o" \
-    "$build/registry.o" "$build/attn_bwd_check.o" -o "$here/attn_sm90_bwd_check"
+    "$build/kvcache_append_sm90.o" "$build/registry.o" "$build/attn_bwd_check.o" \
+    -o "$here/attn_sm90_bwd_check"
   echo "built $here/attn_sm90_check and $here/attn_sm90_bwd_check"
   exit 0
 fi
