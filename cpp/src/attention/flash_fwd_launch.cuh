@@ -97,21 +97,16 @@ cudaError_t run_flash_fwd_kvcache(const AttentionForwardProblem& problem, FlashF
   dim3 blocks(static_cast<unsigned>(grid.m_blocks * grid.splits), static_cast<unsigned>(grid.heads),
               static_cast<unsigned>(problem.batch));
   // Masks never reach this kernel (uses_kvcache_kernel).
-  if constexpr (kCluster) {
-    if (grid.splits > 1) {
-      return any_terms(problem.terms) ? launch_flash_fwd_cluster<Traits, TermsKernel::computed>(
-                                            p, blocks, grid.splits, problem.stream)
-                                      : launch_flash_fwd_cluster<Traits, TermsKernel::none>(
-                                            p, blocks, grid.splits, problem.stream);
-    }
-  }
-  status = any_terms(problem.terms)
-               ? launch_flash_fwd<Traits, true, TermsKernel::computed>(p, blocks, problem.stream)
-               : launch_flash_fwd<Traits, true, TermsKernel::none>(p, blocks, problem.stream);
-  if (status != cudaSuccess || grid.splits == 1) return status;
-  if constexpr (kCluster) {
-    return status;  // (not reached: the cluster launch above)
+  if constexpr (kCluster) {  // cluster_kvcache_grid: 2 splits or more
+    return any_terms(problem.terms) ? launch_flash_fwd_cluster<Traits, TermsKernel::computed>(
+                                          p, blocks, grid.splits, problem.stream)
+                                    : launch_flash_fwd_cluster<Traits, TermsKernel::none>(
+                                          p, blocks, grid.splits, problem.stream);
   } else {
+    status = any_terms(problem.terms)
+                 ? launch_flash_fwd<Traits, true, TermsKernel::computed>(p, blocks, problem.stream)
+                 : launch_flash_fwd<Traits, true, TermsKernel::none>(p, blocks, problem.stream);
+    if (status != cudaSuccess || grid.splits == 1) return status;
     return split_combine<F>(problem, grid.splits, p.o_partial, p.lse_partial);
   }
 }

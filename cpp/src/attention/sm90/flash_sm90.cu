@@ -6,12 +6,12 @@
 // masks or without; the backward's takes fixed-length and variable-length
 // calls at head dims 33-64, 97-128 and 193-256, with softcap or ALiBi (not
 // both), sinks and the deterministic mode or without, and without masks or
-// dropout. KV caches and decode-shaped calls whose keys split over 2 to 8
-// CTAs run sm80's kvcache kernel compiled here, the splits combined in a
-// cluster (kSm90FwdCacheTiles). Everything else (other split counts, odd head
-// dims or strides; the backward's masks and dropout) declines to the sm80
-// family. The kernels are instantiated in their own translation units (one
-// per table row and dtype).
+// dropout. KV caches and decode-shaped calls whose keys split 2 to 16 ways
+// over at most one CTA per SM (cluster_kvcache_grid) run sm80's kvcache
+// kernel compiled here, the splits combined in a cluster
+// (kSm90FwdCacheTiles). Everything else (other grids, odd head dims or
+// strides; the backward's masks and dropout) declines to the sm80 family. The kernels are
+// instantiated in their own translation units (one per table row and dtype).
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -118,12 +118,7 @@ bool plan_cache(const AttentionForwardProblem& problem, std::string* why) {
   if (!head_dim_built(padded_headdim(problem.headdim))) {
     return decline(why, "the head dim's kernels are not in this build");
   }
-  if (!forward_vectors(problem)) {
-    return decline(why,
-                   "the KV-cache kernel moves 16-byte vectors: the head dim must be a multiple "
-                   "of 8 and q, the caches and out 16-byte aligned with strides that are "
-                   "multiples of 8 elements");
-  }
+  if (!plan_kvcache<kSm90FwdCacheTiles>(problem, why)) return false;
   const FlashFwdTile* row = kvcache_tile(kSm90FwdCacheTiles, problem);
   if (row == nullptr) return decline(why, "no sm90 KV-cache kernel fits this GPU's shared memory");
   if (cluster_kvcache_grid(problem, row->block_m, row->block_n, fwd_tile_smem(*row)).splits == 0) {
