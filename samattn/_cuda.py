@@ -722,16 +722,9 @@ def flash_attn_forward(
         key = _attention_key(q, k, v, softmax_scale, causal, window_left, window_right, softcap)
         entry = _ATTENTION.get(key)
         if entry is not None:
-            out = torch.empty_like(q) if q.is_contiguous() else q.new_empty(entry.out_shape)
-            args = _ATTENTION.args(entry)
-            args.q, args.k, args.v = q.data_ptr(), k.data_ptr(), v.data_ptr()
-            args.o, args.stream = out.data_ptr(), _stream(q)
-            lse = None
-            if want_lse:
-                lse = _prepared.empty(q, entry.aux_shape, torch.float32)
-                args.lse = lse.data_ptr()
-            else:
-                args.lse = None  # the kernels skip it; its strides stay valid for the next call
+            args, out, lse = _prepared_forward_args(
+                _ATTENTION, entry, q, k.data_ptr(), v.data_ptr(), want_lse
+            )
             _ATTENTION.run(key, entry, args, q)
             return out, lse
     sizes = _checks.attention_sizes(
@@ -798,6 +791,29 @@ def flash_attn_forward(
 _ATTENTION = _prepared.Calls(
     _lib.AttentionArgs, "samattn_attention_forward", "samattn_attention_forward_workspace_size"
 )
+
+
+def _prepared_forward_args(
+    calls: _prepared.Calls[_lib.AttentionArgs],
+    entry: _prepared.Entry,
+    q: torch.Tensor,
+    k_pointer: int,
+    v_pointer: int,
+    want_lse: bool,
+) -> tuple[_lib.AttentionArgs, torch.Tensor, torch.Tensor | None]:
+    """A prepared forward's struct with this call's q, k, v, stream and new outputs (out;
+    softmax_lse only when wanted, else NULL, which the kernels skip); (args, out, lse)."""
+    out = torch.empty_like(q) if q.is_contiguous() else q.new_empty(entry.out_shape)
+    args = calls.args(entry)
+    args.q, args.k, args.v = q.data_ptr(), k_pointer, v_pointer
+    args.o, args.stream = out.data_ptr(), _stream(q)
+    lse = None
+    if want_lse:
+        lse = _prepared.empty(q, entry.aux_shape, torch.float32)
+        args.lse = lse.data_ptr()
+    else:
+        args.lse = None  # its strides stay valid for the next call that wants it
+    return args, out, lse
 
 
 def _attention_key(
@@ -870,10 +886,24 @@ def flash_attn_kvcache(
     alibi_slopes: torch.Tensor | None = None,
     sinks: torch.Tensor | None = None,
     op: str = "samattn.flash_attn_with_kvcache",
-) -> tuple[torch.Tensor, torch.Tensor]:
+    want_lse: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(out, softmax_lse) of attention over a KV cache on the GPU, appending k and v into
     the caches in place first; see samattn.flash_attn_with_kvcache (whose arguments
-    these are, normalized: scale and window bounds resolved)."""
+    these are, normalized: scale and window bounds resolved). want_lse=False: the caller
+    discards softmax_lse, so a prepared call makes none (returned as None)."""
+    tensors = (q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
+               cache_batch_idx, cache_leftpad, block_table)  # fmt: skip
+    scalars = (softmax_scale, causal, window_left, window_right, softcap, rotary_interleaved,
+               num_splits)  # fmt: skip
+    key = None
+    if alibi_slopes is None and sinks is None and type(num_splits) is int:
+        key = _kvcache_key(tensors, scalars)
+        entry = _KVCACHE.get(key) if key is not None else None
+        if entry is not None:
+            done = _prepared_kvcache(key, entry, op, tensors, want_lse)
+            if done is not None:
+                return done
     sizes = _checks.kvcache(
         q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
         cache_leftpad, block_table, num_splits, op, alibi_slopes, sinks,
@@ -883,12 +913,12 @@ def flash_attn_kvcache(
     if out.numel() == 0 and sizes.seqlen_new == 0:
         return out, lse
     _cache_pointers(op, {"k_cache": k_cache, "v_cache": v_cache})
-    seqlens_known = cache_seqlens is not None and not isinstance(cache_seqlens, torch.Tensor)
-    cache_seqlens_value = None
-    if seqlens_known:  # an int, checked by _checks.kvcache
-        cache_seqlens = cache_seqlens_value = operator.index(cache_seqlens)
-        seqlens_values = [cache_seqlens] * sizes.batch
-        cache_seqlens = q.new_full((sizes.batch,), cache_seqlens, dtype=torch.int32)
+    given = (k, v, rotary_cos, rotary_sin, cache_leftpad, cache_batch_idx, block_table)
+    given_seqlens = cache_seqlens
+    seqlens_value = None
+    if cache_seqlens is not None and not isinstance(cache_seqlens, torch.Tensor):
+        seqlens_value = operator.index(cache_seqlens)  # checked by _checks.kvcache
+        cache_seqlens = _int_seqlens(q, sizes.batch, seqlens_value)
     ints = [cache_seqlens, cache_leftpad, cache_batch_idx]
     cache_seqlens, cache_leftpad, cache_batch_idx = (
         None if t is None else t.contiguous() for t in ints
@@ -896,30 +926,20 @@ def flash_attn_kvcache(
     if block_table is not None:
         block_table = _rows_contiguous(block_table)
     if _checking_values():
-        tensors = [None if seqlens_known else cache_seqlens, cache_leftpad, cache_batch_idx]
-
-        def check(values: list[list[int] | None]) -> None:
-            if seqlens_known:
-                values[0] = seqlens_values
-            _checks.kvcache_values(op, sizes, *values)
-
-        bounds = ("kvcache", op, sizes, cache_seqlens_value if seqlens_known else None)
-        _checked_once(bounds, [*tensors, block_table], check)
-    keep: tuple[torch.Tensor | None, ...] = (cache_seqlens, cache_leftpad, cache_batch_idx)
+        _check_kvcache_values(
+            op, sizes, cache_seqlens, seqlens_value, cache_leftpad, cache_batch_idx, block_table
+        )
     new = (0,) * 8
     if k is not None:
         k, v = _attention_operand(k), _attention_operand(v)
         new = (k.data_ptr(), *_seq_head_strides(k), v.data_ptr(), *_seq_head_strides(v))
-        keep += (k, v)
     rotary = (0, 0)
     if rotary_cos is not None:
         rotary_cos, rotary_sin = rotary_cos.contiguous(), rotary_sin.contiguous()
         rotary = (rotary_cos.data_ptr(), rotary_sin.data_ptr())
-        keep += (rotary_cos, rotary_sin)
     table = (0, 0, 0)
     if block_table is not None:
         table = (block_table.data_ptr(), block_table.stride(0), block_table.shape[1])
-        keep += (block_table,)
     kvcache = (
         _pointer(cache_seqlens), _pointer(cache_leftpad), _pointer(cache_batch_idx), *table,
         sizes.page_size, sizes.kv_cache_batch, *new, sizes.seqlen_new, *rotary,
@@ -932,7 +952,7 @@ def flash_attn_kvcache(
     terms = _NO_TERMS
     if alibi_slopes is not None or sinks is not None:
         terms, _keep_terms = _score_terms(alibi_slopes, sinks)
-    args, _keep = _attention_args(
+    args, keep = _attention_args(
         op, shape, q, k_cache, v_cache, out, lse, None, None, 0, 0, softmax_scale, causal,
         window_left, window_right, softcap, kvcache=kvcache, terms=terms,
     )  # fmt: skip
@@ -940,7 +960,135 @@ def flash_attn_kvcache(
         "samattn_attention_forward", "samattn_attention_forward_workspace_size", args, q,
         expected=True,
     )  # fmt: skip
+    used = (k, v, rotary_cos, rotary_sin, cache_leftpad, cache_batch_idx, block_table)
+    # Cached only where every tensor was read in place (an int cache_seqlens' tensor is
+    # made per call, see _int_seqlens), so the struct's strides are the signature's.
+    in_place = (
+        keep[0] is q
+        and (seqlens_value is not None or cache_seqlens is given_seqlens)
+        and all(a is b for a, b in zip(used, given))
+    )
+    if key is not None and in_place:
+        _KVCACHE.put(key, args, out.shape, lse.shape, sizes)
     return out, lse
+
+
+_KVCACHE = _prepared.Calls(
+    _lib.AttentionArgs, "samattn_attention_forward", "samattn_attention_forward_workspace_size"
+)
+
+
+def _layout_key(t: torch.Tensor | None) -> tuple | None:
+    return None if t is None else (t.shape, t.stride(), t.dtype, t.get_device())
+
+
+def _kvcache_key(tensors: tuple, scalars: tuple) -> tuple | None:
+    """The prepared-call key of a KV-cache call without score terms: every tensor's
+    layout (None where absent), the 16-byte residues of the tensors _attention_operand
+    may copy (q and the new k, v), the scalars and the forced family. None (no prepared
+    call) for what the full path must convert or refuse: a cache_seqlens that is neither
+    a tensor, an int nor None, a tensor that is not a plain one."""
+    q, k, v, seqlens = tensors[0], tensors[3], tensors[4], tensors[7]
+    if type(seqlens) is int:
+        seqlens_key: tuple | str | None = "int"
+    elif seqlens is None or isinstance(seqlens, torch.Tensor):
+        seqlens_key = _layout_key(seqlens)
+    else:
+        return None
+    for t in tensors:
+        if t is not None and t is not seqlens and not isinstance(t, torch.Tensor):
+            return None  # the full path names it
+    residues = (q.data_ptr() % _VECTOR_BYTES,)
+    if k is not None:
+        residues += (k.data_ptr() % _VECTOR_BYTES, v.data_ptr() % _VECTOR_BYTES)
+    layouts = tuple(_layout_key(t) for i, t in enumerate(tensors) if i != 7)
+    return (*layouts, seqlens_key, *residues, *scalars, _family.requested_family())
+
+
+def _prepared_kvcache(
+    key: tuple, entry: _prepared.Entry, op: str, tensors: tuple, want_lse: bool
+) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+    """A KV-cache call of a signature that ran before: its integer values checked as on
+    the full path, then one C call with this call's pointers. None: leave this call to the
+    full path (which raises what is wrong)."""
+    (q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+     cache_leftpad, block_table) = tensors  # fmt: skip
+    sizes: _checks.KVCacheShape = entry.sizes
+    k_pointer, v_pointer = k_cache.data_ptr(), v_cache.data_ptr()
+    if (k_pointer | v_pointer) % _VECTOR_BYTES:
+        return None
+    seqlens_value = None
+    if type(cache_seqlens) is int:
+        seqlens_value = cache_seqlens
+        if not 0 <= seqlens_value <= sizes.capacity - sizes.seqlen_new:
+            return None
+        cache_seqlens = _int_seqlens(q, sizes.batch, seqlens_value)
+    if _checking_values():
+        _check_kvcache_values(
+            op, sizes, cache_seqlens, seqlens_value, cache_leftpad, cache_batch_idx, block_table
+        )
+    args, out, lse = _prepared_forward_args(_KVCACHE, entry, q, k_pointer, v_pointer, want_lse)
+    # The key says which optional tensors are present: the others' fields stay NULL.
+    if cache_seqlens is not None:
+        args.seqused_k = cache_seqlens.data_ptr()
+    if cache_leftpad is not None:
+        args.leftpad_k = cache_leftpad.data_ptr()
+    if cache_batch_idx is not None:
+        args.kv_batch_idx = cache_batch_idx.data_ptr()
+    if block_table is not None:
+        args.block_table = block_table.data_ptr()
+    if k is not None:
+        args.k_new, args.v_new = k.data_ptr(), v.data_ptr()
+    if rotary_cos is not None:
+        args.rotary_cos, args.rotary_sin = rotary_cos.data_ptr(), rotary_sin.data_ptr()
+    _KVCACHE.run(key, entry, args, q)
+    return out, lse
+
+
+# The tensor of the last int cache_seqlens per (device, stream, batch): every layer of a
+# decode step passes the same int, so all but the first reuse one tensor (the kernels only
+# read it). Keyed on the stream, so that a replaced tensor's memory is reused only behind
+# the kernels that read it; not used while a CUDA graph is captured (the graph's memory).
+_SEQLENS_CONSTANTS: dict[tuple[int, int, int], tuple[int, torch.Tensor]] = {}
+_SEQLENS_CONSTANTS_LIMIT = 64
+
+
+def _int_seqlens(q: torch.Tensor, batch: int, value: int) -> torch.Tensor:
+    """cache_seqlens given as an int, as the (batch,) int32 tensor the kernels read."""
+    if not q.is_cuda or torch.cuda.is_current_stream_capturing():
+        return q.new_full((batch,), value, dtype=torch.int32)
+    key = (q.get_device(), _stream(q), batch)
+    cached = _SEQLENS_CONSTANTS.get(key)
+    if cached is not None and cached[0] == value:
+        return cached[1]
+    if len(_SEQLENS_CONSTANTS) >= _SEQLENS_CONSTANTS_LIMIT:
+        _SEQLENS_CONSTANTS.clear()
+    tensor = q.new_full((batch,), value, dtype=torch.int32)
+    _SEQLENS_CONSTANTS[key] = (value, tensor)
+    return tensor
+
+
+def _check_kvcache_values(
+    op: str,
+    sizes: _checks.KVCacheShape,
+    cache_seqlens: torch.Tensor | None,
+    seqlens_value: int | None,
+    cache_leftpad: torch.Tensor | None,
+    cache_batch_idx: torch.Tensor | None,
+    block_table: torch.Tensor | None,
+) -> None:
+    """The KV-cache call's integer values (kvcache_values), read with one device-to-host
+    copy unless these same tensors passed before. seqlens_value: cache_seqlens was given as
+    this int (checked already; its tensor is not read back)."""
+    known = seqlens_value is not None
+    tensors = [None if known else cache_seqlens, cache_leftpad, cache_batch_idx]
+
+    def check(values: list[list[int] | None]) -> None:
+        if known:
+            values[0] = [seqlens_value] * sizes.batch
+        _checks.kvcache_values(op, sizes, *values)
+
+    _checked_once(("kvcache", op, sizes, seqlens_value), [*tensors, block_table], check)
 
 
 def flash_attn_backward(

@@ -14,7 +14,9 @@ What makes this safe:
 - A key holds every input the validation and the packing read: the scalars as the public
   function converted them (a ``True`` where a float is expected is refused before any key
   is made, so it never matches a cached ``1.0``). Calls with optional tensors (gemm's c,
-  score terms, masks, varlen offsets, KV caches) take the full path.
+  score terms, masks, varlen offsets) take the full path, except KV-cache calls, whose
+  key holds the layout of every optional tensor (present or None); their integer values
+  are checked as on the full path.
 - Only signatures whose tensors were used in place are cached, so the cached strides are
   the tensors' own; what the kernels choose from pointers (16-byte vectors) the library
   decides on every call, as it does on the full path.
@@ -142,13 +144,14 @@ def _ask(
 
 class Entry(NamedTuple):
     """A signature's argument struct (its pointers and stream to be overwritten, its
-    workspace fields zero), its output shapes and the workspace bytes the library took
-    (0: none)."""
+    workspace fields zero), its output shapes, the workspace bytes the library took
+    (0: none) and what else the op's prepared call needs (its checked sizes)."""
 
     template: bytes
     out_shape: tuple[int, ...]
     aux_shape: tuple[int, ...]  # attention: softmax_lse's shape; () otherwise
     workspace: int
+    sizes: object = None
 
 
 class Calls(Generic[ArgsT]):
@@ -169,6 +172,7 @@ class Calls(Generic[ArgsT]):
         args: ArgsT,
         out_shape: tuple[int, ...],
         aux_shape: tuple[int, ...] = (),
+        sizes: object = None,
     ) -> None:
         """Keep the struct of a call that has just run (its workspace fields tell the
         size the library took)."""
@@ -180,7 +184,9 @@ class Calls(Generic[ArgsT]):
             # Never kept: a later call that runs without one must not pass this call's.
             workspace = template.workspace_bytes if template.workspace else 0
             template.workspace, template.workspace_bytes = None, 0
-        self.entries[key] = Entry(bytes(template), tuple(out_shape), tuple(aux_shape), workspace)
+        self.entries[key] = Entry(
+            bytes(template), tuple(out_shape), tuple(aux_shape), workspace, sizes
+        )
 
     def args(self, entry: Entry) -> ArgsT:
         """A private copy of the entry's struct, for this call to fill in."""

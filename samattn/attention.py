@@ -1170,7 +1170,7 @@ def flash_attn_with_kvcache(
         out, lse = _cuda.flash_attn_kvcache(
             q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
             cache_leftpad, block_table, scale, causal, left, right, softcap, interleaved,
-            num_splits, alibi_slopes, sinks, op,
+            num_splits, alibi_slopes, sinks, op, want_lse=bool(return_softmax_lse),
         )  # fmt: skip
     else:
         sizes = _checks.kvcache(

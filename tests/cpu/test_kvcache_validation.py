@@ -29,6 +29,15 @@ def ints(*shape: int) -> torch.Tensor:
     return meta(*shape, dtype=I32)
 
 
+@pytest.fixture(autouse=True)
+def _no_prepared_kvcache_calls():
+    """Tests that replace the launch must not leave prepared entries to the next test, whose
+    call of the same signature would skip its replaced seams."""
+    _cuda._KVCACHE.clear()
+    yield
+    _cuda._KVCACHE.clear()
+
+
 # A decode problem: batch 2, 8 query heads over 2 kv heads, d 128, caches of 4 x 256 rows.
 B, H, HK, D, SQ = 2, 8, 2, 128, 1
 
@@ -625,6 +634,84 @@ def test_kvcache_values_are_checked_before_the_launch(monkeypatch):
             q, cache, cache, None, None, None, None, lens, None, None, table, 1.0, False, -1,
             -1, 0.0, True, 0,
         )  # fmt: skip
+
+
+def test_prepared_kvcache_calls(monkeypatch):
+    """A decode step whose signature ran before skips the argument checks and writes its own
+    pointers (every optional tensor's), but still checks its integer values; an int
+    cache_seqlens is a new tensor every call and stays one signature whatever its value;
+    copies (a strided new k) and other scalars are never served from a cached struct. CPU
+    tensors stand in for CUDA ones (the device check and the launch are replaced)."""
+    launched = []
+
+    def launch(function, size_function, args, like, expected=False, known_bytes=0):
+        launched.append(_lib.AttentionArgs.from_buffer_copy(args))
+        return 0
+
+    def launch_prepared(function, args):
+        launch(function, None, args, None)
+        return True
+
+    checked, values = [], []
+    check, check_values = _checks.kvcache, _checks.kvcache_values
+    monkeypatch.setattr(_cuda, "_stream", lambda t: 0x5000)
+    monkeypatch.setattr(_prepared, "run_with_workspace", launch)
+    monkeypatch.setattr(_prepared, "call_without_workspace", launch_prepared)
+    monkeypatch.setattr(_cuda, "_checking_values", lambda: True)
+    monkeypatch.setattr(_checks, "_check_devices", lambda op, tensors: None)
+    monkeypatch.setattr(_checks, "kvcache", lambda *a: checked.append(1) or check(*a))
+    monkeypatch.setattr(
+        _checks, "kvcache_values", lambda *a: values.append(a[2]) or check_values(*a)
+    )
+
+    def step(lens, want_lse=True, num_splits=0, strided_k=False):
+        q = torch.zeros(2, 1, 8, 64, dtype=BF16)
+        k_cache, v_cache = (torch.zeros(10, 32, 2, 64, dtype=BF16) for _ in "kv")
+        k = torch.zeros(2, 1, 2, 64 + (4 if strided_k else 0), dtype=BF16)[..., :64]
+        v = torch.zeros(2, 1, 2, 64, dtype=BF16)
+        cos, sin = (torch.zeros(96, 16, dtype=BF16) for _ in "cs")
+        table = torch.tensor([[0, 1, 2], [3, 4, 5]], dtype=I32)
+        out, lse = _cuda.flash_attn_kvcache(
+            q, k_cache, v_cache, k, v, cos, sin, lens, None, None, table, 0.125, True, -1, 0,
+            0.0, True, num_splits, want_lse=want_lse,
+        )  # fmt: skip
+        args = launched[-1]
+        pointers = (q, k_cache, v_cache, out, k, v, cos, sin, table)
+        fields = ("q", "k", "v", "o", "k_new", "v_new", "rotary_cos", "rotary_sin", "block_table")
+        expected = [t.data_ptr() for t in pointers]
+        if strided_k:  # read through a contiguous copy
+            expected[4] = args.k_new
+        assert [getattr(args, f) for f in fields] == expected
+        assert args.lse == (lse.data_ptr() if lse is not None else None)
+        assert (args.stream, args.seqlen_new, args.rotary_dim, args.page_size) == (
+            0x5000,
+            1,
+            32,
+            32,
+        )
+        if isinstance(lens, torch.Tensor):
+            assert args.seqused_k == lens.data_ptr()
+        return args, lse
+
+    step(torch.tensor([5, 40], dtype=I32))
+    assert len(checked) == 1 and len(_cuda._KVCACHE.entries) == 1
+    _, lse = step(torch.tensor([6, 41], dtype=I32), want_lse=False)
+    assert len(checked) == 1 and lse is None  # prepared: no argument checks, no lse
+    assert values[-1] == [6, 41]  # the values are checked all the same
+    with pytest.raises(ValueError, match=r"cache_seqlens\[1\] = 96 plus the 1 new rows exceeds"):
+        step(torch.tensor([6, 96], dtype=I32))
+    step(7)
+    assert len(checked) == 2 and len(_cuda._KVCACHE.entries) == 2
+    args, _ = step(8)
+    assert len(checked) == 2 and values[-1] == [8, 8] and args.seqused_k  # a new tensor
+    with pytest.raises(ValueError, match=r"cache_seqlens\[0\] = 96 plus the 1 new rows"):
+        step(96)  # left to the full path, which says what is wrong
+    assert len(checked) == 3
+    step(7, num_splits=3)
+    assert launched[-1].num_splits == 3 and len(_cuda._KVCACHE.entries) == 3
+    for _ in range(2):
+        step(7, strided_k=True)  # rows of 68 elements: read through a copy, never cached
+    assert len(checked) == 6 and len(_cuda._KVCACHE.entries) == 3
 
 
 # ---------------------------------------------------------- torch.compile ----

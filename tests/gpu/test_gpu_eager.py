@@ -150,7 +150,34 @@ def _prepared_cases():
         scalars = (None, None, 0, 0, 64**-0.5, True, -1, -1, 0.0, True)
         return torch.cat([g.flatten() for g in _cuda.flash_attn_backward(*inputs, *scalars)[:3]])
 
+    def kvcache_inputs():  # a decode step appending one row, causal
+        q = randn(2, 1, 8, 128, dtype=torch.bfloat16)
+        k_cache, v_cache = (randn(2, 700, 2, 128, dtype=torch.bfloat16) for _ in "kv")
+        k, v = (randn(2, 1, 2, 128, dtype=torch.bfloat16) for _ in "kv")
+        lens = torch.tensor([300, 650], dtype=torch.int32, device="cuda")
+        return q, k_cache, v_cache, k, v, lens
+
+    def paged_kvcache_inputs():  # 4 query rows, MQA, pages of 16 in a shuffled table
+        q = randn(3, 4, 8, 64, dtype=torch.float16)
+        k_cache, v_cache = (randn(20, 16, 1, 64, dtype=torch.float16) for _ in "kv")
+        table = torch.randperm(20, device="cuda")[:18].reshape(3, 6).to(torch.int32)
+        return q, k_cache, v_cache, table
+
     return {
+        "kvcache decode": (
+            _cuda._KVCACHE,
+            kvcache_inputs,
+            lambda q, kc, vc, k, v, lens: samattn.flash_attn_with_kvcache(
+                q, kc, vc, k, v, cache_seqlens=lens, causal=True
+            ),
+        ),
+        "kvcache paged": (
+            _cuda._KVCACHE,
+            paged_kvcache_inputs,
+            lambda q, kc, vc, table: samattn.flash_attn_with_kvcache(
+                q, kc, vc, cache_seqlens=77, block_table=table, window_size=(40, 0)
+            ),
+        ),
         "gemm small": (
             _cuda._GEMM,
             lambda: (randn(64, 48, dtype=torch.bfloat16), randn(48, 40, dtype=torch.bfloat16)),
@@ -237,6 +264,43 @@ def test_prepared_calls_match_the_full_path(name):
             assert torch.equal(prepared, full), f"trial {trial}"
         else:  # without a workspace the library may run another way (attention: no split)
             assert torch.allclose(prepared.float(), full.float(), rtol=1e-2, atol=1e-2)
+
+
+def test_int_cache_seqlens_follow_their_value():
+    """An int cache_seqlens becomes a device tensor that the next calls with the same int
+    reuse: every value must still reach the kernels, on the prepared path and the full
+    one, on another stream too, and inside a captured CUDA graph."""
+    from samattn import _cuda
+
+    q = randn(2, 1, 8, 64, dtype=torch.bfloat16)
+    k_cache, v_cache = (randn(2, 256, 2, 64, dtype=torch.bfloat16) for _ in "kv")
+
+    def step(lens):
+        return samattn.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=lens)
+
+    def want(value):
+        return step(torch.full((2,), value, dtype=torch.int32, device="cuda"))
+
+    side = torch.cuda.Stream()
+    for value in (50, 50, 51, 200, 50):
+        assert torch.equal(step(value), want(value)), value
+        _cuda._KVCACHE.clear()
+        assert torch.equal(step(value), want(value)), value
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            on_side = step(value)
+        torch.cuda.current_stream().wait_stream(side)
+        assert torch.equal(on_side, want(value)), value
+    graph = torch.cuda.CUDAGraph()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step(120)  # warm-up outside the capture
+        with torch.cuda.graph(graph):
+            captured = step(120)
+    torch.cuda.current_stream().wait_stream(side)
+    step(121)
+    graph.replay()
+    assert torch.equal(captured, want(120))
 
 
 @pytest.mark.parametrize(("seqlen_q", "seqlen_k"), [(77, 130), (1, 700)], ids=["prefill", "decode"])
