@@ -15,10 +15,10 @@ reference at most twice that of the same computation by torch in the input dtype
 rounding. Rows left with no key are checked exactly.
 
 Each test runs with the sm80 and sm75 families forced (sm75: fp16; its backward stops at
-head dim 192); the test_sm90_* tests force sm90, whose forward reads masks and whose
-backward hands them to sm80, also when forced. Masks run on 16-byte rows: head dims that
-are not multiples of 8 run padded with zeros by the Python layer
-(test_odd_head_dims_run_padded).
+head dim 192); the test_sm90_* tests force sm90, whose forward and backward read masks
+(its backward hands an additive mask with softcap to sm80, also when forced). Masks run
+on 16-byte rows: head dims that are not multiples of 8 run padded with zeros by the
+Python layer (test_odd_head_dims_run_padded).
 """
 
 from __future__ import annotations
@@ -277,7 +277,7 @@ def run(family, b, sq, sk, h, hk, d, dtype, *, mask_kind="bool", shape="per batc
         inputs = leaves + [t for t in (sink_leaf, mask_leaf) if t is not None and t.requires_grad]
         got = list(torch.autograd.grad(out, inputs, dout))
     # last_family() is this thread's; the backward ran on autograd's, so this is the
-    # forward's family (the sm90 backward hands masks to sm80: test_sm90_runs_masked_forwards).
+    # forward's family (the backward's: test_sm90_runs_masked_calls).
     assert _lib.last_family() == family, f"{what}: the forward ran {_lib.last_family()}"
     dsinks = got.pop(3) if sink_leaf is not None else None
     dmask = got.pop(3) if mask_grad else None
@@ -703,12 +703,14 @@ def test_c_abi_dmask_writes_nothing_outside(attn_family):
                    **terms)  # fmt: skip
 
 
-def test_sm90_runs_masked_forwards():
-    """Automatic selection on Hopper runs a masked forward on sm90, as a forced sm90 does;
-    the backward op, forced to sm90, runs on sm80 (its registration's forced_fallback)."""
+@pytest.mark.parametrize("kind", KINDS)
+def test_sm90_runs_masked_calls(kind):
+    """Automatic selection on Hopper runs a masked forward and backward on sm90, as a forced
+    sm90 does; an additive mask with softcap goes to sm80's backward (its registration's
+    forced_fallback), also with sm90 forced."""
     need_family("sm90")
     q, k, v = make_qkv(1, 256, 256, 2, 2, 64, F16)
-    mask = make_mask("bool", (1, 1, 256, 256), empty_row=False)
+    mask = make_mask(kind, (1, 1, 256, 256), empty_row=False)
     call = functools.partial(samattn.flash_attn_func, q, k, v, attn_mask=mask)
     call_forced("sm90", call)
     samattn._lib.set_last_family(samattn._lib.FAMILY_AUTO)
@@ -716,8 +718,15 @@ def test_sm90_runs_masked_forwards():
     assert _lib.last_family() == "sm90"
     dout = torch.randn_like(out)
     backward = torch.ops.samattn.flash_attn_masked_backward
-    args = (dout, q, k, v, out, lse, mask, 64**-0.5, False, -1, -1, 0.0, False)
-    call_forced("sm90", lambda: backward(*args), expected="sm80")
+    for softcap in (0.0, 5.0):
+        args = (dout, q, k, v, out, lse, mask, 64**-0.5, False, -1, -1, softcap, False)
+        samattn._lib.set_last_family(samattn._lib.FAMILY_AUTO)
+        backward(*args)
+        declined = softcap > 0 and kind == "additive"
+        assert _lib.last_family() == ("sm80" if declined else "sm90"), (kind, softcap)
+        call_forced(
+            "sm90", functools.partial(backward, *args), expected="sm80" if declined else "sm90"
+        )
 
 
 @pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
@@ -725,7 +734,7 @@ def test_sm90_runs_masked_forwards():
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("kind", KINDS)
 def test_sm90_mask_shapes(dtype, sq, sk, shape, kind):
-    """test_mask_shapes with sm90 forced (its forward, sm80's backward)."""
+    """test_mask_shapes with sm90 forced, forward and backward."""
     need_family("sm90")
     run("sm90", 2, sq, sk, 4, 2, 64, dtype, mask_kind=kind, shape=shape)
 
@@ -735,11 +744,12 @@ def test_sm90_mask_shapes(dtype, sq, sk, shape, kind):
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("feature", FEATURES)
 def test_sm90_mask_with_features(d, sq, sk, kind, feature):
-    """test_mask_with_features with sm90 forced; 1000 keys take several key tiles."""
+    """test_mask_with_features with sm90 forced; 1000 keys take several key tiles, and
+    300 query rows several query tiles per key tile in the backward."""
     need_family("sm90")
     options = dict(FEATURES[feature])
     hk = options.pop("hk", 2)
-    run("sm90", 2, sq, sk, 4, hk, d, BF16, mask_kind=kind, grads=sk < 1000, **options)
+    run("sm90", 2, sq, sk, 4, hk, d, BF16, mask_kind=kind, **options)
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -194,6 +194,16 @@ struct BwdParams {
   const float* alibi_slopes;
   int64_t alibi_batch_stride;
   float bias_pre, alibi_scale;
+  // An attention mask (the masked kernel; fixed length only): element (batch,
+  // head, query, key) at attn_mask + batch mask_batch + head mask_head +
+  // query mask_q bytes, the keys contiguous; a keep mask of bytes or an fp32 one
+  // added to the scores scaled by bias_pre. dmask: the additive mask's
+  // gradient, fp32 (batch, nheads, seqlen_q, seqlen_k) zeroed by the caller;
+  // nullptr: not computed.
+  const char* attn_mask;
+  MaskKind mask_kind;
+  int64_t mask_batch, mask_head, mask_q;
+  float* dmask;
   // Deterministic: per (batch, head, query tile) the number of key tiles that
   // have added their dQ, so that they add in key-tile order; nullptr: any order.
   int* semaphores;
@@ -326,26 +336,84 @@ struct AlibiBias {
   float slope;  // of this (batch, head)
 };
 
-// S^T -> P^T in place: softcap, ALiBi (the scores scaled by bias_pre first),
-// the mask (keys outside a query row's range give P = 0), then exp2(S^T
-// scale_log2 - LSE). `scores` and `coords` are row-column views of the S^T
-// accumulator and of its (key, query row) coordinates within the tile.
-template <class Scores, class Coords>
+// One CTA's attention mask (the masked kernel): the rows of its (batch,
+// head), and where the gradient of an additive mask goes.
+struct MaskTile {
+  const char* rows;   // query 0, key 0
+  int64_t row_bytes;  // from one query row to the next (0: broadcast)
+  bool additive;      // fp32 added to the scaled scores; else a keep mask of bytes
+  float* grad;        // (seqlen_q, seqlen_k) fp32 of this (batch, head); nullptr: none
+};
+
+// The attention mask on S^T: added (kAdditive), or -inf where a keep mask
+// says 0. Rows and keys are clamped into the mask: those past the sequence
+// are masked by AttentionMask anyway, so the loads need no branch.
+template <bool kAdditive, class Scores, class Coords>
+__device__ inline void apply_attn_mask(Scores& scores, Coords const& coords,
+                                       const AttentionMask& mask, int m0, int n0,
+                                       MaskTile const& masked) {
+  using namespace cute;
+  constexpr int kKeys = decltype(size<0>(scores))::value;
+  int keys[kKeys];
+  CUTE_UNROLL
+  for (int r = 0; r < kKeys; ++r) keys[r] = min(n0 + get<0>(coords(r, 0)), mask.seqlen_k - 1);
+  CUTE_UNROLL
+  for (int c = 0; c < size<1>(scores); ++c) {
+    const int row = min(m0 + get<1>(coords(0, c)), mask.seqlen_q - 1);
+    const char* mask_row = masked.rows + row * masked.row_bytes;
+    CUTE_UNROLL
+    for (int r = 0; r < kKeys; ++r) {
+      if constexpr (kAdditive) {
+        scores(r, c) += reinterpret_cast<const float*>(mask_row)[keys[r]];
+      } else {
+        const uint8_t keep = reinterpret_cast<const uint8_t*>(mask_row)[keys[r]];
+        scores(r, c) = keep != 0 ? scores(r, c) : -INFINITY;
+      }
+    }
+  }
+}
+
+// dS^T, the gradient of an additive mask (added after any softcap: the plan
+// declines softcap with one), into its (query, key) rows.
+template <class DScores, class Coords>
+__device__ inline void store_mask_grad(DScores const& dscores, Coords const& coords,
+                                       const AttentionMask& mask, int m0, int n0,
+                                       MaskTile const& masked) {
+  using namespace cute;
+  CUTE_UNROLL
+  for (int c = 0; c < size<1>(dscores); ++c) {
+    const int row = m0 + get<1>(coords(0, c));
+    if (row >= mask.seqlen_q) continue;
+    float* grad_row = masked.grad + int64_t(row) * mask.seqlen_k;
+    CUTE_UNROLL
+    for (int r = 0; r < size<0>(dscores); ++r) {
+      const int key = n0 + get<0>(coords(r, 0));
+      if (key < mask.seqlen_k) grad_row[key] = dscores(r, c);
+    }
+  }
+}
+
+// S^T -> P^T in place: softcap, ALiBi and the attention mask (kMasked; the
+// scores scaled by bias_pre first), the window (keys outside a query row's
+// range give P = 0), then exp2(S^T scale_log2 - LSE). `scores` and `coords`
+// are row-column views of the S^T accumulator and of its (key, query row)
+// coordinates within the tile.
+template <bool kMasked, class Scores, class Coords>
 __device__ inline void scores_to_probs(Scores& scores, Coords const& coords,
                                        const AttentionMask& mask, const float* lse, int m0,
                                        int block_m, int n0, int block_n, float scale_log2,
                                        float softcap, float softcap_pre, AlibiBias alibi,
-                                       float bias_pre) {
+                                       float bias_pre, MaskTile const& masked) {
   using namespace cute;
   if (softcap > 0.0f) {
     CUTE_UNROLL
     for (int i = 0; i < size(scores); ++i) scores(i) = softcap * tanhf(scores(i) * softcap_pre);
   }
+  if ((kMasked || alibi.on) && bias_pre != 1.0f) {
+    CUTE_UNROLL
+    for (int i = 0; i < size(scores); ++i) scores(i) *= bias_pre;
+  }
   if (alibi.on) {
-    if (bias_pre != 1.0f) {
-      CUTE_UNROLL
-      for (int i = 0; i < size(scores); ++i) scores(i) *= bias_pre;
-    }
     CUTE_UNROLL
     for (int c = 0; c < size<1>(scores); ++c) {
       const float diagonal = float(mask.diagonal(m0 + get<1>(coords(0, c))));
@@ -354,6 +422,13 @@ __device__ inline void scores_to_probs(Scores& scores, Coords const& coords,
         const float distance = diagonal - float(n0 + get<0>(coords(r, 0)));
         scores(r, c) = fmaf(fabsf(distance), -alibi.slope, scores(r, c));
       }
+    }
+  }
+  if constexpr (kMasked) {
+    if (masked.additive) {
+      apply_attn_mask<true>(scores, coords, mask, m0, n0, masked);
+    } else {
+      apply_attn_mask<false>(scores, coords, mask, m0, n0, masked);
     }
   }
   if (mask.tile_needs_mask(m0, block_m, n0, block_n)) {
@@ -505,11 +580,12 @@ struct BwdTile {
   float *dk_accum, *dv_accum;
   bool direct;
   AlibiBias alibi;  // off, or this (batch, head)'s slope
+  MaskTile masked;  // the masked kernel's
 };
 
 // Consumers up to head dim 128: warpgroup g owns keys [64 g, 64 g + 64) of
 // the tile and runs every GEMM but dQ for them; dQ is split by head dim.
-template <class Traits, class Smem>
+template <bool kMasked, class Traits, class Smem>
 __device__ inline void consume_key_halves(BwdParams<Traits> const& p, BwdTile<Traits> const& t,
                                           typename Traits::SharedStorage& smem, Smem const& s,
                                           int tidx) {
@@ -572,8 +648,9 @@ __device__ inline void consume_key_halves(BwdParams<Traits> const& p, BwdTile<Tr
       warpgroup_fence_operand(acc_s);
       const float* lse = smem.lse[stage];
       const float* dsum = smem.dsum[stage];
-      scores_to_probs(scores, coords, t.mask, lse, m0, kBlockM, t.n0, kBlockN, p.scale_log2,
-                      p.softcap, p.softcap_pre, t.alibi, p.bias_pre);
+      scores_to_probs<kMasked>(scores, coords, t.mask, lse, m0, kBlockM, t.n0, kBlockN,
+                               p.scale_log2, p.softcap, p.softcap_pre, t.alibi, p.bias_pre,
+                               t.masked);
       convert_gmma_fragment(acc_s, tdVrP);
       warpgroup_gemm<false, -1>(mma_dkv, tdVrP, tdVrdO(_, _, _, stage), acc_dv);
       warpgroup_wait<1>();  // dP^T
@@ -581,6 +658,9 @@ __device__ inline void consume_key_halves(BwdParams<Traits> const& p, BwdTile<Tr
       dprobs_to_dscores(
           dscores, [&](int r, int c) { return scores(r, c); }, coords, lse, dsum, p.scale_log2,
           p.softcap);
+      if constexpr (kMasked) {
+        if (t.masked.grad != nullptr) store_mask_grad(dscores, coords, t.mask, m0, t.n0, t.masked);
+      }
       convert_gmma_fragment(acc_dp, tdKrdS);
       warpgroup_gemm<false, -1>(mma_dkv, tdKrdS, tdKrQ(_, _, _, stage), acc_dk);
       // dS for dQ: every consumer's keys, through shared memory. The last
@@ -622,7 +702,7 @@ __device__ inline void consume_key_halves(BwdParams<Traits> const& p, BwdTile<Tr
 // hold the same elements) and dK += dS^T Q; both compute dQ for half of the
 // head dim from dS in shared memory. Named barrier 3: P^T written; 1: dS^T
 // written and the dQ tile free.
-template <class Traits, class Smem>
+template <bool kMasked, class Traits, class Smem>
 __device__ inline void consume_roles(BwdParams<Traits> const& p, BwdTile<Traits> const& t,
                                      typename Traits::SharedStorage& smem, Smem const& s,
                                      int tidx) {
@@ -680,8 +760,8 @@ __device__ inline void consume_roles(BwdParams<Traits> const& p, BwdTile<Traits>
       warpgroup_wait<0>();
       warpgroup_fence_operand(acc_sdp);
       if (probs_role) {
-        scores_to_probs(sdp, coords, t.mask, lse, m0, kBlockM, t.n0, kBlockN, p.scale_log2,
-                        p.softcap, p.softcap_pre, t.alibi, p.bias_pre);
+        scores_to_probs<kMasked>(sdp, coords, t.mask, lse, m0, kBlockM, t.n0, kBlockN, p.scale_log2,
+                                 p.softcap, p.softcap_pre, t.alibi, p.bias_pre, t.masked);
         CUTE_UNROLL
         for (int i = 0; i < kValues; ++i) probs[i * 128] = acc_sdp(i);
         NamedBarrier::arrive(kThreads, 3);
@@ -696,6 +776,9 @@ __device__ inline void consume_roles(BwdParams<Traits> const& p, BwdTile<Traits>
         dprobs_to_dscores(
             sdp, [&](int r, int c) { return prob_rc(r, c); }, coords, lse, dsum, p.scale_log2,
             p.softcap);
+        if constexpr (kMasked) {
+          if (t.masked.grad != nullptr) store_mask_grad(sdp, coords, t.mask, m0, t.n0, t.masked);
+        }
         convert_gmma_fragment(acc_sdp, tKVrA);
         copy(make_tensor(tKVrA.data(), acc_sdp.layout()), tdSsdS);
         cutlass::arch::fence_view_async_shared();  // wgmma reads what these stores wrote
@@ -748,7 +831,8 @@ struct BwdSmemTensors {
   View<typename Traits::SmemLayoutDSt> ds_t;        // (keys, query rows)
 };
 
-template <class Traits>
+// kMasked: the variant that reads an attention mask (and writes its gradient).
+template <class Traits, bool kMasked>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     flash_bwd_sm90_kernel(CUTE_GRID_CONSTANT BwdParams<Traits> const p) {
   using namespace cute;
@@ -812,6 +896,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   float* dq_tile_base = p.dq_accum + head * p.dq_head_stride +
                         (seq_q.row0 + int64_t(batch) * Traits::kBlockM) * Traits::kHeadDim;
   const int64_t accum_offset = (head * p.rows_k + seq_k.row0 + n0) * int64_t(p.headdim);
+  MaskTile masked{};
+  if constexpr (kMasked) {
+    const int64_t pairs = int64_t(mask.seqlen_q) * mask.seqlen_k;
+    masked = {p.attn_mask + batch * p.mask_batch + head * p.mask_head, p.mask_q,
+              p.mask_kind == MaskKind::add_f32,
+              p.dmask == nullptr ? nullptr : p.dmask + (int64_t(batch) * gridDim.y + head) * pairs};
+  }
   const BwdTile<Traits> t{
       mask,
       tiles,
@@ -829,11 +920,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
        p.alibi_slopes != nullptr
            ? p.alibi_slopes[batch * p.alibi_batch_stride + head] * p.alibi_scale
            : 0.0f},
+      masked,
   };
   if constexpr (Traits::kRoles) {
-    consume_roles(p, t, smem, s, tidx);
+    consume_roles<kMasked>(p, t, smem, s, tidx);
   } else {
-    consume_key_halves(p, t, smem, s, tidx);
+    consume_key_halves<kMasked>(p, t, smem, s, tidx);
   }
 }
 

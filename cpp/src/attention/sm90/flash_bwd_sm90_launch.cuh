@@ -98,6 +98,11 @@ cudaError_t run_flash_bwd_sm90(const AttentionBackwardProblem& problem) {
   auto mK = sm90::tma_view(static_cast<Element const*>(P.k.ptr), P.k, seq_k, d_head, P.nheads_k, b);
   auto mV = sm90::tma_view(static_cast<Element const*>(P.v.ptr), P.v, seq_k, d_head, P.nheads_k, b);
   auto smem_q = take<0, 2>(typename Traits::SmemLayoutQ{});
+  // An attention mask (fixed length: the plan declines it with varlen), its
+  // strides in bytes for the kernel.
+  const AttnMaskView& mask = P.terms.mask;
+  const bool masked = mask.kind != MaskKind::none && mask.ptr != nullptr;
+  const int64_t mask_element = mask.kind == MaskKind::add_f32 ? 4 : 1;
   sm90::BwdParams<Traits> p{
       make_tma_copy(SM90_TMA_LOAD{}, mQ, smem_q, typename Traits::TileQ{}, _1{}),
       make_tma_copy(SM90_TMA_LOAD{}, mdO, smem_q, typename Traits::TileQ{}, _1{}),
@@ -139,13 +144,21 @@ cudaError_t run_flash_bwd_sm90(const AttentionBackwardProblem& problem) {
       P.terms.alibi_batch_stride,
       P.bias_pre,
       P.alibi_scale,
+      masked ? static_cast<const char*>(mask.ptr) : nullptr,
+      masked ? mask.kind : MaskKind::none,
+      mask.batch_stride * mask_element,
+      mask.head_stride * mask_element,
+      mask.q_stride * mask_element,
+      masked ? P.dmask : nullptr,
       semaphores,
       (P.seqlen_q + 15) / 16,
   };
   const int64_t n_blocks = (int64_t(P.seqlen_k) + Traits::kBlockN - 1) / Traits::kBlockN;
   const dim3 grid(unsigned(n_blocks), unsigned(P.nheads), unsigned(P.batch));
-  status = launch_with_smem<sm90::flash_bwd_sm90_kernel<Traits>>(p, grid, Traits::kThreads,
-                                                                 Traits::kSmemBytes, P.stream);
+  status = masked ? launch_with_smem<sm90::flash_bwd_sm90_kernel<Traits, true>>(
+                        p, grid, Traits::kThreads, Traits::kSmemBytes, P.stream)
+                  : launch_with_smem<sm90::flash_bwd_sm90_kernel<Traits, false>>(
+                        p, grid, Traits::kThreads, Traits::kSmemBytes, P.stream);
   if (status != cudaSuccess) return status;
 
   // 3. dq = scale dQacc; with GQA dk = scale sum over the group of dKacc,

@@ -4,14 +4,15 @@
 // calls whose tensors TMA can describe and whose head dim fills at least
 // three quarters of a table row, with ALiBi, sinks, dropout and attention
 // masks or without; the backward's takes fixed-length and variable-length
-// calls at head dims 33-64, 97-128 and 193-256, with softcap or ALiBi (not
-// both), sinks and the deterministic mode or without, and without masks or
-// dropout. KV caches and decode-shaped calls whose keys split 2 to 16 ways
-// over at most one CTA per SM (cluster_kvcache_grid) run sm80's kvcache
-// kernel compiled here, the splits combined in a cluster
-// (kSm90FwdCacheTiles). Everything else (other grids, odd head dims or
-// strides; the backward's masks and dropout) declines to the sm80 family. The kernels are
-// instantiated in their own translation units (one per table row and dtype).
+// calls at head dims 33-64, 97-128 and 193-256, with softcap, ALiBi or an
+// additive mask (softcap with neither of the other two), keep masks, sinks
+// and the deterministic mode or without, and without dropout. KV caches and
+// decode-shaped calls whose keys split 2 to 16 ways over at most one CTA per
+// SM (cluster_kvcache_grid) run sm80's kvcache kernel compiled here, the
+// splits combined in a cluster (kSm90FwdCacheTiles). Everything else (other
+// grids, odd head dims or strides; the backward's dropout) declines to the
+// sm80 family. The kernels are instantiated in their own translation units
+// (one per table row and dtype).
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -232,13 +233,18 @@ bool plan_backward(const AttentionBackwardProblem& problem, std::string* why) {
                   problem.total_k > INT32_MAX))) {
     return decline(why, "variable-length calls with no rows, or more than 2^31 - 1");
   }
-  if (problem.terms.mask.kind != MaskKind::none || dropout_on(problem.terms)) {
-    return decline(why, "attention masks and dropout are not in the sm90 backward yet");
+  if (dropout_on(problem.terms)) {
+    return decline(why, "dropout is not in the sm90 backward yet");
   }
-  // Softcap's derivative with ALiBi would hold the bias next to dS (the d = 128
-  // kernel then spills): that rare pair runs on sm80.
-  if (problem.terms.alibi_slopes != nullptr && problem.softcap > 0.0f) {
-    return decline(why, "ALiBi with softcap is not in the sm90 backward");
+  const MaskKind mask = problem.terms.mask.kind;
+  if (mask != MaskKind::none && varlen) {
+    return decline(why, "attention masks are fixed-length only");
+  }
+  // Softcap's derivative with ALiBi or an additive mask would hold the bias
+  // next to dS (the d = 128 kernel then spills): those rare pairs run on sm80.
+  if ((problem.terms.alibi_slopes != nullptr || mask == MaskKind::add_f32) &&
+      problem.softcap > 0.0f) {
+    return decline(why, "ALiBi or an additive mask with softcap is not in the sm90 backward");
   }
   if (problem.seqlen_q <= 0 || problem.seqlen_k <= 0) return decline(why, "no queries or no keys");
   // Varlen: one packed tensor of total rows.
