@@ -167,6 +167,7 @@ struct FwdParams {
   int tiles;       // m_blocks x heads x batch
   bool reverse_m;  // causal: the longest query tiles (the last) first
   bool paired;     // causal, persistent: tiles taken in pairs of equal work (first_tile)
+  int head_group;  // > 1: heads fastest in groups of this many (fwd_tile); 1: query tiles fastest
 };
 
 // The tiles of a CTA: t = blockIdx.x, + gridDim.x, ... Paired (a persistent
@@ -186,6 +187,9 @@ __device__ inline int next_tile(const Params& p, int t) {
 
 // Tile t: query tiles fastest (the CTAs running at once share a head's K and
 // V in L2), each head's longest tiles first when causal (folded when paired).
+// With head_group > 1 (an attention mask shared by the heads), the heads of a
+// group fastest, then the query tiles: the CTAs running at once read the same
+// mask tiles, once from memory, and a group's K and V stay in L2.
 struct FwdTile {
   int m_block, head, batch;
   int q_offset, k_offset, tma_batch;  // varlen: the sequence's first rows; TMA batch 0
@@ -196,14 +200,23 @@ struct FwdTile {
 template <class Params>
 __device__ inline FwdTile fwd_tile(const Params& p, int t, int block_m, int block_n) {
   FwdTile tile{};
-  const int m = t % p.m_blocks, heads = cute::get<2>(p.shape_q);
+  const int heads = cute::get<2>(p.shape_q);
+  int m;
+  if (p.head_group > 1) {
+    const int group = p.head_group, rest = t / group;
+    m = rest % p.m_blocks;
+    tile.head = rest / p.m_blocks % (heads / group) * group + t % group;
+    tile.batch = rest / p.m_blocks / (heads / group);
+  } else {
+    m = t % p.m_blocks;
+    tile.head = (t / p.m_blocks) % heads;
+    tile.batch = t / (p.m_blocks * heads);
+  }
   if (p.paired) {
     tile.m_block = (m & 1) ? m / 2 : p.m_blocks - 1 - m / 2;
   } else {
     tile.m_block = p.reverse_m ? p.m_blocks - 1 - m : m;
   }
-  tile.head = (t / p.m_blocks) % heads;
-  tile.batch = t / (p.m_blocks * heads);
   tile.mask = p.mask;
   tile.tma_batch = tile.batch;
   if (p.cu_seqlens_q != nullptr) {
