@@ -41,6 +41,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "attention/dropout.cuh"
 #include "attention/flash_bwd_kernel.cuh"
 #include "attention/mask.cuh"
 #include "attention/sm90/flash_bwd_sm90_config.h"
@@ -204,6 +205,8 @@ struct BwdParams {
   MaskKind mask_kind;
   int64_t mask_batch, mask_head, mask_q;
   float* dmask;
+  // Dropout (the dropout kernel): the forward's keep map (dropout.cuh).
+  DropoutParams dropout;
   // Deterministic: per (batch, head, query tile) the number of key tiles that
   // have added their dQ, so that they add in key-tile order; nullptr: any order.
   int* semaphores;
@@ -453,6 +456,71 @@ __device__ inline void scores_to_probs(Scores& scores, Coords const& coords,
   }
 }
 
+// The forward's dropout draws on S^T: bit i of the result keeps element i of
+// the accumulator (storage order), whose (key, query) within the tile is
+// coords(i). Element (query q, key k) is kept as dropout.cuh draws it: byte
+// ((q % 16) / 8) * 2 + k % 2 of word (k % 32) / 8 of the draw of block
+// (q / 16, k / 32) and lane (q % 8) * 4 + (k % 8) / 2. A wgmma accumulator
+// of S^T holds, per thread and n8 atom of queries, keys k and k + 8 (of one
+// block column) for queries q and q + 1: elements 4a + 2h + e are key
+// k + 8h, query 8a + q0 + e. The two atoms of one 16-query block and both
+// keys share the draw of one lane per query parity e: eight draws for 32
+// elements.
+template <class Coords>
+__device__ inline uint32_t dropout_keep_bits(Coords const& coords, int m0, int n0,
+                                             DropoutRng const& rng) {
+  using namespace cute;
+  constexpr int kSize = decltype(size(coords))::value;
+  static_assert(kSize <= 32 && kSize % 8 == 0);
+  uint32_t bits = 0;
+  CUTE_UNROLL
+  for (int e = 0; e < 2; ++e) {
+    CUTE_UNROLL
+    for (int block = 0; block < kSize / 8; ++block) {
+      const int first = 8 * block + e;
+      const int key0 = n0 + get<0>(coords(first)), query0 = m0 + get<1>(coords(first));
+      const uint4 draw = rng.bytes(query0 / 16, key0 / 32, (query0 % 8) * 4 + (key0 % 8) / 2);
+      CUTE_UNROLL
+      for (int k = 0; k < 4; ++k) {
+        const int i = first + 2 * k;  // atoms 2 block, 2 block + 1; keys k, k + 8
+        const int key = n0 + get<0>(coords(i)), query = m0 + get<1>(coords(i));
+        const int w = (key % 32) / 8, b = ((query % 16) / 8) * 2 + key % 2;
+        const uint32_t word = w == 0 ? draw.x : w == 1 ? draw.y : w == 2 ? draw.z : draw.w;
+        // Byte b compared in the top byte, as for_each_dropout does.
+        if ((word << (24 - 8 * b)) >= rng.threshold_high) bits |= 1u << i;
+      }
+    }
+  }
+  return bits;
+}
+
+// P^T with dropout applied (kept elements scaled, dropped ones 0) into `to`,
+// the A operand of dV: the same storage order as convert_gmma_fragment.
+template <class From, class To>
+__device__ inline void convert_dropped(From const& from, uint32_t kept, float scale, To& to) {
+  using namespace cute;
+  using Element = typename To::value_type;
+  constexpr int kSize = decltype(size(from))::value;
+  cutlass::NumericArrayConverter<Element, float, 2> convert;
+  auto* pairs = reinterpret_cast<cutlass::Array<Element, 2>*>(to.data());
+  CUTE_UNROLL
+  for (int i = 0; i < kSize; i += 2) {
+    cutlass::Array<float, 2> pair;
+    pair[0] = (kept >> i) & 1u ? from(i) * scale : 0.0f;
+    pair[1] = (kept >> (i + 1)) & 1u ? from(i + 1) * scale : 0.0f;
+    pairs[i / 2] = convert(pair);
+  }
+}
+
+// dP^T of the dropped output: 0 where dropped, dP^T / (1 - p) where kept (D
+// is already the dropped output's row sum).
+template <class Acc>
+__device__ inline void drop_dprobs(Acc& dprobs, uint32_t kept, float scale) {
+  using namespace cute;
+  CUTE_UNROLL
+  for (int i = 0; i < size(dprobs); ++i) dprobs(i) = (kept >> i) & 1u ? dprobs(i) * scale : 0.0f;
+}
+
 // dP^T -> dS^T in place: P^T (dP^T - D), times softcap's tanh derivative
 // 1 - tanh^2 when there is one, tanh recovered from P (scale_log2 is log2 e:
 // log2 P + LSE log2 e = log2 e softcap tanh; the plan declines softcap with
@@ -581,11 +649,12 @@ struct BwdTile {
   bool direct;
   AlibiBias alibi;  // off, or this (batch, head)'s slope
   MaskTile masked;  // the masked kernel's
+  DropoutRng rng;   // the dropout kernel's
 };
 
 // Consumers up to head dim 128: warpgroup g owns keys [64 g, 64 g + 64) of
 // the tile and runs every GEMM but dQ for them; dQ is split by head dim.
-template <bool kMasked, class Traits, class Smem>
+template <TermsKernel kTerms, class Traits, class Smem>
 __device__ inline void consume_key_halves(BwdParams<Traits> const& p, BwdTile<Traits> const& t,
                                           typename Traits::SharedStorage& smem, Smem const& s,
                                           int tidx) {
@@ -594,6 +663,8 @@ __device__ inline void consume_key_halves(BwdParams<Traits> const& p, BwdTile<Tr
   using Barrier = cutlass::arch::ClusterBarrier;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
   constexpr int kHeadDim = Traits::kHeadDim, kStages = Traits::kStages;
+  constexpr bool kMasked = kTerms == TermsKernel::masked;
+  constexpr bool kDropout = kTerms == TermsKernel::computed;
   typename Traits::TiledMmaSdP mma_sdp;
   typename Traits::TiledMmaDKV mma_dkv;
   typename Traits::TiledMmaDQ mma_dq;
@@ -621,8 +692,9 @@ __device__ inline void consume_key_halves(BwdParams<Traits> const& p, BwdTile<Tr
     Tensor acc_dp = partition_fragment_C(mma_sdp, Shape<Int<kBlockN>, Int<kBlockM>>{});
     Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});
     // (key, query row) of each S^T element within the tile.
-    Tensor coords = gmma_rowcol_view(
-        thr_sdp.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kBlockM>>{})));
+    Tensor flat_coords =
+        thr_sdp.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kBlockM>>{}));
+    Tensor coords = gmma_rowcol_view(flat_coords);
     Tensor scores = gmma_rowcol_view(acc_s);
     Tensor dscores = gmma_rowcol_view(acc_dp);
     // P^T and dS^T as the A operands of dV and dK.
@@ -651,10 +723,18 @@ __device__ inline void consume_key_halves(BwdParams<Traits> const& p, BwdTile<Tr
       scores_to_probs<kMasked>(scores, coords, t.mask, lse, m0, kBlockM, t.n0, kBlockN,
                                p.scale_log2, p.softcap, p.softcap_pre, t.alibi, p.bias_pre,
                                t.masked);
-      convert_gmma_fragment(acc_s, tdVrP);
+      // Dropout: dV takes the dropped P^T; dS the whole P^T and the dropped dP^T.
+      uint32_t kept = 0;
+      if constexpr (kDropout) {
+        kept = dropout_keep_bits(flat_coords, m0, t.n0, t.rng);
+        convert_dropped(acc_s, kept, p.dropout.scale, tdVrP);
+      } else {
+        convert_gmma_fragment(acc_s, tdVrP);
+      }
       warpgroup_gemm<false, -1>(mma_dkv, tdVrP, tdVrdO(_, _, _, stage), acc_dv);
       warpgroup_wait<1>();  // dP^T
       warpgroup_fence_operand(acc_dp);
+      if constexpr (kDropout) drop_dprobs(acc_dp, kept, p.dropout.scale);
       dprobs_to_dscores(
           dscores, [&](int r, int c) { return scores(r, c); }, coords, lse, dsum, p.scale_log2,
           p.softcap);
@@ -702,7 +782,7 @@ __device__ inline void consume_key_halves(BwdParams<Traits> const& p, BwdTile<Tr
 // hold the same elements) and dK += dS^T Q; both compute dQ for half of the
 // head dim from dS in shared memory. Named barrier 3: P^T written; 1: dS^T
 // written and the dQ tile free.
-template <bool kMasked, class Traits, class Smem>
+template <TermsKernel kTerms, class Traits, class Smem>
 __device__ inline void consume_roles(BwdParams<Traits> const& p, BwdTile<Traits> const& t,
                                      typename Traits::SharedStorage& smem, Smem const& s,
                                      int tidx) {
@@ -713,6 +793,8 @@ __device__ inline void consume_roles(BwdParams<Traits> const& p, BwdTile<Traits>
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
   constexpr int kHeadDim = Traits::kHeadDim, kStages = Traits::kStages;
   constexpr int kThreads = Traits::kConsumerThreads;
+  constexpr bool kMasked = kTerms == TermsKernel::masked;
+  constexpr bool kDropout = kTerms == TermsKernel::computed;
   const bool probs_role = tidx < 128;  // else the dS role
   const int wg_thread = tidx % 128;    // the thread within its warpgroup
   typename Traits::TiledMmaSdP mma_sdp;
@@ -738,8 +820,9 @@ __device__ inline void consume_roles(BwdParams<Traits> const& p, BwdTile<Traits>
   if (t.tiles.last >= t.tiles.first) {
     Tensor acc_sdp = partition_fragment_C(mma_sdp, Shape<Int<kBlockN>, Int<kBlockM>>{});
     Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});
-    Tensor coords = gmma_rowcol_view(
-        thr_sdp.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kBlockM>>{})));
+    Tensor flat_coords =
+        thr_sdp.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kBlockM>>{}));
+    Tensor coords = gmma_rowcol_view(flat_coords);
     Tensor sdp = gmma_rowcol_view(acc_sdp);
     Tensor tKVrA = make_tensor<Element>(gmma_c_to_a_layout(acc_sdp.layout()));  // P^T or dS^T
     // P^T in fragment order: element i of thread t at i x 128 + t.
@@ -765,7 +848,13 @@ __device__ inline void consume_roles(BwdParams<Traits> const& p, BwdTile<Traits>
         CUTE_UNROLL
         for (int i = 0; i < kValues; ++i) probs[i * 128] = acc_sdp(i);
         NamedBarrier::arrive(kThreads, 3);
-        convert_gmma_fragment(acc_sdp, tKVrA);
+        // Dropout: dV takes the dropped P^T; the dS role draws the same bits.
+        if constexpr (kDropout) {
+          convert_dropped(acc_sdp, dropout_keep_bits(flat_coords, m0, t.n0, t.rng), p.dropout.scale,
+                          tKVrA);
+        } else {
+          convert_gmma_fragment(acc_sdp, tKVrA);
+        }
         wait_barrier(smem.do_full[stage], phase);
       } else {
         NamedBarrier::sync(kThreads, 3);
@@ -773,6 +862,9 @@ __device__ inline void consume_roles(BwdParams<Traits> const& p, BwdTile<Traits>
         CUTE_UNROLL
         for (int i = 0; i < kValues; ++i) prob(i) = probs[i * 128];
         Tensor prob_rc = gmma_rowcol_view(prob);
+        if constexpr (kDropout) {
+          drop_dprobs(acc_sdp, dropout_keep_bits(flat_coords, m0, t.n0, t.rng), p.dropout.scale);
+        }
         dprobs_to_dscores(
             sdp, [&](int r, int c) { return prob_rc(r, c); }, coords, lse, dsum, p.scale_log2,
             p.softcap);
@@ -831,8 +923,10 @@ struct BwdSmemTensors {
   View<typename Traits::SmemLayoutDSt> ds_t;        // (keys, query rows)
 };
 
-// kMasked: the variant that reads an attention mask (and writes its gradient).
-template <class Traits, bool kMasked>
+// kTerms: masked, the variant that reads an attention mask (and writes its
+// gradient); computed, the one with dropout; none, neither (ALiBi is in all
+// three).
+template <class Traits, TermsKernel kTerms>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     flash_bwd_sm90_kernel(CUTE_GRID_CONSTANT BwdParams<Traits> const p) {
   using namespace cute;
@@ -897,7 +991,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
                         (seq_q.row0 + int64_t(batch) * Traits::kBlockM) * Traits::kHeadDim;
   const int64_t accum_offset = (head * p.rows_k + seq_k.row0 + n0) * int64_t(p.headdim);
   MaskTile masked{};
-  if constexpr (kMasked) {
+  if constexpr (kTerms == TermsKernel::masked) {
     const int64_t pairs = int64_t(mask.seqlen_q) * mask.seqlen_k;
     masked = {p.attn_mask + batch * p.mask_batch + head * p.mask_head, p.mask_q,
               p.mask_kind == MaskKind::add_f32,
@@ -921,11 +1015,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
            ? p.alibi_slopes[batch * p.alibi_batch_stride + head] * p.alibi_scale
            : 0.0f},
       masked,
+      // Reads the seed only with dropout.
+      DropoutRng(kTerms == TermsKernel::computed ? p.dropout : DropoutParams{}, batch,
+                 int(gridDim.y), head),
   };
   if constexpr (Traits::kRoles) {
-    consume_roles<kMasked>(p, t, smem, s, tidx);
+    consume_roles<kTerms>(p, t, smem, s, tidx);
   } else {
-    consume_key_halves<kMasked>(p, t, smem, s, tidx);
+    consume_key_halves<kTerms>(p, t, smem, s, tidx);
   }
 }
 

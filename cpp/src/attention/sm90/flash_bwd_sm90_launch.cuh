@@ -150,15 +150,23 @@ cudaError_t run_flash_bwd_sm90(const AttentionBackwardProblem& problem) {
       mask.head_stride * mask_element,
       mask.q_stride * mask_element,
       masked ? P.dmask : nullptr,
+      dropout_params(P.terms.dropout),
       semaphores,
       (P.seqlen_q + 15) / 16,
   };
   const int64_t n_blocks = (int64_t(P.seqlen_k) + Traits::kBlockN - 1) / Traits::kBlockN;
   const dim3 grid(unsigned(n_blocks), unsigned(P.nheads), unsigned(P.batch));
-  status = masked ? launch_with_smem<sm90::flash_bwd_sm90_kernel<Traits, true>>(
-                        p, grid, Traits::kThreads, Traits::kSmemBytes, P.stream)
-                  : launch_with_smem<sm90::flash_bwd_sm90_kernel<Traits, false>>(
-                        p, grid, Traits::kThreads, Traits::kSmemBytes, P.stream);
+  // The plan declines a mask with dropout.
+  if (masked) {
+    status = launch_with_smem<sm90::flash_bwd_sm90_kernel<Traits, TermsKernel::masked>>(
+        p, grid, Traits::kThreads, Traits::kSmemBytes, P.stream);
+  } else if (dropout_on(P.terms)) {
+    status = launch_with_smem<sm90::flash_bwd_sm90_kernel<Traits, TermsKernel::computed>>(
+        p, grid, Traits::kThreads, Traits::kSmemBytes, P.stream);
+  } else {
+    status = launch_with_smem<sm90::flash_bwd_sm90_kernel<Traits, TermsKernel::none>>(
+        p, grid, Traits::kThreads, Traits::kSmemBytes, P.stream);
+  }
   if (status != cudaSuccess) return status;
 
   // 3. dq = scale dQacc; with GQA dk = scale sum over the group of dKacc,
