@@ -13,7 +13,7 @@ Beyond that: the kept fraction matches dropout_p; the output's mean over many se
 output without dropout; torch.manual_seed reproduces a call and two calls differ; a CUDA
 graph draws a new mask per replay; the deterministic backward is bit-identical; S_dmask
 (return_attn_probs) marks exactly the dropped probabilities; the sm90 forward and backward
-run dropout (the backward hands dropout with an attention mask to sm80).
+run dropout (the backward hands varlen dropout, and dropout with a mask, to sm80).
 """
 
 from __future__ import annotations
@@ -176,7 +176,8 @@ def test_masked_dropout_matches_the_reference(attn_family, seeds, mask_kind):
 
 def test_varlen_drops_per_sequence(attn_family, seeds):
     family = attn_family
-    # Sequence b's indices count from its own first row; its batch index is b.
+    # Sequence b's indices count from its own first row; its batch index is b. Gradients
+    # too (the sm90 backward hands varlen dropout to sm80).
     dtype = F16
     lengths_q, lengths_k = [17, 0, 64, 33], [40, 5, 64, 1]
     cu_q = torch.tensor([0, *torch.tensor(lengths_q).cumsum(0).tolist()], dtype=torch.int32,
@@ -184,9 +185,9 @@ def test_varlen_drops_per_sequence(attn_family, seeds):
     cu_k = torch.tensor([0, *torch.tensor(lengths_k).cumsum(0).tolist()], dtype=torch.int32,
                         device=DEVICE)  # fmt: skip
     h, d, p = 2, 64, 0.3
-    q = randn(sum(lengths_q), h, d, dtype=dtype)
-    k = randn(sum(lengths_k), h, d, dtype=dtype)
-    v = randn(sum(lengths_k), h, d, dtype=dtype)
+    q = randn(sum(lengths_q), h, d, dtype=dtype).requires_grad_()
+    k = randn(sum(lengths_k), h, d, dtype=dtype).requires_grad_()
+    v = randn(sum(lengths_k), h, d, dtype=dtype).requires_grad_()
     out = call_forced(
         family,
         lambda: samattn.flash_attn_varlen_func(
@@ -196,6 +197,7 @@ def test_varlen_drops_per_sequence(attn_family, seeds):
     )
     seed = _dropout.seed_value(seeds[0])
     keep = _dropout.keep_mask(seed, p, len(lengths_q), h, max(lengths_q), max(lengths_k), DEVICE)
+    refs, lows = [], []
     for s, (lq, lk) in enumerate(zip(lengths_q, lengths_k)):
         if lq == 0:
             continue
@@ -203,9 +205,19 @@ def test_varlen_drops_per_sequence(attn_family, seeds):
         keys = slice(cu_k[s].item(), cu_k[s].item() + lk)
         args = (q[rows][None], k[keys][None], v[keys][None], keep[s : s + 1, :, :lq, :lk], p,
                 d**-0.5)  # fmt: skip
-        ref = reference(*args, causal=True)[0]
-        low = reference(*args, causal=True, dtype=dtype)[0]
-        assert_close_to_reference(out[rows], ref, low, 4 * UNIT_ROUNDOFF[dtype], f"seq {s}")
+        refs.append(reference(*args, causal=True)[0])
+        lows.append(reference(*args, causal=True, dtype=dtype)[0])
+        assert_close_to_reference(
+            out[rows].detach(), refs[-1].detach(), lows[-1].detach(), 4 * UNIT_ROUNDOFF[dtype],
+            f"seq {s}",
+        )  # fmt: skip
+    # The sequences in order are every packed row (the empty one has none).
+    dout = randn(*out.shape, dtype=dtype)
+    grads = torch.autograd.grad(out, (q, k, v), dout)
+    ref_grads = torch.autograd.grad(torch.cat(refs), (q, k, v), dout.double())
+    low_grads = torch.autograd.grad(torch.cat(lows), (q, k, v), dout)
+    for name, g, r, lo in zip("qkv", grads, ref_grads, low_grads):
+        assert_close_to_reference(g, r, lo, 8 * UNIT_ROUNDOFF[dtype], f"varlen d{name}")
 
 
 def test_kept_fraction_and_expectation():
