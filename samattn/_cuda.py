@@ -987,7 +987,7 @@ def _kvcache_key(tensors: tuple, scalars: tuple) -> tuple | None:
     layout (None where absent), the 16-byte residues of the tensors _attention_operand
     may copy (q and the new k, v), the scalars and the forced family. None (no prepared
     call) for what the full path must convert or refuse: a cache_seqlens that is neither
-    a tensor, an int nor None, a tensor that is not a plain one."""
+    a tensor, an int nor None, another argument that is neither a tensor nor None."""
     q, k, v, seqlens = tensors[0], tensors[3], tensors[4], tensors[7]
     if type(seqlens) is int:
         seqlens_key: tuple | str | None = "int"
