@@ -13,7 +13,7 @@ Beyond that: the kept fraction matches dropout_p; the output's mean over many se
 output without dropout; torch.manual_seed reproduces a call and two calls differ; a CUDA
 graph draws a new mask per replay; the deterministic backward is bit-identical; S_dmask
 (return_attn_probs) marks exactly the dropped probabilities; the sm90 forward and backward
-run dropout (the backward hands varlen dropout, and dropout with a mask, to sm80).
+run dropout, varlen included (the backward hands dropout with a mask to sm80).
 """
 
 from __future__ import annotations
@@ -177,7 +177,7 @@ def test_masked_dropout_matches_the_reference(attn_family, seeds, mask_kind):
 def test_varlen_drops_per_sequence(attn_family, seeds):
     family = attn_family
     # Sequence b's indices count from its own first row; its batch index is b. Gradients
-    # too (the sm90 backward hands varlen dropout to sm80).
+    # too (the backward runs on the automatic family: sm90's on Hopper).
     dtype = F16
     lengths_q, lengths_k = [17, 0, 64, 33], [40, 5, 64, 1]
     cu_q = torch.tensor([0, *torch.tensor(lengths_q).cumsum(0).tolist()], dtype=torch.int32,

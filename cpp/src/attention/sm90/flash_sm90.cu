@@ -5,15 +5,14 @@
 // three quarters of a table row, with ALiBi, sinks, dropout and attention
 // masks or without; the backward's takes fixed-length and variable-length
 // calls at head dims 33-64, 97-128 and 193-256, with softcap, ALiBi or an
-// additive mask (softcap with neither of the other two), keep masks or
-// dropout (fixed length; not both), sinks and the deterministic mode or
-// without. KV caches and
-// decode-shaped calls whose keys split 2 to 16 ways over at most one CTA per
-// SM (cluster_kvcache_grid) run sm80's kvcache kernel compiled here, the
-// splits combined in a cluster (kSm90FwdCacheTiles). Everything else (other
-// grids, odd head dims or strides; the backward's dropout with a mask or
-// varlen) declines to the sm80 family. The kernels are instantiated in their own translation units
-// (one per table row and dtype).
+// additive mask (softcap with neither of the other two), keep masks (fixed
+// length) or dropout (not both), sinks and the deterministic mode or without.
+// KV caches and decode-shaped calls whose keys split 2 to 16 ways over at
+// most one CTA per SM (cluster_kvcache_grid) run sm80's kvcache kernel
+// compiled here, the splits combined in a cluster (kSm90FwdCacheTiles).
+// Everything else (other grids, odd head dims or strides; the backward's
+// dropout with a mask) declines to the sm80 family. The kernels are
+// instantiated in their own translation units (one per table row and dtype).
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -235,10 +234,8 @@ bool plan_backward(const AttentionBackwardProblem& problem, std::string* why) {
     return decline(why, "variable-length calls with no rows, or more than 2^31 - 1");
   }
   const MaskKind mask = problem.terms.mask.kind;
-  // Dropout's gradients are checked against references at fixed length; until
-  // the varlen ones are too, varlen dropout keeps sm80's backward.
-  if (dropout_on(problem.terms) && (mask != MaskKind::none || varlen)) {
-    return decline(why, "dropout with an attention mask or varlen is not in the sm90 backward");
+  if (dropout_on(problem.terms) && mask != MaskKind::none) {
+    return decline(why, "dropout with an attention mask is not in the sm90 backward");
   }
   if (mask != MaskKind::none && varlen) {
     return decline(why, "attention masks are fixed-length only");
