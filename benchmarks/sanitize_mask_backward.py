@@ -1,7 +1,9 @@
 """Masked attention forwards and backwards with the sm90 family forced, for
 compute-sanitizer: bool and additive masks (the additive one with its gradient) in the
 broadcast shapes a user passes, at head dims 64, 128 and 256, with causal, ALiBi, GQA,
-several key and query tiles, and lengths that end inside a tile. Prints one line per call
+several key and query tiles, and lengths that end inside a tile; masks of whole tiles (key
+padding with a batch entry that keeps nothing, a causal float mask), which the kernels
+skip or run unread, with the deterministic backward. Prints one line per call
 with the family that ran each direction and whether every output is finite.
 
     compute-sanitizer --tool memcheck --error-exitcode 9 python benchmarks/sanitize_mask_backward.py
@@ -24,18 +26,24 @@ def main() -> None:
             k = torch.randn(2, sk, 2, d, dtype=torch.bfloat16, **cuda)
             v = torch.randn_like(k)
             dout = torch.randn_like(q)
+            keys = torch.arange(sk, **cuda)
+            lengths = torch.tensor([sk // 2 + 3, 0], **cuda)
+            padding = (keys < lengths[:, None])[:, None, None, :].expand(2, 1, sq, sk)
+            below = keys[None, :] <= torch.arange(sq, **cuda)[:, None] + sk - sq
             masks = (
                 torch.rand(2, 1, sq, sk, **cuda) > 0.3,
                 torch.randn(1, 4, sq, sk, **cuda),
                 (torch.rand(sk, **cuda) > 0.5).expand(2, 1, 1, sk),
+                padding.contiguous(),
+                torch.zeros(sq, sk, **cuda).masked_fill(~below, float("-inf")),
             )
-            for mask in masks:
+            for i, mask in enumerate(masks):
                 leaves = [t.detach().requires_grad_(True) for t in (q, k, v)]
                 leaf = mask.detach().clone().requires_grad_(mask.is_floating_point())
                 with samattn.use_family("sm90"):
                     out = samattn.flash_attn_func(
                         *leaves, causal=causal, attn_mask=leaf,
-                        alibi_slopes=torch.rand(4, **cuda),
+                        alibi_slopes=torch.rand(4, **cuda), deterministic=i >= 3,
                     )  # fmt: skip
                     forward = _lib.last_family()
                     inputs = leaves + ([leaf] if leaf.requires_grad else [])

@@ -777,11 +777,11 @@ def flash_attn_forward(
         mask=mask, dropout=dropout,
     )  # fmt: skip
     # Decode-shaped problems (the query heads of a KV head fit one 64-row tile) split the
-    # keys over CTAs, which needs a workspace.
+    # keys over CTAs, and the sm90 family maps a mask's tiles, both in a workspace.
     decode = not sizes.varlen and sizes.seqlen_q * (sizes.nheads // max(sizes.nheads_k, 1)) <= 64
     _prepared.run_with_workspace(
         "samattn_attention_forward", "samattn_attention_forward_workspace_size", args, q,
-        expected=decode,
+        expected=decode or attn_mask is not None,
     )  # fmt: skip
     if key is not None and keep[0] is q and keep[1] is k and keep[2] is v:  # read in place
         _ATTENTION.put(key, args, out.shape, lse.shape)

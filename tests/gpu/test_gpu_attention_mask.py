@@ -228,10 +228,12 @@ def check_backward(grads, q, k, v, dout, *, what, **terms):
 # ----------------------------------------------------------- the runner ----
 def run(family, b, sq, sk, h, hk, d, dtype, *, mask_kind="bool", shape="per batch",
         mask_dtype=F32, causal=False, window=(-1, -1), softcap=0.0, alibi_kind="none",
-        with_sinks=False, grads=True, deterministic=False, empty_row=True):  # fmt: skip
+        with_sinks=False, grads=True, deterministic=False, empty_row=True,
+        attn_mask=None):  # fmt: skip
     """flash_attn_func with an attn_mask (and the other options), forward (out, lse) and
     with `grads` the backward (dq, dk, dv, and the sinks' and a float mask's gradients),
-    against the reference."""
+    against the reference. attn_mask: the mask to use (default: make_mask's, of
+    mask_kind, shape and mask_dtype)."""
     need_dtype(family, dtype)
     what = (
         f"{family} {dtype} b{b} sq{sq} sk{sk} h{h}/{hk} d{d} mask:{mask_kind} {shape} "
@@ -239,7 +241,8 @@ def run(family, b, sq, sk, h, hk, d, dtype, *, mask_kind="bool", shape="per batc
         f"sinks:{with_sinks}"
     )
     q, k, v = make_qkv(b, sq, sk, h, hk, d, dtype, scale=3.0 if softcap else 1.0)
-    attn_mask = make_mask(mask_kind, mask_shape(shape, b, h, sq, sk), mask_dtype, empty_row)
+    if attn_mask is None:
+        attn_mask = make_mask(mask_kind, mask_shape(shape, b, h, sq, sk), mask_dtype, empty_row)
     alibi = alibi_slopes(alibi_kind, b, h)
     sinks = make_sinks(h) if with_sinks else None
     options = dict(causal=causal, window_size=window, softcap=softcap, alibi_slopes=alibi)
@@ -758,6 +761,85 @@ def test_sm90_mask_long_keys(kind, causal):
     """4099 keys at d = 64, the long key loops that masked calls run on the 128-row tile."""
     need_family("sm90")
     run("sm90", 1, 4099, 4099, 2, 2, 64, BF16, mask_kind=kind, causal=causal, grads=False)
+
+
+def block_mask(pattern: str, kind: str, b: int, h: int, sq: int, sk: int) -> torch.Tensor:
+    """Masks made of blocks, as real ones are: whole tiles masked, whole tiles kept and
+    tiles cut across, which the sm90 kernels skip, run without reading the mask, or read
+    (mask_tiles.h). "key padding": batch entry i keeps its first (sk, sk / 2 + 5, 0)[i]
+    keys (the last keeps none); "causal": bottom-right aligned; "documents": four
+    documents along the queries and the keys, each attending its own; "per head": key
+    padding of a different length per head, head 1 of batch entry 0 keeping nothing.
+    Additive: 0 where kept, -inf where masked; "documents" adds a normal bias inside
+    the first document (a tile with values, read though nothing is masked)."""
+    keys = torch.arange(sk, device=DEVICE)
+    queries = torch.arange(sq, device=DEVICE)
+    if pattern == "key padding":
+        lengths = torch.tensor([sk, sk // 2 + 5, 0][:b], device=DEVICE)
+        keep = (keys[None, :] < lengths[:, None])[:, None, None, :].expand(b, 1, sq, sk)
+    elif pattern == "causal":
+        keep = (keys[None, :] <= queries[:, None] + sk - sq)[None, None]
+    elif pattern == "documents":
+        doc_q, doc_k = queries * 4 // sq, keys * 4 // sk
+        keep = (doc_q[:, None] == doc_k[None, :])[None, None]
+    elif pattern == "per head":
+        lengths = (torch.arange(b * h, device=DEVICE).reshape(b, h) * 97 + 61) % (sk + 1)
+        lengths[0, 1] = 0
+        keep = (keys < lengths[..., None])[:, :, None, :].expand(b, h, sq, sk)
+    else:
+        raise ValueError(pattern)
+    keep = keep.contiguous()
+    if kind == "bool":
+        return keep
+    bias = torch.zeros(keep.shape, device=DEVICE)
+    if pattern == "documents":
+        first = (queries * 4 // sq == 0)[:, None] & (keys * 4 // sk == 0)[None, :]
+        bias = torch.where(first, torch.randn(keep.shape, device=DEVICE), bias)
+    return bias.masked_fill(~keep, -math.inf)
+
+
+MASK_PATTERNS = ["key padding", "causal", "documents", "per head"]
+
+
+@pytest.mark.parametrize("d", [64, 128, 256])
+@pytest.mark.parametrize("pattern", MASK_PATTERNS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_sm90_skips_and_reads_mask_tiles(d, pattern, kind):
+    """sm90 forced on masks of whole tiles (block_mask): tiles left out, tiles kept
+    whole and tiles cut, several of each per query tile and per key tile (300 x 1000),
+    GQA; forward, backward, the mask's gradient."""
+    need_family("sm90")
+    b, sq, sk, h, hk = 3, 300, 1000, 4, 2
+    mask = block_mask(pattern, kind, b, h, sq, sk)
+    run("sm90", b, sq, sk, h, hk, d, BF16, attn_mask=mask)
+
+
+@pytest.mark.parametrize("pattern", ["key padding", "documents"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_sm90_mask_tiles_deterministic(pattern, causal):
+    """The deterministic backward, whose key tiles add each query tile's dQ in turn,
+    where the mask leaves some (query tile, key tile) pairs out: against the reference,
+    and bit-identical run to run."""
+    need_family("sm90")
+    b, sq, sk, h, d = 3, 300, 1000, 4, 128
+    mask = block_mask(pattern, "additive", b, h, sq, sk)
+    run("sm90", b, sq, sk, h, 2, d, BF16, attn_mask=mask, causal=causal, deterministic=True)
+    q, k, v = make_qkv(b, sq, sk, h, 2, d, BF16)
+    dout = randn(b, sq, h, d, dtype=BF16)
+    leaves = [t.requires_grad_(True) for t in (q, k, v)]
+    mask.requires_grad_(True)
+
+    def grads():
+        with samattn.use_family("sm90"):
+            out = samattn.flash_attn_func(
+                *leaves, causal=causal, attn_mask=mask, deterministic=True
+            )
+            return torch.autograd.grad(out, [*leaves, mask], dout)
+
+    first = grads()
+    for _ in range(2):
+        for name, a, again in zip(("dq", "dk", "dv", "dmask"), first, grads()):
+            assert torch.equal(a, again), f"{name} differs between runs"
 
 
 # ------------------------------------------------------------ transformers ----

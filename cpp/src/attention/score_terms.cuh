@@ -75,7 +75,8 @@ struct RowTerms {
 };
 
 // scores (rows, cols) of the key tile at (m0, n0): bias_pre * s + the
-// additive terms, -inf where a keep mask says 0 (kMask: the kernel variant with masks).
+// additive terms, -inf where a keep mask says 0 (kMask: the kernel variant with masks;
+// read_mask false: the tile's mask keeps every element as it is, mask_tiles.h).
 // coords(r, c): the tile coordinates of fragment element (r, c); head_of / query_of map a tile row
 // to its query head and query row. The branches on the terms are uniform over the CTA and outside
 // the unrolled loops, whose element code has none (a branch per element, or a loop copy per mask
@@ -83,7 +84,8 @@ struct RowTerms {
 template <bool kMask, class Scores, class Coords, class HeadOf, class QueryOf>
 __device__ inline void apply_score_terms(Scores& scores, Coords const& coords, int m0, int n0,
                                          ScoreTermsParams const& t, int batch, HeadOf head_of,
-                                         QueryOf query_of, AttentionMask const& mask) {
+                                         QueryOf query_of, AttentionMask const& mask,
+                                         bool read_mask = true) {
   using namespace cute;
   const bool alibi = t.alibi_slopes != nullptr;
   // ALiBi's distance d - j of element (r, c) is (d_r - j_0) - (j_c - j_0), with j_c - j_0
@@ -108,12 +110,12 @@ __device__ inline void apply_score_terms(Scores& scores, Coords const& coords, i
       }
     }
     if constexpr (kMask) {
-      if (t.mask_kind == MaskKind::add_f32) {
+      if (read_mask && t.mask_kind == MaskKind::add_f32) {
         CUTE_UNROLL
         for (int c = 0; c < size<1>(scores); ++c) {
           scores(r, c) += terms.mask_at<float>(n0 + get<1>(coords(0, c)), mask.seqlen_k);
         }
-      } else if (t.mask_kind == MaskKind::keep) {
+      } else if (read_mask && t.mask_kind == MaskKind::keep) {
         CUTE_UNROLL
         for (int c = 0; c < size<1>(scores); ++c) {
           const uint8_t keep = terms.mask_at<uint8_t>(n0 + get<1>(coords(0, c)), mask.seqlen_k);

@@ -24,7 +24,10 @@
 // reduction (cp.reduce.async.bulk), which the L2 applies without a round trip
 // per element. flash_bwd_sm90_convert_dq_kernel reads the accumulator back in
 // the same fragment order. Softcap multiplies dS by tanh's derivative; the
-// deterministic mode orders each query tile's reductions by key tile.
+// deterministic mode orders each query tile's reductions by key tile. With an
+// attention mask, the mask's tile map (mask_tiles.cuh) lets a key tile skip
+// the query tiles the mask leaves out entirely (no turn taken in that order)
+// and read the mask only in those it cuts.
 #pragma once
 
 // cute/tensor.hpp first: the Hopper atoms below need what it declares.
@@ -44,6 +47,7 @@
 #include "attention/dropout.cuh"
 #include "attention/flash_bwd_kernel.cuh"
 #include "attention/mask.cuh"
+#include "attention/mask_tiles.cuh"
 #include "attention/sm90/flash_bwd_sm90_config.h"
 #include "attention/sm90/gmem_tensor.cuh"
 #include "attention/sm90/gmma_fragment.cuh"
@@ -211,6 +215,8 @@ struct BwdParams {
   // have added their dQ, so that they add in key-tile order; nullptr: any order.
   int* semaphores;
   int sem_per_head;
+  // The masked kernel's: the query tiles a key tile skips or reads no mask in.
+  MaskTileMap mask_tiles;
 };
 
 // The query tiles [first, last] that attend some key of key tile n_block
@@ -250,9 +256,9 @@ __device__ inline void bulk_reduce_add(float* global, const float* shared, uint3
 // them. Runs with the producer's few registers.
 template <class Traits, class SharedStorage, class SmemQ, class SmemKV>
 __device__ inline void bwd_producer(BwdParams<Traits> const& p, SharedStorage& smem,
-                                    QueryTiles tiles, SeqExtent seq_q, SeqExtent seq_k, int n_block,
-                                    int head, int batch, SmemQ& sQ, SmemQ& sdO, SmemKV& sK,
-                                    SmemKV& sV) {
+                                    QueryTiles tiles, MaskTileColumn column, SeqExtent seq_q,
+                                    SeqExtent seq_k, int n_block, int head, int batch, SmemQ& sQ,
+                                    SmemQ& sdO, SmemKV& sK, SmemKV& sV) {
   using namespace cute;
   using Transaction = cutlass::arch::ClusterTransactionBarrier;
   using Barrier = cutlass::arch::ClusterBarrier;
@@ -292,6 +298,7 @@ __device__ inline void bwd_producer(BwdParams<Traits> const& p, SharedStorage& s
     copy(p.tma_v.with(smem.kv_full), tVgV, tVsV);
     int stage = 0, phase = 0;
     for (int m = tiles.first; m <= tiles.last; ++m) {
+      if (column.empty(m)) continue;  // the mask leaves the query tile out
       wait_barrier(smem.empty[stage], phase ^ 1);
       Transaction::arrive_and_expect_tx(&smem.q_full[stage], Traits::kBytesQ);
       copy(p.tma_q.with(smem.q_full[stage]), tQgQ(_, m), tQsQ(_, stage));
@@ -316,13 +323,17 @@ __device__ inline void bwd_producer(BwdParams<Traits> const& p, SharedStorage& s
     int stage = 0, phase = 0;
 #pragma unroll 1
     for (int m = tiles.first; m <= tiles.last; ++m) {
-      wait_barrier(smem.empty[stage], phase ^ 1);
+      // A query tile the mask leaves out: the pointers step past it.
+      const bool skipped = column.empty(m);
+      if (!skipped) wait_barrier(smem.empty[stage], phase ^ 1);
       CUTE_UNROLL
       for (int i = lane; i < kBlockM; i += 32, row += 32, lse += lse_step, dsum += 32) {
+        if (skipped) continue;
         const bool valid = row < seqlen_q;
         smem.lse[stage][i] = valid ? *lse * kLog2e : INFINITY;
         smem.dsum[stage][i] = valid ? *dsum : 0.0f;
       }
+      if (skipped) continue;
       Barrier::arrive(&smem.rows_full[stage]);
       if (++stage == kStages) {
         stage = 0;
@@ -397,8 +408,9 @@ __device__ inline void store_mask_grad(DScores const& dscores, Coords const& coo
 }
 
 // S^T -> P^T in place: softcap, ALiBi and the attention mask (kMasked; the
-// scores scaled by bias_pre first), the window (keys outside a query row's
-// range give P = 0), then exp2(S^T scale_log2 - LSE). `scores` and `coords`
+// scores scaled by bias_pre first; read only where read_mask), the window
+// (keys outside a query row's range give P = 0), then exp2(S^T scale_log2 -
+// LSE). `scores` and `coords`
 // are row-column views of the S^T accumulator and of its (key, query row)
 // coordinates within the tile.
 template <bool kMasked, class Scores, class Coords>
@@ -406,7 +418,7 @@ __device__ inline void scores_to_probs(Scores& scores, Coords const& coords,
                                        const AttentionMask& mask, const float* lse, int m0,
                                        int block_m, int n0, int block_n, float scale_log2,
                                        float softcap, float softcap_pre, AlibiBias alibi,
-                                       float bias_pre, MaskTile const& masked) {
+                                       float bias_pre, MaskTile const& masked, bool read_mask) {
   using namespace cute;
   if (softcap > 0.0f) {
     CUTE_UNROLL
@@ -428,9 +440,9 @@ __device__ inline void scores_to_probs(Scores& scores, Coords const& coords,
     }
   }
   if constexpr (kMasked) {
-    if (masked.additive) {
+    if (read_mask && masked.additive) {
       apply_attn_mask<true>(scores, coords, mask, m0, n0, masked);
-    } else {
+    } else if (read_mask) {
       apply_attn_mask<false>(scores, coords, mask, m0, n0, masked);
     }
   }
@@ -582,7 +594,9 @@ struct DqReducer {
     cutlass::arch::fence_view_async_shared();
   }
 
-  __device__ void operator()(int tidx, int m0) const {
+  // column: the key tiles that skip a query tile (the masked kernel's) take
+  // no turn in the deterministic order.
+  __device__ void operator()(int tidx, int m0, MaskTileColumn const& column) const {
     constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
     cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, 2);
     if (tidx != 0) return;
@@ -591,7 +605,9 @@ struct DqReducer {
       int n_begin, n_end;
       mask.key_tiles(m0, kBlockM, kBlockN, n_begin, n_end);
       semaphore = semaphores + m0 / kBlockM;
-      while (load_acquire(semaphore) != n_block - n_begin) {
+      // Its turn: after the key tiles before it that add to the query tile.
+      const int turn = column.key_tiles_before(m0 / kBlockM, n_begin, n_block);
+      while (load_acquire(semaphore) != turn) {
       }
       asm volatile("fence.proxy.async.global;" ::: "memory");  // the reduction after the wait
     }
@@ -650,6 +666,9 @@ struct BwdTile {
   AlibiBias alibi;  // off, or this (batch, head)'s slope
   MaskTile masked;  // the masked kernel's
   DropoutRng rng;   // the dropout kernel's
+  // The masked kernel's classes of the query tiles (no map: none skipped):
+  // tiles holds the first and last that are not skipped.
+  MaskTileColumn column;
 };
 
 // Consumers up to head dim 128: warpgroup g owns keys [64 g, 64 g + 64) of
@@ -708,13 +727,13 @@ __device__ inline void consume_key_halves(BwdParams<Traits> const& p, BwdTile<Tr
     // live next to the next tile's S^T and dP^T).
     wait_barrier(smem.kv_full, 0);
     int stage = 0, phase = 0;
-    for (int m = t.tiles.first; m <= t.tiles.last; ++m) {
+    for (int m = t.tiles.first; m <= t.tiles.last; m = t.column.next(m, t.tiles.last)) {
       const int m0 = m * kBlockM;
       wait_barrier(smem.q_full[stage], phase);
       warpgroup_gemm<true, -1>(mma_sdp, tSrK, tSrQ(_, _, _, stage), acc_s);
       wait_barrier(smem.do_full[stage], phase);
       warpgroup_gemm<true, -1>(mma_sdp, tSrV, tSrdO(_, _, _, stage), acc_dp);
-      if (m > t.tiles.first) t.reduce_dq(tidx, m0 - kBlockM);
+      if (m > t.tiles.first) t.reduce_dq(tidx, t.column.previous(m) * kBlockM, t.column);
       wait_barrier(smem.rows_full[stage], phase);
       warpgroup_wait<1>();  // S^T
       warpgroup_fence_operand(acc_s);
@@ -722,7 +741,7 @@ __device__ inline void consume_key_halves(BwdParams<Traits> const& p, BwdTile<Tr
       const float* dsum = smem.dsum[stage];
       scores_to_probs<kMasked>(scores, coords, t.mask, lse, m0, kBlockM, t.n0, kBlockN,
                                p.scale_log2, p.softcap, p.softcap_pre, t.alibi, p.bias_pre,
-                               t.masked);
+                               t.masked, t.column.partial(m));
       // Dropout: dV takes the dropped P^T; dS the whole P^T and the dropped dP^T.
       uint32_t kept = 0;
       if constexpr (kDropout) {
@@ -764,7 +783,7 @@ __device__ inline void consume_key_halves(BwdParams<Traits> const& p, BwdTile<Tr
         phase ^= 1;
       }
     }
-    t.reduce_dq(tidx, t.tiles.last * kBlockM);
+    t.reduce_dq(tidx, t.tiles.last * kBlockM, t.column);
     if (tidx == 0) cute::tma_store_wait<0>();  // shared memory outlives the reduction's reads
   }
 
@@ -832,11 +851,11 @@ __device__ inline void consume_roles(BwdParams<Traits> const& p, BwdTile<Traits>
 
     wait_barrier(smem.kv_full, 0);
     int stage = 0, phase = 0;
-    for (int m = t.tiles.first; m <= t.tiles.last; ++m) {
+    for (int m = t.tiles.first; m <= t.tiles.last; m = t.column.next(m, t.tiles.last)) {
       const int m0 = m * kBlockM;
       wait_barrier(probs_role ? smem.q_full[stage] : smem.do_full[stage], phase);
       warpgroup_gemm<true, -1>(mma_sdp, tSrA, tSrB(_, _, _, stage), acc_sdp);
-      if (m > t.tiles.first) t.reduce_dq(tidx, m0 - kBlockM);
+      if (m > t.tiles.first) t.reduce_dq(tidx, t.column.previous(m) * kBlockM, t.column);
       wait_barrier(smem.rows_full[stage], phase);
       const float* lse = smem.lse[stage];
       const float* dsum = smem.dsum[stage];
@@ -844,7 +863,8 @@ __device__ inline void consume_roles(BwdParams<Traits> const& p, BwdTile<Traits>
       warpgroup_fence_operand(acc_sdp);
       if (probs_role) {
         scores_to_probs<kMasked>(sdp, coords, t.mask, lse, m0, kBlockM, t.n0, kBlockN, p.scale_log2,
-                                 p.softcap, p.softcap_pre, t.alibi, p.bias_pre, t.masked);
+                                 p.softcap, p.softcap_pre, t.alibi, p.bias_pre, t.masked,
+                                 t.column.partial(m));
         CUTE_UNROLL
         for (int i = 0; i < kValues; ++i) probs[i * 128] = acc_sdp(i);
         NamedBarrier::arrive(kThreads, 3);
@@ -893,7 +913,7 @@ __device__ inline void consume_roles(BwdParams<Traits> const& p, BwdTile<Traits>
         phase ^= 1;
       }
     }
-    t.reduce_dq(tidx, t.tiles.last * kBlockM);
+    t.reduce_dq(tidx, t.tiles.last * kBlockM, t.column);
     if (tidx == 0) cute::tma_store_wait<0>();  // shared memory outlives the reduction's reads
   }
 
@@ -946,7 +966,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   mask.seqlen_k = seq_k.len;
   const int n0 = n_block * Traits::kBlockN;
   if (n0 >= mask.seqlen_k) return;
-  const QueryTiles tiles = query_tiles(mask, n_block, Traits::kBlockM, Traits::kBlockN);
+  QueryTiles tiles = query_tiles(mask, n_block, Traits::kBlockM, Traits::kBlockN);
+  // The masked kernel skips the query tiles that its mask leaves out entirely.
+  MaskTileColumn column{nullptr, 0};
+  if constexpr (kTerms == TermsKernel::masked) {
+    column = mask_tile_column(p.mask_tiles, batch, head, n_block);
+    while (tiles.first <= tiles.last && column.empty(tiles.first)) ++tiles.first;
+    while (tiles.last >= tiles.first && column.empty(tiles.last)) --tiles.last;
+  }
 
   extern __shared__ __align__(1024) char smem_raw[];
   SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
@@ -978,7 +1005,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
   if (warp_group == 0) {
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
-    bwd_producer(p, smem, tiles, seq_q, seq_k, n_block, head, batch, s.q, s.dout, s.k, s.v);
+    bwd_producer(p, smem, tiles, column, seq_q, seq_k, n_block, head, batch, s.q, s.dout, s.k, s.v);
     return;
   }
 
@@ -1018,6 +1045,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       // Reads the seed only with dropout.
       DropoutRng(kTerms == TermsKernel::computed ? p.dropout : DropoutParams{}, batch,
                  int(gridDim.y), head),
+      column,
   };
   if constexpr (Traits::kRoles) {
     consume_roles<kTerms>(p, t, smem, s, tidx);

@@ -153,11 +153,19 @@ cudaError_t run_flash_bwd_sm90(const AttentionBackwardProblem& problem) {
       dropout_params(P.terms.dropout),
       semaphores,
       (P.seqlen_q + 15) / 16,
+      MaskTileMap{nullptr, 0, 0, 0},  // set below for a mask
   };
   const int64_t n_blocks = (int64_t(P.seqlen_k) + Traits::kBlockN - 1) / Traits::kBlockN;
   const dim3 grid(unsigned(n_blocks), unsigned(P.nheads), unsigned(P.batch));
   // The plan declines a mask with dropout.
   if (masked) {
+    // The mask's tile map, after the steps' buffers (flash_sm90.cu sizes the
+    // workspace for it).
+    const size_t map_offset = mask_tile_map_offset(workspace_needed);
+    p.mask_tiles = build_mask_tile_map<Traits::kBlockM, Traits::kBlockN>(
+        mask, P.batch, P.nheads, P.seqlen_q, P.seqlen_k, workspace + map_offset,
+        P.workspace_bytes > map_offset ? P.workspace_bytes - map_offset : 0, P.stream, &status);
+    if (status != cudaSuccess) return status;
     status = launch_with_smem<sm90::flash_bwd_sm90_kernel<Traits, TermsKernel::masked>>(
         p, grid, Traits::kThreads, Traits::kSmemBytes, P.stream);
   } else if (dropout_on(P.terms)) {

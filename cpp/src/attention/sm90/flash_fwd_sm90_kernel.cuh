@@ -22,6 +22,11 @@
 // TMA store, which clips the rows past seqlen_q and the columns past the
 // head dim (varlen: row by row, within the sequence); the LSE is written
 // from registers.
+//
+// With an attention mask, a pass before the kernel maps the mask's tiles
+// (mask_tiles.cuh): the producer and the consumers skip the key tiles the
+// mask leaves out entirely, and the consumers read the mask only in the tiles
+// it cuts.
 #pragma once
 
 // cute/tensor.hpp first: the Hopper atoms below need what it declares.
@@ -40,6 +45,7 @@
 
 #include "attention/dropout.cuh"
 #include "attention/mask.cuh"
+#include "attention/mask_tiles.cuh"
 #include "attention/score_terms.cuh"
 #include "attention/sm90/flash_fwd_sm90_config.h"
 #include "attention/sm90/gmem_tensor.cuh"
@@ -168,6 +174,7 @@ struct FwdParams {
   bool reverse_m;  // causal: the longest query tiles (the last) first
   bool paired;     // causal, persistent: tiles taken in pairs of equal work (first_tile)
   int head_group;  // > 1: heads fastest in groups of this many (fwd_tile); 1: query tiles fastest
+  MaskTileMap mask_tiles;  // the masked kernel's: key tiles it skips or reads no mask in
 };
 
 // The tiles of a CTA: t = blockIdx.x, + gridDim.x, ... Paired (a persistent
@@ -255,9 +262,10 @@ struct GemmTurns {
 
 // kTermsKernel: computed, the kernel with ALiBi and dropout (score_terms.cuh,
 // dropout.cuh); masked, also an attention mask, read element by element
-// (its loads take registers that the others should not pay for); none, so
-// that calls without them run code that has none. Sinks reach all three: they
-// only join the epilogue's row sums.
+// (its loads take registers that the others should not pay for) in the key
+// tiles its tile map (mask_tiles.h) neither skips nor marks as kept whole;
+// none, so that calls without them run code that has none. Sinks reach all
+// three: they only join the epilogue's row sums.
 template <class Traits, TermsKernel kTermsKernel>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     flash_fwd_sm90_kernel(CUTE_GRID_CONSTANT FwdParams<Traits> const p) {
@@ -278,6 +286,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   Tensor sO = make_tensor(make_smem_ptr(Traits::kSeparateO ? smem.o.data() : smem.q.data()),
                           typename Traits::SmemLayoutQ{});
   const bool varlen = p.cu_seqlens_q != nullptr;
+  constexpr bool kMasked = kTermsKernel == TermsKernel::masked;
+  // The classes of a query tile's key tiles in the mask (nullptr: none, every
+  // key tile partial); the producer and the consumers skip the same ones.
+  auto mask_codes = [&](const FwdTile& tile) -> const uint8_t* {
+    return kMasked ? mask_tile_row(p.mask_tiles, tile.batch, tile.head, tile.m_block) : nullptr;
+  };
 
   // Warp-uniform role (the compiler cannot prove threadIdx.x / 128 uniform).
   const int warp_group = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);
@@ -332,7 +346,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       ++q_tiles;
       Transaction::arrive_and_expect_tx(&smem.q_full, Traits::kBytesQ);
       copy(p.tma_q.with(smem.q_full), tQgQ, tQsQ);
-      for (int n = tile.n_end - 1; n >= tile.n_begin; --n) {
+      const uint8_t* codes = mask_codes(tile);
+      for (int n = previous_key_tile(codes, tile.n_end, tile.n_begin); n >= tile.n_begin;
+           n = previous_key_tile(codes, n, tile.n_begin)) {
         wait_barrier(smem.k_empty[stage], phase ^ 1);
         Transaction::arrive_and_expect_tx(&smem.k_full[stage], Traits::kBytesKV);
         copy(p.tma_k.with(smem.k_full[stage]), tKgK(_, n), tKsK(_, stage));
@@ -378,6 +394,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     const FwdTile tile = fwd_tile(p, t, kBlockM, kBlockN);
     if (!tile.valid) continue;
     const int m0 = tile.m_block * kBlockM;
+    const uint8_t* codes = mask_codes(tile);
+    KeyTileBits key_tiles;  // codes as bits: no load per key tile
     clear(tOrO);
     OnlineSoftmax<kRows> softmax;
     // Dropout zeroes the dropped probabilities after the row sums took them;
@@ -410,7 +428,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       if constexpr (kTermsKernel == TermsKernel::masked) {
         apply_score_terms<true>(
             scores, score_coords, m0, n * kBlockN, p.terms, tile.batch,
-            [&](int) { return tile.head; }, [](int row) { return row; }, tile.mask);
+            [&](int) { return tile.head; }, [](int row) { return row; }, tile.mask,
+            key_tiles.read(codes, n));
       } else if constexpr (kRowOffset) {
         if (p.terms.alibi_slopes != nullptr) {
           apply_alibi_by_side(scores, score_coords, m0, kBlockM, n * kBlockN, kBlockN, p.terms,
@@ -427,8 +446,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
     wait_barrier(smem.q_full, q_phase);
     q_phase ^= 1;
-    if (tile.n_end > tile.n_begin) {
-      int n = tile.n_end - 1;
+    int n = key_tiles.previous(codes, tile.n_end, tile.n_begin);
+    if (n >= tile.n_begin) {
       wait_barrier(smem.k_full[stage], phase);
       turns.wait();
       warpgroup_gemm<true, -1>(mma_qk, tSrQ, tSrK(_, _, _, stage), tSrS);
@@ -445,7 +464,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       }
       drop(n);
       convert_gmma_fragment(tSrS, tOrP);
-      for (--n; n >= tile.n_begin; --n) {
+      for (n = key_tiles.previous(codes, n, tile.n_begin); n >= tile.n_begin;
+           n = key_tiles.previous(codes, n, tile.n_begin)) {
         int next = stage + 1, next_phase = phase;
         if (next == kStages) {
           next = 0;
@@ -491,7 +511,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         phase ^= 1;
       }
     } else if constexpr (Traits::kSeparateO) {
-      Barrier::arrive(&smem.q_empty);  // a tile with no key reads no Q
+      Barrier::arrive(&smem.q_empty);  // a tile with no key (or none unmasked) reads no Q
     }
 
     // ------------------------------------------------------------ epilogue

@@ -115,6 +115,7 @@ cudaError_t run_flash_fwd_sm90(const AttentionForwardProblem& problem) {
       /*reverse_m=*/problem.window.right >= 0,
       /*paired=*/false,
       /*head_group=*/1,
+      /*mask_tiles=*/MaskTileMap{nullptr, 0, 0, 0},
   };
   // Persistent, one CTA per SM (the shared memory allows no second), where
   // every tile has the same work: the next tile's loads overlap this one's
@@ -156,6 +157,13 @@ cudaError_t run_flash_fwd_sm90(const AttentionForwardProblem& problem) {
       break;
     case TermsKernel::masked:
       if constexpr (sm90::runs_terms<Config>()) {
+        // The mask's tile map first, on the same stream (flash_sm90.cu sizes
+        // the workspace for it).
+        cudaError_t error = cudaSuccess;
+        p.mask_tiles = build_mask_tile_map<Traits::kBlockM, Traits::kBlockN>(
+            problem.terms.mask, problem.batch, problem.nheads, problem.seqlen_q, problem.seqlen_k,
+            problem.workspace, problem.workspace_bytes, problem.stream, &error);
+        if (error != cudaSuccess) return error;
         return launch_with_smem<sm90::flash_fwd_sm90_kernel<Traits, TermsKernel::masked>>(
             p, grid, Traits::kThreads, Traits::kSmemBytes, problem.stream);
       }

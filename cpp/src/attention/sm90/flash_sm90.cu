@@ -20,6 +20,7 @@
 
 #include "attention/flash_fwd_dispatch.h"
 #include "attention/kvcache_plan.h"
+#include "attention/mask_tiles.h"
 #include "attention/sm90/flash_bwd_sm90_config.h"
 #include "attention/sm90/flash_fwd_sm90_config.h"
 #include "attention/sm90/flash_sm90_tiles.h"
@@ -183,9 +184,28 @@ cudaError_t launch(const AttentionForwardProblem& problem) {
   }
 }
 
-// The kvcache kernel's rotated q; its splits need none (the cluster combines them).
+// A masked call's tile map (mask_tiles.h) for the row it runs: the first of
+// its head dim that is not a long_keys row (the terms kernels take none).
+size_t mask_map_bytes(const AttentionForwardProblem& problem) {
+  if (problem.terms.mask.kind == MaskKind::none || problem.cu_seqlens_q != nullptr) return 0;
+  const int head_dim = sm90_head_dim(problem.headdim);
+  for (const FlashFwdSm90Tile& row : kSm90FwdTiles) {
+    if (row.head_dim == head_dim && row.use != TileUse::long_keys) {
+      return size_t(mask_tile_extent(problem.terms.mask, problem.batch, problem.nheads,
+                                     problem.seqlen_q, problem.seqlen_k, row.block_m, row.block_n)
+                        .bytes());
+    }
+  }
+  return 0;
+}
+
+// The kvcache kernel's rotated q (its splits need none: the cluster combines
+// them); a masked call's tile map.
 size_t workspace_bytes(const AttentionForwardProblem& problem) {
-  return kvcache_workspace_bytes(kSm90FwdCacheTiles, problem, /*partials=*/false);
+  if (uses_kvcache_kernel(problem)) {
+    return kvcache_workspace_bytes(kSm90FwdCacheTiles, problem, /*partials=*/false);
+  }
+  return mask_map_bytes(problem);
 }
 
 // ----------------------------------------------------------------- backward
@@ -224,6 +244,22 @@ constexpr int backward_row_smem(int head_dim) {
     }
   }
   return bytes;
+}
+
+// The backward's steps (attention_problem.h), then a masked call's tile map
+// for the row it runs.
+size_t backward_workspace_bytes(const AttentionBackwardProblem& problem) {
+  const size_t steps = flash_bwd_workspace_bytes(problem);
+  if (problem.terms.mask.kind == MaskKind::none || problem.cu_seqlens_q != nullptr) return steps;
+  for (const FlashBwdSm90Tile& row : kSm90BwdTiles) {
+    if (row.head_dim == padded_headdim(problem.headdim)) {
+      return mask_tile_map_offset(steps) +
+             size_t(mask_tile_extent(problem.terms.mask, problem.batch, problem.nheads,
+                                     problem.seqlen_q, problem.seqlen_k, row.block_m, row.block_n)
+                        .bytes());
+    }
+  }
+  return steps;
 }
 
 bool plan_backward(const AttentionBackwardProblem& problem, std::string* why) {
@@ -292,7 +328,7 @@ cudaError_t launch_backward(const AttentionBackwardProblem& problem) {
 [[maybe_unused]] const bool kRegistered = register_kernels<Op::attention_forward>(
     {Family::sm90, &plan, &workspace_bytes, &launch, static_cast<int32_t>(Family::sm80)});
 [[maybe_unused]] const bool kRegisteredBackward = register_kernels<Op::attention_backward>(
-    {Family::sm90, &plan_backward, &flash_bwd_workspace_bytes, &launch_backward,
+    {Family::sm90, &plan_backward, &backward_workspace_bytes, &launch_backward,
      static_cast<int32_t>(Family::sm80)});
 
 }  // namespace
