@@ -426,10 +426,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         for (int i = 0; i < size(tSrS); ++i) tSrS(i) = p.softcap * tanhf(tSrS(i) * p.softcap_pre);
       }
       if constexpr (kTermsKernel == TermsKernel::masked) {
-        apply_score_terms<true>(
-            scores, score_coords, m0, n * kBlockN, p.terms, tile.batch,
-            [&](int) { return tile.head; }, [](int row) { return row; }, tile.mask,
-            key_tiles.read(codes, n));
+        // A tile the mask keeps whole needs no term, unless the scores are
+        // scaled first (an additive mask) or ALiBi adds its bias.
+        const bool read = key_tiles.read(codes, n);
+        if (read || p.terms.bias_pre != 1.0f || p.terms.alibi_slopes != nullptr) {
+          apply_score_terms<true>(
+              scores, score_coords, m0, n * kBlockN, p.terms, tile.batch,
+              [&](int) { return tile.head; }, [](int row) { return row; }, tile.mask, read);
+        }
       } else if constexpr (kRowOffset) {
         if (p.terms.alibi_slopes != nullptr) {
           apply_alibi_by_side(scores, score_coords, m0, kBlockM, n * kBlockN, kBlockN, p.terms,
