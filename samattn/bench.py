@@ -1426,7 +1426,10 @@ class Bench:
         ("attention_mask", ratio = SDPA's time / samattn's). The masks go through
         samattn.scaled_dot_product_attention when not causal; causal, through
         flash_attn_func(causal=True, attn_mask=...) (SDPA refuses is_causal with a mask),
-        with SDPA given the mask and the causal mask as one."""
+        with SDPA given the mask and the causal mask as one. The masks are key padding
+        (padding_mask): the masked call skips tiles of padded keys that the call without it
+        computes, so the mask records carry mask_keeps, the fraction of the mask's elements
+        it keeps (averaged over the input sets), to read their ratio by."""
         dtype = DTYPES[dtype_name][0]
         causal = case.causal
         shape = (case.batch, case.seqlen, case.heads, case.d)
@@ -1442,6 +1445,7 @@ class Bench:
             keep = padding_mask(case.batch, case.seqlen, q.device)
             bias = torch.zeros(mask_shape, device=q.device).masked_fill_(~keep, -math.inf)
             sets.append((q, k, v, keep, bias))
+        mask_keeps = sum(keep.float().mean().item() for *_, keep, _ in sets) / len(sets)
         dout = _randn(shape, dtype)
         slopes = alibi_slopes(case.heads, dout.device)
         sinks = torch.randn(case.heads, device=dout.device)
@@ -1544,6 +1548,7 @@ class Bench:
                 family=ran, forced=family is not None, dtype=dtype_name, shape=list(case[:4]),
                 **case._asdict(), feature=feature, direction=direction, unit="TFLOPS",
                 samattn=tflop / (ms / 1e3), samattn_ms=ms,
+                **({"mask_keeps": mask_keeps} if feature in MASK_FEATURES else {}),
             )  # fmt: skip
             self._record(
                 op="attention_terms",

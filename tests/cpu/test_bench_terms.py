@@ -126,6 +126,11 @@ def test_terms_records_with_the_baseline_refused(monkeypatch):
         tflop = bench.attention_tflop(CASE, r["direction"])
         assert r["samattn"] == pytest.approx(tflop / 1e-3) and r["samattn_ms"] == 1.0
         assert r["baseline_ms"] == 1.0 and r["ratio"] == pytest.approx(1.0)  # plain / feature
+        # The padding masks keep half of the keys or more; the other features have none.
+        if r["feature"] in bench.MASK_FEATURES:
+            assert 0.5 <= r["mask_keeps"] <= 1.0
+        else:
+            assert "mask_keeps" not in r
     assert [(r["feature"], r["direction"]) for r in masks] == [
         ("bool_mask", "fwd"), ("bool_mask", "bwd"), ("float_mask", "fwd"), ("float_mask", "bwd"),
     ]  # fmt: skip
