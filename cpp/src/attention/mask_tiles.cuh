@@ -1,8 +1,9 @@
 // The pass that fills an attention mask's tile map (mask_tiles.h), and what
 // the kernels ask of the map. One CTA per tile of the map reads the tile's
-// elements inside the sequence lengths (coalesced, 16 per thread between
-// checks) and stops as soon as the tile is known to be partial, so that a
-// mask with values everywhere (a learned bias) costs a few rows per tile.
+// elements inside the sequence lengths (coalesced; 16-byte pieces where the
+// rows are aligned, four per thread between checks) and stops as soon as the
+// tile is known to be partial, so that a mask with values everywhere (a
+// learned bias) costs a few rows per tile.
 #pragma once
 
 #include <cuda_runtime.h>
