@@ -1,10 +1,10 @@
-"""Where a masked sm90 forward's time goes: the kernel times (torch.profiler, mean of 20
-calls after 3 warm-ups) of the plain call and of calls with a mask, split into the
-mask's tile-map pass (classify_mask_tiles) and the attention kernel. Masks: the key
-padding of samattn.bench (bool, and the same as an additive 0 / -inf float32 mask), an
-all-True bool mask (every tile kept whole: the masked kernel's cost with nothing to
-skip or read) and a random bool mask keeping 90% (every tile cut: read element by
-element). PROFILE_DIMS (default 64,128,256) picks the head dims of the shapes run;
+"""Where a masked sm90 forward's time goes: the kernel times (kernel_times.kernel_means:
+torch.profiler, mean of 20 calls after 5 warm-ups) of the plain call and of calls with a
+mask, split into the mask's tile-map pass (classify_mask_tiles) and the attention kernel.
+Masks: the key padding of samattn.bench (bool, and the same as an additive 0 / -inf
+float32 mask), an all-True bool mask (every tile kept whole: the masked kernel's cost with
+nothing to skip or read) and a random bool mask keeping 90% (every tile cut: read element
+by element). PROFILE_DIMS (default 64,128,256) picks the head dims of the shapes run;
 OUT the folder of mask_profile.json.
 
     PROFILE_DIMS=64 python benchmarks/mask_tile_profile.py
@@ -18,28 +18,12 @@ import math
 import os
 
 import torch
-from torch.profiler import ProfilerActivity, profile
+from kernel_times import kernel_means
 
 import samattn
 from samattn.bench import padding_mask
 
 SHAPES = [(16, 32, 1024, 64), (1, 32, 16384, 64), (16, 16, 1024, 128), (4, 8, 4096, 256)]
-
-
-def kernel_us(fn, reps: int = 20) -> dict[str, float]:
-    """Mean device time per call (µs) of each kernel `fn` launches."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(reps):
-            fn()
-        torch.cuda.synchronize()
-    return {
-        e.key[:90]: round(e.device_time_total / reps, 1)
-        for e in prof.key_averages()
-        if e.device_type.name == "CUDA" and e.count
-    }
 
 
 def main() -> None:
@@ -60,9 +44,9 @@ def main() -> None:
         for causal in (False, True):
             row: dict = dict(shape=[b, h, s, d], causal=causal)
             call = functools.partial(samattn.flash_attn_func, q, k, v, causal=causal)
-            row["plain"] = kernel_us(call)
+            row["plain"] = kernel_means(call)
             for name, mask in masks.items():
-                row[name] = kernel_us(functools.partial(call, attn_mask=mask))
+                row[name] = kernel_means(functools.partial(call, attn_mask=mask))
             print(json.dumps(row), flush=True)
             rows.append(row)
     with open(os.path.join(os.environ.get("OUT", "."), "mask_profile.json"), "w") as f:

@@ -9,24 +9,9 @@ import json
 import sys
 
 import torch
-from torch.profiler import ProfilerActivity, profile
+from kernel_times import kernel_means
 
 import samattn
-
-
-def kernel_means(fn, calls: int = 20) -> dict[str, float]:
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    times: dict[str, list[float]] = {}
-    for event in prof.events():
-        if event.device_type == torch.autograd.DeviceType.CUDA:
-            times.setdefault(event.name[:90], []).append(event.device_time_total)
-    return {name: sum(t) / len(t) for name, t in times.items()}
 
 
 def main() -> None:
