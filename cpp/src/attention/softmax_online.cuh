@@ -67,6 +67,17 @@ struct OnlineSoftmax {
     update_impl<kFirstTile, true>(scores, scale_log2, correction, row_offset);
   }
 
+  // As update_deferred for scores that tile_scale (> 0) times would give
+  // the scores expected: the scale joins the maximum and the exponent's
+  // factor instead of a multiply per score (an additive mask's pre-scale on
+  // a tile that reads no mask). The row maximum is rounded as if every score
+  // had been scaled, since rounding is monotone.
+  template <bool kFirstTile, class Scores>
+  __device__ void update_deferred_scaled(Scores& scores, float scale_log2,
+                                         float (&correction)[kRows], float tile_scale) {
+    update_impl<kFirstTile, false, true>(scores, scale_log2, correction, nullptr, tile_scale);
+  }
+
   // out (rows, head dim) *= correction per row.
   template <class Out>
   __device__ static void rescale(Out& out, const float (&correction)[kRows]) {
@@ -115,19 +126,20 @@ struct OnlineSoftmax {
   }
 
  private:
-  template <bool kFirstTile, bool kOffset, class Scores>
+  template <bool kFirstTile, bool kOffset, bool kScaled = false, class Scores>
   __device__ void update_impl(Scores& scores, float scale_log2, float (&correction)[kRows],
-                              const float* row_offset) {
+                              const float* row_offset, float tile_scale = 1.0f) {
     using namespace cute;
     static_assert(decltype(size<0>(scores))::value == kRows);
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
-      float tile_max = kOffset ? -INFINITY : row_max[r];
+      float tile_max = kOffset || kScaled ? -INFINITY : row_max[r];
       CUTE_UNROLL
       for (int c = 0; c < size<1>(scores); ++c) tile_max = fmaxf(tile_max, scores(r, c));
       // Before the quad's reduction: a lane's offset may differ from its
       // neighbours' (it holds other columns).
       if constexpr (kOffset) tile_max = fmaxf(row_max[r], tile_max + row_offset[r]);
+      if constexpr (kScaled) tile_max = fmaxf(row_max[r], tile_max * tile_scale);
       tile_max = quad_allreduce(tile_max, [](float a, float b) { return fmaxf(a, b); });
       // A row masked so far keeps max -inf: subtract 0 so that its
       // probabilities are exp2(-inf) = 0, not NaN.
@@ -140,10 +152,11 @@ struct OnlineSoftmax {
         correction[r] = 1.0f;
       }
       row_max[r] = tile_max;
+      const float score_log2 = kScaled ? scale_log2 * tile_scale : scale_log2;
       float sum = 0.0f;
       CUTE_UNROLL
       for (int c = 0; c < size<1>(scores); ++c) {
-        const float p = fast_exp2(scores(r, c) * scale_log2 + addend);
+        const float p = fast_exp2(scores(r, c) * score_log2 + addend);
         scores(r, c) = p;
         sum += p;
       }

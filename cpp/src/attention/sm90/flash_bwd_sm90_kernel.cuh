@@ -424,10 +424,14 @@ __device__ inline void scores_to_probs(Scores& scores, Coords const& coords,
     CUTE_UNROLL
     for (int i = 0; i < size(scores); ++i) scores(i) = softcap * tanhf(scores(i) * softcap_pre);
   }
-  if ((kMasked || alibi.on) && bias_pre != 1.0f) {
+  // A tile that reads no mask and adds no ALiBi takes an additive mask's
+  // (positive) pre-scale in the exponent's factor, as the forward does.
+  const bool scale_in_exponent = kMasked && !read_mask && !alibi.on && bias_pre > 0.0f;
+  if ((kMasked || alibi.on) && bias_pre != 1.0f && !scale_in_exponent) {
     CUTE_UNROLL
     for (int i = 0; i < size(scores); ++i) scores(i) *= bias_pre;
   }
+  const float score_log2 = scale_in_exponent ? scale_log2 * bias_pre : scale_log2;
   if (alibi.on) {
     CUTE_UNROLL
     for (int c = 0; c < size<1>(scores); ++c) {
@@ -463,7 +467,7 @@ __device__ inline void scores_to_probs(Scores& scores, Coords const& coords,
     const float row_lse = lse[get<1>(coords(0, c))];
     CUTE_UNROLL
     for (int r = 0; r < size<0>(scores); ++r) {
-      scores(r, c) = fast_exp2(scores(r, c) * scale_log2 - row_lse);
+      scores(r, c) = fast_exp2(scores(r, c) * score_log2 - row_lse);
     }
   }
 }

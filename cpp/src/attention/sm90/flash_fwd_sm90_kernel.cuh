@@ -420,16 +420,23 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // outside causal and the window (only tiles that cross a boundary pay).
     constexpr bool kRowOffset = kTermsKernel == TermsKernel::computed;
     float row_offset[kRows];
+    // Returns the factor the softmax applies to this tile's scores (1 but
+    // for an additive mask's whole tiles, below).
     auto score_terms = [&](int n) {
+      float tile_scale = 1.0f;
       if (p.softcap > 0.0f) {
         CUTE_UNROLL
         for (int i = 0; i < size(tSrS); ++i) tSrS(i) = p.softcap * tanhf(tSrS(i) * p.softcap_pre);
       }
       if constexpr (kTermsKernel == TermsKernel::masked) {
-        // A tile the mask keeps whole needs no term, unless the scores are
-        // scaled first (an additive mask) or ALiBi adds its bias.
+        // A tile the mask keeps whole needs no term. The scale an additive
+        // mask applies first then goes to the softmax (when positive), and
+        // only ALiBi still needs the scores scaled.
         const bool read = key_tiles.read(codes, n);
-        if (read || p.terms.bias_pre != 1.0f || p.terms.alibi_slopes != nullptr) {
+        const bool alibi = p.terms.alibi_slopes != nullptr;
+        if (!read && !alibi && p.terms.bias_pre > 0.0f) {
+          tile_scale = p.terms.bias_pre;
+        } else if (read || p.terms.bias_pre != 1.0f || alibi) {
           apply_score_terms<true>(
               scores, score_coords, m0, n * kBlockN, p.terms, tile.batch,
               [&](int) { return tile.head; }, [](int row) { return row; }, tile.mask, read);
@@ -446,6 +453,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       if (tile.mask.tile_needs_mask(m0, kBlockM, n * kBlockN, kBlockN)) {
         tile.mask.apply(scores, score_coords, m0, n * kBlockN);
       }
+      return tile_scale;
     };
 
     wait_barrier(smem.q_full, q_phase);
@@ -459,10 +467,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       warpgroup_wait<0>();
       warpgroup_fence_operand(tSrS);
       Barrier::arrive(&smem.k_empty[stage]);
-      score_terms(n);
       float correction[kRows];
+      const float tile_scale = score_terms(n);
       if constexpr (kRowOffset) {
         softmax.template update_deferred<true>(scores, p.scale_log2, correction, row_offset);
+      } else if constexpr (kTermsKernel == TermsKernel::masked) {
+        softmax.template update_deferred_scaled<true>(scores, p.scale_log2, correction, tile_scale);
       } else {
         softmax.template update_deferred<true>(scores, p.scale_log2, correction);
       }
@@ -486,9 +496,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         warpgroup_wait<1>();
         warpgroup_fence_operand(tSrS);
         Barrier::arrive(&smem.k_empty[next]);
-        score_terms(n);
+        const float tile_scale = score_terms(n);
         if constexpr (kRowOffset) {
           softmax.template update_deferred<false>(scores, p.scale_log2, correction, row_offset);
+        } else if constexpr (kTermsKernel == TermsKernel::masked) {
+          softmax.template update_deferred_scaled<false>(scores, p.scale_log2, correction,
+                                                         tile_scale);
         } else {
           softmax.template update_deferred<false>(scores, p.scale_log2, correction);
         }
