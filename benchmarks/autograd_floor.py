@@ -1,0 +1,99 @@
+"""The host-time floor of a Python autograd node, against samattn's and torch's own.
+
+samattn's ops reach autograd through a Python ``torch.autograd.Function`` (as flash-attn's
+do): torch.library ops take the same route. This measures, in alternating rounds on the same
+tensors, the eager host time per call of forward + backward (``torch.autograd.grad``) and
+of the backward alone for
+
+- ``torch``: ``torch.softmax`` (a C++ autograd node);
+- ``python_node``: a minimal ``torch.autograd.Function`` whose forward and backward call
+  torch's own softmax kernels (``torch.softmax``, ``torch._softmax_backward_data``);
+- ``samattn``: ``samattn.softmax``;
+
+so that ``python_node / torch`` is what any Python autograd node costs before its kernels,
+and ``samattn / python_node`` what samattn adds to it. One JSON object on stdout.
+
+    python benchmarks/autograd_floor.py
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+import samattn
+
+
+class _TorchKernels(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+        y = torch.softmax(x, -1)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy: torch.Tensor) -> torch.Tensor:
+        (y,) = ctx.saved_tensors
+        return torch._softmax_backward_data(dy, y, -1, y.dtype)
+
+
+def alternating_us(
+    calls: dict[str, Callable[[], object]], per_round: int = 100, rounds: int = 21
+) -> dict[str, float]:
+    """Median host µs per call of each function, the functions taking turns round by round
+    (the host's speed drifts between runs; a drift must reach every function alike)."""
+    for fn in calls.values():
+        for _ in range(5):
+            fn()
+    torch.cuda.synchronize()
+    samples: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(rounds):
+        for name, fn in calls.items():
+            started = time.perf_counter()
+            for _ in range(per_round):
+                fn()
+            samples[name].append((time.perf_counter() - started) / per_round * 1e6)
+            torch.cuda.synchronize()
+    return {name: round(statistics.median(s), 2) for name, s in samples.items()}
+
+
+def main() -> None:
+    x = torch.randn(64, 1024, device="cuda", requires_grad=True)
+    dy = torch.randn_like(x)
+    forwards = {
+        "torch": lambda: torch.softmax(x, -1),
+        "python_node": lambda: _TorchKernels.apply(x),
+        "samattn": lambda: samattn.softmax(x, -1),
+    }
+    out: dict[str, object] = {
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "case": "softmax, float32 (64, 1024), last dim",
+    }
+    out["forward_backward_us"] = alternating_us(
+        {name: (lambda f=f: torch.autograd.grad(f(), (x,), dy)) for name, f in forwards.items()}
+    )
+    kept = {name: f() for name, f in forwards.items()}
+    out["backward_only_us"] = alternating_us(
+        {
+            name: (lambda y=y: torch.autograd.grad(y, (x,), dy, retain_graph=True))
+            for name, y in kept.items()
+        }
+    )
+    out["forward_with_grad_us"] = alternating_us(forwards)
+    for key in ("forward_backward_us", "backward_only_us", "forward_with_grad_us"):
+        t = out[key]
+        out[key.replace("_us", "_ratios")] = {
+            "torch / python_node": round(t["torch"] / t["python_node"], 3),
+            "torch / samattn": round(t["torch"] / t["samattn"], 3),
+            "python_node / samattn": round(t["python_node"] / t["samattn"], 3),
+        }
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
