@@ -182,10 +182,18 @@ echo "=== setup ==="
 if command -v nvidia-smi >/dev/null; then
   nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader
 fi
-rm -rf "$TOOLS"
-if ! python3 -m pip install -q --no-index --no-deps --target "$TOOLS" .whl/*.whl; then
-  echo "could not install the carried wheels from .whl/ (nvidia-cutlass, nox)"
-  FAILED=1
+# The carried wheels, installed once per set of wheels: installing them again would give
+# CUTLASS's headers new times, and ninja would then compile every unit again instead of
+# resuming a build that an earlier call's time limit cut off.
+carried=$(sha256sum .whl/*.whl 2>/dev/null | sha256sum | cut -d' ' -f1)
+if [[ $(cat "$TOOLS/.carried" 2>/dev/null) != "$carried" ]]; then
+  rm -rf "$TOOLS"
+  if python3 -m pip install -q --no-index --no-deps --target "$TOOLS" .whl/*.whl; then
+    echo "$carried" >"$TOOLS/.carried"
+  else
+    echo "could not install the carried wheels from .whl/ (nvidia-cutlass, nox)"
+    FAILED=1
+  fi
 fi
 python3 -c 'import sys, torch; print(f"python {sys.version.split()[0]}, torch {torch.__version__}, CUDA {torch.version.cuda}, GPU: {torch.cuda.is_available()}")'
 
