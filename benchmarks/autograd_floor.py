@@ -19,13 +19,11 @@ and ``samattn / python_node`` what samattn adds to it. One JSON object on stdout
 from __future__ import annotations
 
 import json
-import statistics
-import time
-from collections.abc import Callable
 
 import torch
 
 import samattn
+from samattn.bench import host_us_alternating
 
 
 class _TorchKernels(torch.autograd.Function):
@@ -41,24 +39,8 @@ class _TorchKernels(torch.autograd.Function):
         return torch._softmax_backward_data(dy, y, -1, y.dtype)
 
 
-def alternating_us(
-    calls: dict[str, Callable[[], object]], per_round: int = 100, rounds: int = 21
-) -> dict[str, float]:
-    """Median host µs per call of each function, the functions taking turns round by round
-    (the host's speed drifts between runs; a drift must reach every function alike)."""
-    for fn in calls.values():
-        for _ in range(5):
-            fn()
-    torch.cuda.synchronize()
-    samples: dict[str, list[float]] = {name: [] for name in calls}
-    for _ in range(rounds):
-        for name, fn in calls.items():
-            started = time.perf_counter()
-            for _ in range(per_round):
-                fn()
-            samples[name].append((time.perf_counter() - started) / per_round * 1e6)
-            torch.cuda.synchronize()
-    return {name: round(statistics.median(s), 2) for name, s in samples.items()}
+def _rounded_us(functions: dict) -> dict[str, float]:
+    return {name: round(us, 2) for name, us in host_us_alternating(functions).items()}
 
 
 def main() -> None:
@@ -74,17 +56,17 @@ def main() -> None:
         "torch": torch.__version__,
         "case": "softmax, float32 (64, 1024), last dim",
     }
-    out["forward_backward_us"] = alternating_us(
+    out["forward_backward_us"] = _rounded_us(
         {name: (lambda f=f: torch.autograd.grad(f(), (x,), dy)) for name, f in forwards.items()}
     )
     kept = {name: f() for name, f in forwards.items()}
-    out["backward_only_us"] = alternating_us(
+    out["backward_only_us"] = _rounded_us(
         {
             name: (lambda y=y: torch.autograd.grad(y, (x,), dy, retain_graph=True))
             for name, y in kept.items()
         }
     )
-    out["forward_with_grad_us"] = alternating_us(forwards)
+    out["forward_with_grad_us"] = _rounded_us(forwards)
     for key in ("forward_backward_us", "backward_only_us", "forward_with_grad_us"):
         t = out[key]
         out[key.replace("_us", "_ratios")] = {

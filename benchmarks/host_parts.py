@@ -9,8 +9,6 @@ and a torch.profiler listing of each call's kernels. One JSON file, $OUT/host_pa
 import ctypes
 import json
 import os
-import statistics
-import time
 
 import torch
 import torch.nn.functional as F
@@ -18,23 +16,12 @@ from torch.profiler import ProfilerActivity, profile
 
 import samattn
 from samattn import _checks, _cuda, _eager, _family, _lib, _prepared
-from samattn.bench import graph_gpu_us, queued_gpu_us
+from samattn.bench import graph_gpu_us, host_us_alternating, queued_gpu_us
 
 
 def measure(cases, calls=200, rounds=15):
-    for fn in cases.values():
-        for _ in range(20):
-            fn()
-    torch.cuda.synchronize()
-    samples = {k: [] for k in cases}
-    for _ in range(rounds):
-        for name, fn in cases.items():
-            t = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            samples[name].append((time.perf_counter() - t) / calls * 1e6)
-            torch.cuda.synchronize()
-    return {k: round(statistics.median(v), 2) for k, v in samples.items()}
+    times = host_us_alternating(cases, calls, rounds, warmup=20)
+    return {k: round(v, 2) for k, v in times.items()}
 
 
 L = _lib.lib()

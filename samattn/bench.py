@@ -624,19 +624,31 @@ def host_us_pair(
 ) -> tuple[float, float]:
     """host_us of two calls, measured in alternating rounds: the machine's host is shared
     and its speed drifts (up to 2x between runs), and a drift must reach both alike."""
-    for fn in (first, second):
-        for _ in range(5):
+    times = host_us_alternating({"first": first, "second": second}, calls, rounds)
+    return times["first"], times["second"]
+
+
+def host_us_alternating(
+    functions: dict[str, Callable[[], object]],
+    calls: int = 100,
+    rounds: int = 21,
+    warmup: int = 5,
+) -> dict[str, float]:
+    """Median host µs per call of each function, the functions taking turns round by round
+    (as host_us_pair, for any number of them)."""
+    for fn in functions.values():
+        for _ in range(warmup):
             fn()
     torch.cuda.synchronize()
-    samples: tuple[list[float], list[float]] = ([], [])
+    samples: dict[str, list[float]] = {name: [] for name in functions}
     for _ in range(rounds):
-        for fn, out in zip((first, second), samples):
+        for name, fn in functions.items():
             started = time.perf_counter()
             for _ in range(calls):
                 fn()
-            out.append((time.perf_counter() - started) / calls * 1e6)
+            samples[name].append((time.perf_counter() - started) / calls * 1e6)
             torch.cuda.synchronize()
-    return statistics.median(samples[0]), statistics.median(samples[1])
+    return {name: statistics.median(times) for name, times in samples.items()}
 
 
 def queued_gpu_us(fn: Callable[[], object], calls: int = 100, rounds: int = 10) -> float:
