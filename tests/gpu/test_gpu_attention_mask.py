@@ -229,11 +229,11 @@ def check_backward(grads, q, k, v, dout, *, what, **terms):
 def run(family, b, sq, sk, h, hk, d, dtype, *, mask_kind="bool", shape="per batch",
         mask_dtype=F32, causal=False, window=(-1, -1), softcap=0.0, alibi_kind="none",
         with_sinks=False, grads=True, deterministic=False, empty_row=True,
-        attn_mask=None):  # fmt: skip
+        attn_mask=None, softmax_scale=None):  # fmt: skip
     """flash_attn_func with an attn_mask (and the other options), forward (out, lse) and
     with `grads` the backward (dq, dk, dv, and the sinks' and a float mask's gradients),
     against the reference. attn_mask: the mask to use (default: make_mask's, of
-    mask_kind, shape and mask_dtype)."""
+    mask_kind, shape and mask_dtype); softmax_scale: None, d ** -0.5."""
     need_dtype(family, dtype)
     what = (
         f"{family} {dtype} b{b} sq{sq} sk{sk} h{h}/{hk} d{d} mask:{mask_kind} {shape} "
@@ -245,9 +245,11 @@ def run(family, b, sq, sk, h, hk, d, dtype, *, mask_kind="bool", shape="per batc
         attn_mask = make_mask(mask_kind, mask_shape(shape, b, h, sq, sk), mask_dtype, empty_row)
     alibi = alibi_slopes(alibi_kind, b, h)
     sinks = make_sinks(h) if with_sinks else None
-    options = dict(causal=causal, window_size=window, softcap=softcap, alibi_slopes=alibi)
+    options = dict(causal=causal, window_size=window, softcap=softcap, alibi_slopes=alibi,
+                   softmax_scale=softmax_scale)  # fmt: skip
     terms = dict(
-        scale=d**-0.5, softcap=softcap, attn_mask=attn_mask, alibi=alibi,
+        scale=d**-0.5 if softmax_scale is None else softmax_scale, softcap=softcap,
+        attn_mask=attn_mask, alibi=alibi,
         window=allowed_keys(sq, sk, causal, window),
     )  # fmt: skip
 
@@ -815,6 +817,19 @@ def test_sm90_skips_and_reads_mask_tiles(d, pattern, kind):
     b, sq, sk, h, hk = 3, 300, 1000, 4, 2
     mask = block_mask(pattern, kind, b, h, sq, sk)
     run("sm90", b, sq, sk, h, hk, d, BF16, attn_mask=mask)
+
+
+@pytest.mark.parametrize("scale", [0.37, 2.0**-9], ids=["0.37", "2^-9"])
+@pytest.mark.parametrize("pattern", ["key padding", "documents"])
+def test_sm90_additive_mask_tiles_with_scales(scale, pattern):
+    """An additive mask is added to scaled scores; on the tiles it keeps whole (zeros) the
+    sm90 kernels take a positive scale in the softmax's exponent instead of scaling each
+    score, and scale the scores on the tiles they read: both against the reference with
+    other scales than the default, forward, backward and the mask's gradient."""
+    need_family("sm90")
+    b, sq, sk, h, d = 3, 300, 1000, 4, 64
+    mask = block_mask(pattern, "additive", b, h, sq, sk)
+    run("sm90", b, sq, sk, h, 2, d, BF16, attn_mask=mask, softmax_scale=scale)
 
 
 @pytest.mark.parametrize("pattern", ["key padding", "documents"])
