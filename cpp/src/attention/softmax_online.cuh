@@ -67,11 +67,11 @@ struct OnlineSoftmax {
     update_impl<kFirstTile, true>(scores, scale_log2, correction, row_offset);
   }
 
-  // As update_deferred for scores that tile_scale (> 0) times would give
-  // the scores expected: the scale joins the maximum and the exponent's
-  // factor instead of a multiply per score (an additive mask's pre-scale on
-  // a tile that reads no mask). The row maximum is rounded as if every score
-  // had been scaled, since rounding is monotone.
+  // As update_deferred for scores still to be multiplied by tile_scale
+  // (> 0; an additive mask's pre-scale on a tile that reads no mask): the
+  // scale goes to the tile's maximum and the exponent's factor instead of
+  // to every score. Rounding is monotone, so the maximum is the one of the
+  // scaled scores.
   template <bool kFirstTile, class Scores>
   __device__ void update_deferred_scaled(Scores& scores, float scale_log2,
                                          float (&correction)[kRows], float tile_scale) {
