@@ -8,9 +8,9 @@ outputs computed once), median of 20 calls after 3 warm-ups, CUDA events. One JS
 from __future__ import annotations
 
 import json
-import statistics
 
 import torch
+from attention_dropout_bench import gpu_ms
 
 import samattn
 from samattn import _cuda, _dropout
@@ -38,20 +38,11 @@ def backward_ms(family: str, p: float, shape: tuple) -> float:
             dropout_p=p, dropout_seed=seed,
         )  # fmt: skip
 
-    times = []
     with samattn.use_family(family):
-        for _ in range(3):
-            call()
-        for _ in range(20):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            call()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
+        ms = gpu_ms(call)
         ran = samattn._lib.last_family()
     assert ran == family, f"{family} forced, {ran} ran"
-    return statistics.median(times)
+    return ms
 
 
 def main() -> None:
