@@ -274,3 +274,49 @@ def test_readme_table_keeps_the_other_ops(capsys):
     if any(r["op"].startswith("attention") for r in data["records"]):
         assert "| head dim |" in out
     assert math.isclose(float(lines[2].split("|")[6]), automatic[0]["ratio"], abs_tol=0.006)
+
+
+def test_readme_table_of_the_committed_attention_runs(capsys):
+    """The README's attention tables from the committed files: h100.json (one run of the
+    wheel of c8ede0a, sm90 automatic, sm75 forced) and h100_attention_sm80.json (the sm80
+    records it held before, when sm80 was the automatic family)."""
+    table = load_readme_table()
+    results = ROOT / "benchmarks" / "results"
+
+    table.main([str(results / "h100.json"), "attention"])
+    lines = ascii_lines(capsys.readouterr().out)
+    assert (
+        "| bfloat16 | 128 | 16384 | 1 x 16 | no | 616 | 1.73 | 1.03 | 492 | 1.57 | 0.91 | sm90 |"
+        in lines
+    )
+    # The same run's score terms and masks follow the attention table.
+    assert any(
+        line.startswith("| head dim | seqlen | batch x heads | causal | ALiBi fwd")
+        for line in lines
+    )
+
+    table.main([str(results / "h100.json"), "attention", "--family", "sm75"])
+    lines = ascii_lines(capsys.readouterr().out)
+    assert (
+        "| float16 | 64 | 1024 | 16 x 32 | no | 167 | 0.60 | 0.40 | 118 | 0.49 | 0.36 | sm75 |"
+        in lines
+    )
+    # No sm75 backward above head dim 192: dashes, and the reason below the table.
+    assert "| float16 | 256 | 1024 | 16 x 8 | no | 138 | 0.49 | 0.23 | - | - | - | sm75 |" in lines
+    assert any("the sm75 backward supports head dims up to 192" in line for line in lines)
+    assert not any(line.startswith("| bfloat16") for line in lines)
+
+    # The sm80 records were the automatic family's when measured: no --family.
+    table.main([str(results / "h100_attention_sm80.json"), "attention"])
+    rows = [line for line in ascii_lines(capsys.readouterr().out) if line.startswith("| ")]
+    assert len(rows) == 2 + 60
+    assert (
+        "| bfloat16 | 128 | 16384 | 1 x 16 | no | 373 | 1.04 | 0.60 | 316 | 1.01 | 0.57 | sm80 |"
+        in rows
+    )
+    table.main([str(results / "h100_attention_sm80.json"), "attention", "--family", "sm75"])
+    out = "\n".join(ascii_lines(capsys.readouterr().out))
+    assert (
+        "| float16 | 64 | 1024 | 16 x 32 | no | 170 | 0.60 | 0.39 | 120 | 0.50 | 0.36 | sm75 |"
+        in out
+    )
