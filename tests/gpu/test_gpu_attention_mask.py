@@ -16,7 +16,9 @@ rounding. Rows left with no key are checked exactly.
 
 Each test runs with the sm80 and sm75 families forced (sm75: fp16; its backward stops at
 head dim 192); the test_sm90_* tests force sm90, whose forward and backward read masks
-(its backward hands an additive mask with softcap to sm80, also when forced). Masks run
+(its backward hands an additive mask with softcap to sm80, also when forced), and the
+tile-map tests (masks of whole tiles, which every family skips or runs unread) run all
+three. Masks run
 on 16-byte rows: head dims that are not multiples of 8 run padded with zeros by the
 Python layer (test_odd_head_dims_run_padded).
 """
@@ -806,17 +808,24 @@ def block_mask(pattern: str, kind: str, b: int, h: int, sq: int, sk: int) -> tor
 MASK_PATTERNS = ["key padding", "causal", "documents", "per head"]
 
 
+@pytest.fixture(params=["sm90", "sm80", "sm75"])
+def map_family(request) -> str:
+    """Every family reads a mask through its tile map (mask_tiles.h), with its own tiles."""
+    need_family(request.param)
+    return request.param
+
+
 @pytest.mark.parametrize("d", [64, 128, 256])
 @pytest.mark.parametrize("pattern", MASK_PATTERNS)
 @pytest.mark.parametrize("kind", KINDS)
-def test_sm90_skips_and_reads_mask_tiles(d, pattern, kind):
-    """sm90 forced on masks of whole tiles (block_mask): tiles left out, tiles kept
+def test_skips_and_reads_mask_tiles(map_family, d, pattern, kind):
+    """Each family forced on masks of whole tiles (block_mask): tiles left out, tiles kept
     whole and tiles cut, several of each per query tile and per key tile (300 x 1000),
     GQA; forward, backward, the mask's gradient."""
-    need_family("sm90")
     b, sq, sk, h, hk = 3, 300, 1000, 4, 2
     mask = block_mask(pattern, kind, b, h, sq, sk)
-    run("sm90", b, sq, sk, h, hk, d, BF16, attn_mask=mask)
+    dtype = F16 if map_family == "sm75" else BF16
+    run(map_family, b, sq, sk, h, hk, d, dtype, attn_mask=mask)
 
 
 @pytest.mark.parametrize("scale", [0.37, 2.0**-9], ids=["0.37", "2^-9"])
@@ -834,21 +843,21 @@ def test_sm90_additive_mask_tiles_with_scales(scale, pattern):
 
 @pytest.mark.parametrize("pattern", ["key padding", "documents"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_sm90_mask_tiles_deterministic(pattern, causal):
+def test_mask_tiles_deterministic(map_family, pattern, causal):
     """The deterministic backward, whose key tiles add each query tile's dQ in turn,
     where the mask leaves some (query tile, key tile) pairs out: against the reference,
     and bit-identical run to run."""
-    need_family("sm90")
     b, sq, sk, h, d = 3, 300, 1000, 4, 128
+    dtype = F16 if map_family == "sm75" else BF16
     mask = block_mask(pattern, "additive", b, h, sq, sk)
-    run("sm90", b, sq, sk, h, 2, d, BF16, attn_mask=mask, causal=causal, deterministic=True)
-    q, k, v = make_qkv(b, sq, sk, h, 2, d, BF16)
-    dout = randn(b, sq, h, d, dtype=BF16)
+    run(map_family, b, sq, sk, h, 2, d, dtype, attn_mask=mask, causal=causal, deterministic=True)
+    q, k, v = make_qkv(b, sq, sk, h, 2, d, dtype)
+    dout = randn(b, sq, h, d, dtype=dtype)
     leaves = [t.requires_grad_(True) for t in (q, k, v)]
     mask.requires_grad_(True)
 
     def grads():
-        with samattn.use_family("sm90"):
+        with samattn.use_family(map_family):
             out = samattn.flash_attn_func(
                 *leaves, causal=causal, attn_mask=mask, deterministic=True
             )

@@ -4,6 +4,7 @@
 // named here: the kernel is FlashBwdConfig<row's fields>.
 #pragma once
 
+#include <algorithm>
 #include <iterator>
 #include <utility>
 
@@ -59,6 +60,25 @@ int min_bwd_smem(int headdim) {
                               row.q_stages, F>::kSmemBytes;
       },
       std::make_index_sequence<std::size(kTiles)>{});
+}
+
+// The backward's steps (attention_problem.h), then a masked call's tile map,
+// the largest over the rows with score terms it may run (the dispatch picks
+// one by the device's shared memory).
+template <const auto& kTiles>
+size_t bwd_workspace_bytes(const AttentionBackwardProblem& problem) {
+  const size_t steps = flash_bwd_workspace_bytes(problem);
+  if (problem.terms.mask.kind == MaskKind::none || problem.cu_seqlens_q != nullptr) return steps;
+  const int head_dim = padded_headdim(problem.headdim);
+  size_t map = 0;
+  for (const FlashBwdTile& row : kTiles) {
+    if (row.head_dim != head_dim || !bwd_tile_takes_terms(row)) continue;
+    const MaskTileExtent extent =
+        mask_tile_extent(problem.terms.mask, problem.batch, problem.nheads, problem.seqlen_q,
+                         problem.seqlen_k, row.block_m, row.block_n);
+    map = std::max(map, size_t(extent.bytes()));
+  }
+  return map == 0 ? steps : mask_tile_map_offset(steps) + map;
 }
 
 template <DType T>

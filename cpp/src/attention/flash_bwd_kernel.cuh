@@ -13,7 +13,10 @@
 //        accumulator with atomics (in key-tile order under a per-query-tile
 //        semaphore when deterministic).
 //     dK and dV go to the outputs (no GQA), or per query head in fp32 to
-//     the workspace.
+//     the workspace. With an attention mask, the mask's tile map
+//     (mask_tiles.h) marks the query tiles to skip (not loaded, not
+//     computed; in the deterministic order they still take their turn) and
+//     those that read no mask.
 //  3. convert: dq = scale dQacc; with GQA dk = scale sum_group dKacc and
 //     dv = sum_group dVacc; to the dtype.
 // The softmax scale is applied in step 3: inside, dS is the gradient with
@@ -31,6 +34,7 @@
 #include "attention/flash_fwd_kernel.cuh"
 #include "attention/fragment_layout.cuh"
 #include "attention/mask.cuh"
+#include "attention/mask_tiles.cuh"
 #include "attention/score_terms.cuh"
 #include "attention/softmax_online.cuh"
 
@@ -75,6 +79,7 @@ struct FlashBwdParams {
   // With an additive mask: its gradient, fp32 (batch, nheads, seqlen_q,
   // seqlen_k) contiguous, written where visited; nullptr: not computed.
   float* dmask;
+  MaskTileMap mask_tiles;  // the masked kernel's: query tiles it skips or reads no mask in
 };
 
 // A sequence's extent and its first row, in the packed (varlen) or the
@@ -517,6 +522,18 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_bwd_kernel(FlashBwd
       break;
     }
   }
+  // The masked kernel's classes of this key tile's query tiles. Without the
+  // deterministic order, whose semaphores count every query tile, the query
+  // tiles the mask leaves out at either end are not visited at all.
+  constexpr bool kMask = kTermsKernel == TermsKernel::masked;
+  MaskTileColumn column{nullptr, 0};
+  if constexpr (kMask) {
+    column = mask_tile_column(p.mask_tiles, batch, head, n_block);
+    if (p.semaphores == nullptr) {
+      while (m_first <= m_last && column.empty(m_first)) ++m_first;
+      while (m_last >= m_first && column.empty(m_last)) --m_last;
+    }
+  }
 
   typename Traits::TiledMmaDKV mma_dkv;
   auto thr_dkv = mma_dkv.get_slice(tid);
@@ -526,7 +543,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_bwd_kernel(FlashBwd
   clear(acc_dk);
   clear(acc_dv);
 
-  if (m_last >= 0) {
+  if (m_first <= m_last) {
     const bool varlen_q = p.cu_seqlens_q != nullptr;
     const bool varlen_k = p.cu_seqlens_k != nullptr;
     const int64_t q_base = (varlen_q ? seq_q.row0 * p.q_seq : batch * p.q_batch) + head * p.q_head;
@@ -540,7 +557,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_bwd_kernel(FlashBwd
         p.lse + (varlen_q ? seq_q.row0 * p.lse_seq : batch * p.lse_batch) + head * p.lse_head;
     const float* dsum = p.dsum + head * p.rows_q + seq_q.row0;
     constexpr bool kTerms = kTermsKernel != TermsKernel::none;
-    constexpr bool kMask = kTermsKernel == TermsKernel::masked;
     static_assert(!kTerms || kVectors, "score terms run on 16-byte vectors only");
     // Dropout (kernels with terms): the forward's keep decisions, redrawn.
     const bool dropout = kTerms && p.terms.dropout.seed != nullptr;
@@ -675,6 +691,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_bwd_kernel(FlashBwd
     // stored to shared memory once the previous tile is done with them.
     float next_lse = INFINITY, next_dsum = 0.0f;
     auto load_query_tile = [&](int m_block, int stage) {
+      if (column.empty(m_block)) return;  // skipped: nothing of it is read
       const int rows_left = seqlen_q - m_block * kBlockM;
       load_tile<kAsync>(gmem_load, gQ(_, _, m_block), stage_q(stage), tQcQ, tQcolok, rows_left,
                         access);
@@ -715,136 +732,140 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_bwd_kernel(FlashBwd
       Tensor tdVsdOt = thr_copy_b_dkv.partition_S(stage_dot(stage));
       Tensor tdKsQt = thr_copy_b_dkv.partition_S(stage_qt(stage));
 
-      // S = Q K^T, then P = exp2(S log2(e) scale - LSE log2(e)).
-      Tensor acc_s = partition_fragment_C(mma_sdp, Shape<Int<kBlockM>, Int<kBlockN>>{});
-      clear(acc_s);
-      gemm_from_smem<false>(mma_sdp, acc_s, tSrA, tSsQ, tSrA_view, copy_a_sdp, tSrB, tSsK,
-                            tSrB_view, copy_b_sdp);
-      // Softcap: s -> softcap tanh(s scale / softcap). Its derivative
-      // 1 - tanh^2 is recovered from P below rather than kept in registers
-      // next to dP.
-      if (p.softcap > 0.0f) {
-        CUTE_UNROLL
-        for (int i = 0; i < size(acc_s); ++i)
-          acc_s(i) = p.softcap * tanhf(acc_s(i) * p.softcap_pre);
-      }
-      Tensor scores = rowcol_view(acc_s);
-      if constexpr (kTerms) {
-        apply_score_terms<kMask>(
-            scores, tScS, m0, n0, p.terms, batch, [head](int) { return head; },
-            AttentionMask::Identity{}, mask);
-      }
-      if (mask.tile_needs_mask(m0, kBlockM, n0, kBlockN)) mask.apply(scores, tScS, m0, n0);
-      CUTE_UNROLL
-      for (int r = 0; r < size<0>(scores); ++r) {
-        const float row_lse = smem_lse[get<0>(tScS(r, 0))];
-        CUTE_UNROLL
-        for (int c = 0; c < size<1>(scores); ++c) {
-          scores(r, c) = fast_exp2(scores(r, c) * p.scale_log2 - row_lse);
+      // A query tile the mask leaves out adds nothing (uniform over the CTA).
+      const bool skip = column.empty(m_block);
+      if (!skip) {
+        // S = Q K^T, then P = exp2(S log2(e) scale - LSE log2(e)).
+        Tensor acc_s = partition_fragment_C(mma_sdp, Shape<Int<kBlockM>, Int<kBlockN>>{});
+        clear(acc_s);
+        gemm_from_smem<false>(mma_sdp, acc_s, tSrA, tSsQ, tSrA_view, copy_a_sdp, tSrB, tSsK,
+                              tSrB_view, copy_b_sdp);
+        // Softcap: s -> softcap tanh(s scale / softcap). Its derivative
+        // 1 - tanh^2 is recovered from P below rather than kept in registers
+        // next to dP.
+        if (p.softcap > 0.0f) {
+          CUTE_UNROLL
+          for (int i = 0; i < size(acc_s); ++i)
+            acc_s(i) = p.softcap * tanhf(acc_s(i) * p.softcap_pre);
         }
-      }
-      // Dropout: dV takes the kept probabilities, scaled; the bits stay for dS.
-      constexpr int kScores = decltype(size(acc_s))::value;
-      uint32_t kept_bits[kTerms ? (kScores + 31) / 32 : 1];
-      {
-        Tensor probs = convert_fragment<Element>(acc_s);
+        Tensor scores = rowcol_view(acc_s);
         if constexpr (kTerms) {
-          if (dropout) {
-            CUTE_UNROLL
-            for (int i = 0; i < (kScores + 31) / 32; ++i) kept_bits[i] = 0u;
-            constexpr int kRows = decltype(size<0>(scores))::value;
-            Tensor probs_rc = rowcol_view(probs);
-            const float scale = p.terms.dropout.scale;
-            for_each_dropout<Traits::kDropoutCols>(
-                scores, tScS, m0, n0, dropout_rng, [&](int r, int c, bool kept) {
-                  const int i = r + kRows * c;
-                  kept_bits[i / 32] |= uint32_t(kept) << (i % 32);
-                  probs_rc(r, c) = kept ? static_cast<Element>(scores(r, c) * scale) : Element(0);
-                });
-          }
+          apply_score_terms<kMask>(
+              scores, tScS, m0, n0, p.terms, batch, [head](int) { return head; },
+              AttentionMask::Identity{}, mask, /*read_mask=*/column.partial(m_block));
         }
-        copy(copy_c_sdp, thr_copy_c_sdp.retile_S(probs), tPsP);
-      }
-
-      // dP = dO V^T, then dS = P (dP - D).
-      Tensor acc_dp = partition_fragment_C(mma_sdp, Shape<Int<kBlockM>, Int<kBlockN>>{});
-      clear(acc_dp);
-      gemm_from_smem<false>(mma_sdp, acc_dp, tSrA, tdPsdO, tSrA_view, copy_a_sdp, tSrB, tdPsV,
-                            tSrB_view, copy_b_sdp);
-      Tensor dp = rowcol_view(acc_dp);
-      if constexpr (kTerms) {
-        // With dropout, the gradient of a dropped probability is 0, of a kept
-        // one dP / (1 - p); D already holds the dropped output's rowsum.
-        if (dropout) {
-          constexpr int kRows = decltype(size<0>(dp))::value;
-          const float scale = p.terms.dropout.scale;
-          CUTE_UNROLL
-          for (int r = 0; r < size<0>(dp); ++r) {
-            CUTE_UNROLL
-            for (int c = 0; c < size<1>(dp); ++c) {
-              const int i = r + kRows * c;
-              dp(r, c) = (kept_bits[i / 32] >> (i % 32)) & 1u ? dp(r, c) * scale : 0.0f;
-            }
-          }
-        }
-      }
-      CUTE_UNROLL
-      for (int r = 0; r < size<0>(dp); ++r) {
-        const float row_dsum = smem_dsum[get<0>(tScS(r, 0))];
+        if (mask.tile_needs_mask(m0, kBlockM, n0, kBlockN)) mask.apply(scores, tScS, m0, n0);
         CUTE_UNROLL
-        for (int c = 0; c < size<1>(dp); ++c) dp(r, c) = scores(r, c) * (dp(r, c) - row_dsum);
-      }
-      if constexpr (kMask) {
-        // dS is also the gradient of an additive mask (added after softcap).
-        if (p.dmask != nullptr) {
-          CUTE_UNROLL
-          for (int r = 0; r < size<0>(dp); ++r) {
-            const int row = m0 + get<0>(tScS(r, 0));
-            if (row >= seqlen_q) continue;
-            float* dmask = p.dmask + ((int64_t(batch) * p.nheads + head) * p.seqlen_q + row) *
-                                         int64_t(p.seqlen_k);
-            CUTE_UNROLL
-            for (int c = 0; c < size<1>(dp); ++c) {
-              const int key = n0 + get<1>(tScS(0, c));
-              if (key < seqlen_k) dmask[key] = dp(r, c);
-            }
-          }
-        }
-      }
-      if (p.softcap > 0.0f) {
-        // With softcap scale_log2 is log2(e): log2(P) + LSE = log2(e) (cap +
-        // terms), so tanh = (log2(P) + LSE) / (log2(e) softcap) - terms /
-        // softcap. P = 0 (masked or underflowed) already gives dS = 0.
-        const float tanh_per_log2 = 1.0f / (p.scale_log2 * p.softcap);
-        CUTE_UNROLL
-        for (int r = 0; r < size<0>(dp); ++r) {
+        for (int r = 0; r < size<0>(scores); ++r) {
           const float row_lse = smem_lse[get<0>(tScS(r, 0))];
           CUTE_UNROLL
-          for (int c = 0; c < size<1>(dp); ++c) {
-            if (scores(r, c) > 0.0f) {
-              float t = (fast_log2(scores(r, c)) + row_lse) * tanh_per_log2;
-              if constexpr (kTerms) {
-                const int row = m0 + get<0>(tScS(r, 0));
-                const RowTerms row_terms(p.terms, batch, head, row, mask);
-                t -= additive_term<kMask>(p.terms, row_terms, n0 + get<1>(tScS(0, c)), seqlen_k) /
-                     p.softcap;
+          for (int c = 0; c < size<1>(scores); ++c) {
+            scores(r, c) = fast_exp2(scores(r, c) * p.scale_log2 - row_lse);
+          }
+        }
+        // Dropout: dV takes the kept probabilities, scaled; the bits stay for dS.
+        constexpr int kScores = decltype(size(acc_s))::value;
+        uint32_t kept_bits[kTerms ? (kScores + 31) / 32 : 1];
+        {
+          Tensor probs = convert_fragment<Element>(acc_s);
+          if constexpr (kTerms) {
+            if (dropout) {
+              CUTE_UNROLL
+              for (int i = 0; i < (kScores + 31) / 32; ++i) kept_bits[i] = 0u;
+              constexpr int kRows = decltype(size<0>(scores))::value;
+              Tensor probs_rc = rowcol_view(probs);
+              const float scale = p.terms.dropout.scale;
+              for_each_dropout<Traits::kDropoutCols>(
+                  scores, tScS, m0, n0, dropout_rng, [&](int r, int c, bool kept) {
+                    const int i = r + kRows * c;
+                    kept_bits[i / 32] |= uint32_t(kept) << (i % 32);
+                    probs_rc(r, c) = kept ? static_cast<Element>(scores(r, c) * scale) : Element(0);
+                  });
+            }
+          }
+          copy(copy_c_sdp, thr_copy_c_sdp.retile_S(probs), tPsP);
+        }
+
+        // dP = dO V^T, then dS = P (dP - D).
+        Tensor acc_dp = partition_fragment_C(mma_sdp, Shape<Int<kBlockM>, Int<kBlockN>>{});
+        clear(acc_dp);
+        gemm_from_smem<false>(mma_sdp, acc_dp, tSrA, tdPsdO, tSrA_view, copy_a_sdp, tSrB, tdPsV,
+                              tSrB_view, copy_b_sdp);
+        Tensor dp = rowcol_view(acc_dp);
+        if constexpr (kTerms) {
+          // With dropout, the gradient of a dropped probability is 0, of a kept
+          // one dP / (1 - p); D already holds the dropped output's rowsum.
+          if (dropout) {
+            constexpr int kRows = decltype(size<0>(dp))::value;
+            const float scale = p.terms.dropout.scale;
+            CUTE_UNROLL
+            for (int r = 0; r < size<0>(dp); ++r) {
+              CUTE_UNROLL
+              for (int c = 0; c < size<1>(dp); ++c) {
+                const int i = r + kRows * c;
+                dp(r, c) = (kept_bits[i / 32] >> (i % 32)) & 1u ? dp(r, c) * scale : 0.0f;
               }
-              dp(r, c) *= 1.0f - t * t;
             }
           }
         }
-      }
-      {
-        Tensor ds = convert_fragment<Element>(acc_dp);
-        copy(copy_c_sdp, thr_copy_c_sdp.retile_S(ds), tdSsdS);
-      }
-      __syncthreads();
+        CUTE_UNROLL
+        for (int r = 0; r < size<0>(dp); ++r) {
+          const float row_dsum = smem_dsum[get<0>(tScS(r, 0))];
+          CUTE_UNROLL
+          for (int c = 0; c < size<1>(dp); ++c) dp(r, c) = scores(r, c) * (dp(r, c) - row_dsum);
+        }
+        if constexpr (kMask) {
+          // dS is also the gradient of an additive mask (added after softcap).
+          if (p.dmask != nullptr) {
+            CUTE_UNROLL
+            for (int r = 0; r < size<0>(dp); ++r) {
+              const int row = m0 + get<0>(tScS(r, 0));
+              if (row >= seqlen_q) continue;
+              float* dmask = p.dmask + ((int64_t(batch) * p.nheads + head) * p.seqlen_q + row) *
+                                           int64_t(p.seqlen_k);
+              CUTE_UNROLL
+              for (int c = 0; c < size<1>(dp); ++c) {
+                const int key = n0 + get<1>(tScS(0, c));
+                if (key < seqlen_k) dmask[key] = dp(r, c);
+              }
+            }
+          }
+        }
+        if (p.softcap > 0.0f) {
+          // With softcap scale_log2 is log2(e): log2(P) + LSE = log2(e) (cap +
+          // terms), so tanh = (log2(P) + LSE) / (log2(e) softcap) - terms /
+          // softcap. P = 0 (masked or underflowed) already gives dS = 0.
+          const float tanh_per_log2 = 1.0f / (p.scale_log2 * p.softcap);
+          CUTE_UNROLL
+          for (int r = 0; r < size<0>(dp); ++r) {
+            const float row_lse = smem_lse[get<0>(tScS(r, 0))];
+            CUTE_UNROLL
+            for (int c = 0; c < size<1>(dp); ++c) {
+              if (scores(r, c) > 0.0f) {
+                float t = (fast_log2(scores(r, c)) + row_lse) * tanh_per_log2;
+                if constexpr (kTerms) {
+                  const int row = m0 + get<0>(tScS(r, 0));
+                  const RowTerms row_terms(p.terms, batch, head, row, mask);
+                  t -= additive_term<kMask>(p.terms, row_terms, n0 + get<1>(tScS(0, c)), seqlen_k) /
+                       p.softcap;
+                }
+                dp(r, c) *= 1.0f - t * t;
+              }
+            }
+          }
+        }
+        {
+          Tensor ds = convert_fragment<Element>(acc_dp);
+          copy(copy_c_sdp, thr_copy_c_sdp.retile_S(ds), tdSsdS);
+        }
+        __syncthreads();
 
-      // dV += P^T dO, dK += dS^T Q.
-      gemm_from_smem<false>(mma_dkv, acc_dv, tdKVrA, tdVsPt, tdKVrA_view, copy_a_dkv, tdKVrB,
-                            tdVsdOt, tdKVrB_view, copy_b_dkv);
-      gemm_from_smem<false>(mma_dkv, acc_dk, tdKVrA, tdKsdSt, tdKVrA_view, copy_a_dkv, tdKVrB,
-                            tdKsQt, tdKVrB_view, copy_b_dkv);
+        // dV += P^T dO, dK += dS^T Q.
+        gemm_from_smem<false>(mma_dkv, acc_dv, tdKVrA, tdVsPt, tdKVrA_view, copy_a_dkv, tdKVrB,
+                              tdVsdOt, tdKVrB_view, copy_b_dkv);
+        gemm_from_smem<false>(mma_dkv, acc_dk, tdKVrA, tdKsdSt, tdKVrA_view, copy_a_dkv, tdKVrB,
+                              tdKsQt, tdKVrB_view, copy_b_dkv);
+      }
       if constexpr (kStages == 1) {
         // Every warp is done with Q and dO: the next tile streams in during dQ.
         __syncthreads();
@@ -860,8 +881,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_bwd_kernel(FlashBwd
         clear(acc_dq);
         Tensor tdQsKt =
             thr_copy_b_dq.partition_S(local_tile(sKt, tile_kt_slice, make_coord(split, 0)));
-        gemm_from_smem<false>(mma_dq, acc_dq, tdQrdS, tdQsdS, tdQrdS_view, copy_a_dq, tdQrKt,
-                              tdQsKt, tdQrKt_view, copy_b_dq);
+        if (!skip) {
+          gemm_from_smem<false>(mma_dq, acc_dq, tdQrdS, tdQsdS, tdQrdS_view, copy_a_dq, tdQrKt,
+                                tdQsKt, tdQrKt_view, copy_b_dq);
+        }
         if (split == 0 && p.semaphores != nullptr) {
           // Deterministic: the key tiles attended by this query tile add in
           // increasing order; this one waits for the ones before it.
@@ -879,8 +902,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_bwd_kernel(FlashBwd
         float* dq_accum =
             dq_tile_accum<Traits>(p.dq_accum, p.dq_head_stride, head, batch, seq_q.row0, m0) +
             split * size(acc_dq) * Traits::kThreads + tid;
-        CUTE_UNROLL
-        for (int i = 0; i < size(acc_dq); ++i) red_add(dq_accum + i * Traits::kThreads, acc_dq(i));
+        if (!skip) {
+          CUTE_UNROLL
+          for (int i = 0; i < size(acc_dq); ++i) {
+            red_add(dq_accum + i * Traits::kThreads, acc_dq(i));
+          }
+        }
       }
       if (semaphore != nullptr) {
         __threadfence();

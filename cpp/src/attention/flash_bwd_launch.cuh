@@ -130,6 +130,18 @@ cudaError_t run_flash_bwd(const AttentionBackwardProblem& problem) {
     p.scale_log2 = P.scale_log2;
     p.terms = score_terms_params(P);
     p.dmask = P.dmask;
+    if (terms && backward_terms_kernel(P.terms) == TermsKernel::masked) {
+      // The mask's tile map first, on the same stream, after the steps'
+      // buffers (bwd_workspace_bytes sized it; without room every tile reads
+      // the mask).
+      const size_t map_offset = mask_tile_map_offset(workspace_needed);
+      const size_t room = P.workspace_bytes > map_offset ? P.workspace_bytes - map_offset : 0;
+      status = cudaSuccess;
+      p.mask_tiles = build_mask_tile_map<Traits::kBlockM, Traits::kBlockN>(
+          P.terms.mask, P.batch, P.nheads, P.seqlen_q, P.seqlen_k,
+          room > 0 ? workspace + map_offset : nullptr, room, P.stream, &status);
+      if (status != cudaSuccess) return status;
+    }
     dim3 grid(unsigned(n_blocks), unsigned(P.nheads), unsigned(P.batch));
     if (terms) {
       // Rows without room for the terms are not instantiated with them

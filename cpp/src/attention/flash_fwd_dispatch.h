@@ -4,12 +4,14 @@
 // table can be named here: the kernel is FlashFwdConfig<row's fields>.
 #pragma once
 
+#include <algorithm>
 #include <iterator>
 #include <string>
 #include <utility>
 
 #include "attention/flash_fwd_config.h"
 #include "attention/kvcache_plan.h"
+#include "attention/mask_tiles.h"
 #include "attention/sm75/flash_sm75_tiles.h"
 #include "attention/sm80/flash_sm80_tiles.h"
 
@@ -106,6 +108,24 @@ bool plan_kvcache(const AttentionForwardProblem& problem, std::string* why) {
 inline bool short_key_loop(const AttentionForwardProblem& problem) {
   return problem.window.left < 0 && problem.window.right < 0 && problem.seqlen_k <= 1536 &&
          problem.terms.mask.kind == MaskKind::none;
+}
+
+// A masked call's tile map (mask_tiles.h): the largest over the rows it may
+// run (its head dim's TileUse::any rows; the dispatch picks one by the
+// device's shared memory). 0 for calls without a mask, and varlen ones.
+template <const auto& kTiles>
+size_t fwd_mask_map_bytes(const AttentionForwardProblem& problem) {
+  if (problem.terms.mask.kind == MaskKind::none || problem.cu_seqlens_q != nullptr) return 0;
+  const int head_dim = padded_headdim(problem.headdim);
+  size_t bytes = 0;
+  for (const FlashFwdTile& row : kTiles) {
+    if (row.head_dim != head_dim || row.use != TileUse::any) continue;
+    const MaskTileExtent extent =
+        mask_tile_extent(problem.terms.mask, problem.batch, problem.nheads, problem.seqlen_q,
+                         problem.seqlen_k, row.block_m, row.block_n);
+    bytes = std::max(bytes, size_t(extent.bytes()));
+  }
+  return bytes;
 }
 
 // Runs row I of kTiles if the problem may use it: sets *result and returns

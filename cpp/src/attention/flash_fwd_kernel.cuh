@@ -8,6 +8,9 @@
 //     (with dropout the dropped elements zeroed: dropout.cuh),
 //     O += P V;
 //   O /= row sums, LSE, O staged through shared memory to 16-byte stores.
+// With an attention mask, the mask's tile map (mask_tiles.h) marks the key
+// tiles to skip (neither loaded nor computed; the loop still passes their
+// barriers, so the pipeline's stages stay fixed) and those that read no mask.
 // K and V have kKVStages shared buffers each. With one, their loads overlap
 // the other GEMM: V(n) streams in during S = Q K(n)^T, K(n-1) during
 // O += P V(n). With two, each load has a whole key tile to land in (for
@@ -27,6 +30,7 @@
 #include "attention/dropout.cuh"
 #include "attention/fragment_layout.cuh"
 #include "attention/mask.cuh"
+#include "attention/mask_tiles.cuh"
 #include "attention/score_terms.cuh"
 #include "attention/softmax_online.cuh"
 #include "attention/split_cluster.cuh"
@@ -56,7 +60,8 @@ struct FlashFwdParams {
   float softcap_pre;  // softmax_scale / softcap
   // Read by the kernels compiled with kTerms only (score_terms.cuh).
   ScoreTermsParams terms;
-  const float* sinks;  // nullptr: none
+  const float* sinks;      // nullptr: none
+  MaskTileMap mask_tiles;  // the masked kernel's: key tiles it skips or reads no mask in
 
   // The kvcache kernel only (FlashFwdConfig's kKVCache; see KVCacheView).
   // Grid (m tiles x splits, heads or KV heads, batch). Query row R of a
@@ -363,6 +368,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(FlashFwd
     n_end = min(n_end, n_begin + per_split);
   }
 
+  // The masked kernel's classes of this query tile's key tiles (nullptr: none).
+  const uint8_t* tile_codes = nullptr;
+  if constexpr (kMask) tile_codes = mask_tile_row(p.mask_tiles, batch, head, m_block);
+  const auto tile_is = [&](int n, MaskTileClass c) {
+    return tile_codes != nullptr && tile_codes[n] == static_cast<uint8_t>(c);
+  };
+
   // Global views: (seq, head dim) of this (batch, head), tiled.
   const int64_t q_base = (varlen_q ? q_row0 * p.q_seq : batch * p.q_batch) + head * p.q_head;
   const int64_t o_base = (varlen_q ? q_row0 * p.o_seq : batch * p.o_batch) + head * p.o_head;
@@ -571,12 +583,17 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(FlashFwd
   // Paged: the head's column of the cache; the page and row added per row.
   Element const* k_head_base = static_cast<Element const*>(p.k) + kv_head * p.k_head;
   Element const* v_head_base = static_cast<Element const*>(p.v) + kv_head * p.v_head;
+  // A skipped tile's group is empty, as one before n_begin.
   auto load_k = [&](int n, int stage) {
-    if (n >= n_begin) load_kv(gK, k_head_base, p.k_batch, p.k_seq, n, sK(_, _, stage));
+    if (n >= n_begin && !tile_is(n, MaskTileClass::empty)) {
+      load_kv(gK, k_head_base, p.k_batch, p.k_seq, n, sK(_, _, stage));
+    }
     cp_async_fence();
   };
   auto load_v = [&](int n, int stage) {
-    if (n >= n_begin) load_kv(gV, v_head_base, p.v_batch, p.v_seq, n, sV(_, _, stage));
+    if (n >= n_begin && !tile_is(n, MaskTileClass::empty)) {
+      load_kv(gV, v_head_base, p.v_batch, p.v_seq, n, sV(_, _, stage));
+    }
     cp_async_fence();
   };
   int n_block = n_end - 1;
@@ -615,32 +632,40 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(FlashFwd
     __syncthreads();
     constexpr int v_stage = stage == 0 ? kStages - 1 : stage - 1;
     load_v(n_block - kStages + 1, v_stage);
+    // A tile the mask leaves out adds nothing (the softmax starts from any
+    // tile: from no keys its update rescales zeros).
+    const bool skip = tile_is(n_block, MaskTileClass::empty);
 
-    if (warp_has_rows) {
+    if (warp_has_rows && !skip) {
       gemm_from_smem<Traits::kQInRegs>(tiled_mma, acc_s, tSrQ, tSsQ, tSrQ_view, smem_copy_q, tSrK,
                                        tSsK(_, _, _, stage), tSrK_view, smem_copy_k);
     }
 
-    if (p.softcap > 0.0f) {
-      CUTE_UNROLL
-      for (int i = 0; i < size(acc_s); ++i) acc_s(i) = p.softcap * tanhf(acc_s(i) * p.softcap_pre);
-    }
-    Tensor scores = rowcol_view(acc_s);
-    const int n0 = n_block * kBlockN;
-    if constexpr (kTerms) {
-      apply_score_terms<kMask>(scores, tScS, m0, n0, p.terms, batch, head_of, query_of, mask);
-    }
-    if (mask.rows_need_mask(query_of(m0), query_of(m0 + kBlockM - 1), n0, kBlockN)) {
-      mask.apply(scores, tScS, m0, n0, query_of);
-    }
-    softmax.template update<kFirstTile>(scores, acc_o_rc, p.scale_log2);
-    if constexpr (kTerms && !kKVCache) {
-      // The row sums keep every probability; O gets the kept ones, scaled
-      // by 1 / (1 - p) in the epilogue.
-      if (dropout) {
-        for_each_dropout(scores, tScS, m0, n0, dropout_rng, [&](int r, int c, bool kept) {
-          if (!kept) scores(r, c) = 0.0f;
-        });
+    if (!skip) {
+      if (p.softcap > 0.0f) {
+        CUTE_UNROLL
+        for (int i = 0; i < size(acc_s); ++i) {
+          acc_s(i) = p.softcap * tanhf(acc_s(i) * p.softcap_pre);
+        }
+      }
+      Tensor scores = rowcol_view(acc_s);
+      const int n0 = n_block * kBlockN;
+      if constexpr (kTerms) {
+        apply_score_terms<kMask>(scores, tScS, m0, n0, p.terms, batch, head_of, query_of, mask,
+                                 /*read_mask=*/!tile_is(n_block, MaskTileClass::full));
+      }
+      if (mask.rows_need_mask(query_of(m0), query_of(m0 + kBlockM - 1), n0, kBlockN)) {
+        mask.apply(scores, tScS, m0, n0, query_of);
+      }
+      softmax.template update<kFirstTile>(scores, acc_o_rc, p.scale_log2);
+      if constexpr (kTerms && !kKVCache) {
+        // The row sums keep every probability; O gets the kept ones, scaled
+        // by 1 / (1 - p) in the epilogue.
+        if (dropout) {
+          for_each_dropout(scores, tScS, m0, n0, dropout_rng, [&](int r, int c, bool kept) {
+            if (!kept) scores(r, c) = 0.0f;
+          });
+        }
       }
     }
     Tensor probs = convert_fragment<Element>(acc_s);
@@ -653,7 +678,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(FlashFwd
     __syncthreads();
     load_k(n_block - kStages, stage);
 
-    if (warp_has_rows) {
+    if (warp_has_rows && !skip) {
       gemm_from_smem<true>(tiled_mma, acc_o, tOrP, tOrP, tOrP, smem_copy_q, tOrVt,
                            tOsVt(_, _, _, stage), tOrVt_view, smem_copy_v);
     }

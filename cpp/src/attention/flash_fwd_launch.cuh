@@ -168,9 +168,17 @@ cudaError_t run_flash_fwd(const AttentionForwardProblem& problem) {
         // The plan declines terms without vectors (plan_terms).
         if (!vectors) return cudaErrorNotSupported;
         return launch_flash_fwd<Traits, true, TermsKernel::computed>(p, grid, problem.stream);
-      case TermsKernel::masked:
+      case TermsKernel::masked: {
         if (!vectors) return cudaErrorNotSupported;
+        // The mask's tile map first, on the same stream, in the workspace
+        // (fwd_mask_map_bytes sized it; without room every tile reads the mask).
+        cudaError_t error = cudaSuccess;
+        p.mask_tiles = build_mask_tile_map<Traits::kBlockM, Traits::kBlockN>(
+            problem.terms.mask, problem.batch, problem.nheads, problem.seqlen_q, problem.seqlen_k,
+            problem.workspace, problem.workspace_bytes, problem.stream, &error);
+        if (error != cudaSuccess) return error;
         return launch_flash_fwd<Traits, true, TermsKernel::masked>(p, grid, problem.stream);
+      }
     }
     return cudaErrorNotSupported;
   }

@@ -25,7 +25,8 @@ bool plan(const AttentionBackwardProblem& problem, std::string* why) {
 }
 
 [[maybe_unused]] const bool kRegistered = register_kernels<Op::attention_backward>(
-    {Family::sm75, &plan, &flash_bwd_workspace_bytes, &attention_backward_sm75});
+    {Family::sm75, &plan, &attention::bwd_workspace_bytes<attention::kSm75BwdTiles>,
+     &attention_backward_sm75});
 
 }  // namespace
 }  // namespace samattn

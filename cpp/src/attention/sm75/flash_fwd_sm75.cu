@@ -31,8 +31,12 @@ bool plan(const AttentionForwardProblem& problem, std::string* why) {
       problem.max_smem_per_block, Family::sm75, /*backward=*/false, why);
 }
 
-// The kvcache kernel's scratch (split keys, rotated q); 0 for the others.
+// The kvcache kernel's scratch (split keys, rotated q); a masked call's tile
+// map (masks never run the kvcache kernel).
 size_t workspace_bytes(const AttentionForwardProblem& problem) {
+  if (problem.terms.mask.kind != MaskKind::none) {
+    return attention::fwd_mask_map_bytes<attention::kSm75FwdTiles>(problem);
+  }
   return attention::kvcache_workspace_bytes(attention::kSm75FwdTiles, problem);
 }
 

@@ -31,7 +31,8 @@ bool plan(const AttentionBackwardProblem& problem, std::string* why) {
 }
 
 [[maybe_unused]] const bool kRegistered = register_kernels<Op::attention_backward>(
-    {Family::sm80, &plan, &flash_bwd_workspace_bytes, &attention_backward_sm80});
+    {Family::sm80, &plan, &attention::bwd_workspace_bytes<attention::kSm80BwdTiles>,
+     &attention_backward_sm80});
 
 }  // namespace
 }  // namespace samattn
