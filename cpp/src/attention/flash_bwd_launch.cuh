@@ -137,7 +137,7 @@ cudaError_t run_flash_bwd(const AttentionBackwardProblem& problem) {
       const size_t map_offset = mask_tile_map_offset(workspace_needed);
       const size_t room = P.workspace_bytes > map_offset ? P.workspace_bytes - map_offset : 0;
       status = cudaSuccess;
-      p.mask_tiles = build_mask_tile_map<Traits::kBlockM, Traits::kBlockN>(
+      p.mask_tiles = build_mask_tile_map<Traits::kFamily, Traits::kBlockM, Traits::kBlockN>(
           P.terms.mask, P.batch, P.nheads, P.seqlen_q, P.seqlen_k,
           room > 0 ? workspace + map_offset : nullptr, room, P.stream, &status);
       if (status != cudaSuccess) return status;

@@ -172,8 +172,9 @@ cudaError_t run_flash_fwd(const AttentionForwardProblem& problem) {
         if (!vectors) return cudaErrorNotSupported;
         // The mask's tile map first, on the same stream, in the workspace
         // (fwd_mask_map_bytes sized it; without room every tile reads the mask).
+        constexpr Family kFamily = Traits::Config::kFamily;
         cudaError_t error = cudaSuccess;
-        p.mask_tiles = build_mask_tile_map<Traits::kBlockM, Traits::kBlockN>(
+        p.mask_tiles = build_mask_tile_map<kFamily, Traits::kBlockM, Traits::kBlockN>(
             problem.terms.mask, problem.batch, problem.nheads, problem.seqlen_q, problem.seqlen_k,
             problem.workspace, problem.workspace_bytes, problem.stream, &error);
         if (error != cudaSuccess) return error;

@@ -126,8 +126,10 @@ __device__ inline int classify_add(float value) {
 }
 
 // vectors: every row of the mask starts 16-byte aligned (pointer and strides),
-// so that whole 16-byte pieces inside the keys are read as one load.
-template <int kBlockM, int kBlockN>
+// so that whole 16-byte pieces inside the keys are read as one load. F, the
+// family whose translation units compile it: each family's copy has its own
+// name (its own archs, test_binary.py).
+template <Family F, int kBlockM, int kBlockN>
 __global__ void __launch_bounds__(128)
     classify_mask_tiles(AttnMaskView const mask, uint8_t* codes, int seqlen_q, int seqlen_k,
                         int m_blocks, int n_blocks, int heads, bool vectors) {
@@ -190,7 +192,7 @@ __global__ void __launch_bounds__(128)
 // Fills the map of tiles kBlockM x kBlockN of a fixed-length call's mask into
 // `workspace` on `stream` and returns it; a map without codes where the
 // workspace is smaller than the map (every tile then read element by element).
-template <int kBlockM, int kBlockN>
+template <Family F, int kBlockM, int kBlockN>
 inline MaskTileMap build_mask_tile_map(const AttnMaskView& mask, int batch, int nheads,
                                        int seqlen_q, int seqlen_k, void* workspace,
                                        size_t workspace_bytes, cudaStream_t stream,
@@ -210,7 +212,7 @@ inline MaskTileMap build_mask_tile_map(const AttnMaskView& mask, int batch, int 
                        (mask.head_stride * element_bytes) % 16 == 0 &&
                        (mask.q_stride * element_bytes) % 16 == 0;
   static_assert(kBlockN % 16 == 0, "key tiles of whole 16-byte pieces");
-  classify_mask_tiles<kBlockM, kBlockN>
+  classify_mask_tiles<F, kBlockM, kBlockN>
       <<<unsigned(tiles), 128, 0, stream>>>(mask, codes, seqlen_q, seqlen_k, int(extent.m_blocks),
                                             int(extent.n_blocks), int(extent.heads), vectors);
   *error = cudaGetLastError();

@@ -162,7 +162,7 @@ cudaError_t run_flash_bwd_sm90(const AttentionBackwardProblem& problem) {
     // The mask's tile map, after the steps' buffers (flash_sm90.cu sizes the
     // workspace for it).
     const size_t map_offset = mask_tile_map_offset(workspace_needed);
-    p.mask_tiles = build_mask_tile_map<Traits::kBlockM, Traits::kBlockN>(
+    p.mask_tiles = build_mask_tile_map<Family::sm90, Traits::kBlockM, Traits::kBlockN>(
         mask, P.batch, P.nheads, P.seqlen_q, P.seqlen_k, workspace + map_offset,
         P.workspace_bytes > map_offset ? P.workspace_bytes - map_offset : 0, P.stream, &status);
     if (status != cudaSuccess) return status;

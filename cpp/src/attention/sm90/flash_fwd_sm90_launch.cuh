@@ -160,7 +160,7 @@ cudaError_t run_flash_fwd_sm90(const AttentionForwardProblem& problem) {
         // The mask's tile map first, on the same stream (flash_sm90.cu sizes
         // the workspace for it).
         cudaError_t error = cudaSuccess;
-        p.mask_tiles = build_mask_tile_map<Traits::kBlockM, Traits::kBlockN>(
+        p.mask_tiles = build_mask_tile_map<Family::sm90, Traits::kBlockM, Traits::kBlockN>(
             problem.terms.mask, problem.batch, problem.nheads, problem.seqlen_q, problem.seqlen_k,
             problem.workspace, problem.workspace_bytes, problem.stream, &error);
         if (error != cudaSuccess) return error;
