@@ -4,7 +4,6 @@
 // named here: the kernel is FlashBwdConfig<row's fields>.
 #pragma once
 
-#include <algorithm>
 #include <iterator>
 #include <utility>
 
@@ -62,22 +61,15 @@ int min_bwd_smem(int headdim) {
       std::make_index_sequence<std::size(kTiles)>{});
 }
 
-// The backward's steps (attention_problem.h), then a masked call's tile map,
-// the largest over the rows with score terms it may run (the dispatch picks
-// one by the device's shared memory).
+// The backward's steps (attention_problem.h), then a masked call's tile map
+// for its head dim's rows that take score terms.
 template <const auto& kTiles>
 size_t bwd_workspace_bytes(const AttentionBackwardProblem& problem) {
   const size_t steps = flash_bwd_workspace_bytes(problem);
-  if (problem.terms.mask.kind == MaskKind::none || problem.cu_seqlens_q != nullptr) return steps;
   const int head_dim = padded_headdim(problem.headdim);
-  size_t map = 0;
-  for (const FlashBwdTile& row : kTiles) {
-    if (row.head_dim != head_dim || !bwd_tile_takes_terms(row)) continue;
-    const MaskTileExtent extent =
-        mask_tile_extent(problem.terms.mask, problem.batch, problem.nheads, problem.seqlen_q,
-                         problem.seqlen_k, row.block_m, row.block_n);
-    map = std::max(map, size_t(extent.bytes()));
-  }
+  const size_t map = mask_tile_map_bytes(problem, kTiles, [&](const FlashBwdTile& row) {
+    return row.head_dim == head_dim && bwd_tile_takes_terms(row);
+  });
   return map == 0 ? steps : mask_tile_map_offset(steps) + map;
 }
 

@@ -4,7 +4,6 @@
 // table can be named here: the kernel is FlashFwdConfig<row's fields>.
 #pragma once
 
-#include <algorithm>
 #include <iterator>
 #include <string>
 #include <utility>
@@ -110,22 +109,14 @@ inline bool short_key_loop(const AttentionForwardProblem& problem) {
          problem.terms.mask.kind == MaskKind::none;
 }
 
-// A masked call's tile map (mask_tiles.h): the largest over the rows it may
-// run (its head dim's TileUse::any rows; the dispatch picks one by the
-// device's shared memory). 0 for calls without a mask, and varlen ones.
+// A masked call's tile map (mask_tiles.h), for its head dim's TileUse::any
+// rows (masked calls take no other).
 template <const auto& kTiles>
 size_t fwd_mask_map_bytes(const AttentionForwardProblem& problem) {
-  if (problem.terms.mask.kind == MaskKind::none || problem.cu_seqlens_q != nullptr) return 0;
   const int head_dim = padded_headdim(problem.headdim);
-  size_t bytes = 0;
-  for (const FlashFwdTile& row : kTiles) {
-    if (row.head_dim != head_dim || row.use != TileUse::any) continue;
-    const MaskTileExtent extent =
-        mask_tile_extent(problem.terms.mask, problem.batch, problem.nheads, problem.seqlen_q,
-                         problem.seqlen_k, row.block_m, row.block_n);
-    bytes = std::max(bytes, size_t(extent.bytes()));
-  }
-  return bytes;
+  return mask_tile_map_bytes(problem, kTiles, [&](const FlashFwdTile& row) {
+    return row.head_dim == head_dim && row.use == TileUse::any;
+  });
 }
 
 // Runs row I of kTiles if the problem may use it: sets *result and returns

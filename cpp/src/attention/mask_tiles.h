@@ -7,6 +7,7 @@
 // kernel runs (mask_tiles.cuh); plain data here, for the host's workspace size.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -39,6 +40,23 @@ inline MaskTileExtent mask_tile_extent(const AttnMaskView& mask, int batch, int 
                                        int seqlen_q, int seqlen_k, int block_m, int block_n) {
   return {mask.batch_stride == 0 ? 1 : batch, mask.head_stride == 0 ? 1 : nheads,
           (seqlen_q + block_m - 1) / block_m, (seqlen_k + block_n - 1) / block_n};
+}
+
+// The map a masked call's workspace holds: the largest over the tile rows
+// (block_m, block_n) that `takes` accepts, since the dispatch picks one of them
+// only at launch. 0 without a mask and for varlen calls (fixed length only).
+template <class Problem, class Rows, class Takes>
+size_t mask_tile_map_bytes(const Problem& problem, const Rows& rows, Takes&& takes) {
+  if (problem.terms.mask.kind == MaskKind::none || problem.cu_seqlens_q != nullptr) return 0;
+  size_t bytes = 0;
+  for (const auto& row : rows) {
+    if (!takes(row)) continue;
+    const MaskTileExtent extent =
+        mask_tile_extent(problem.terms.mask, problem.batch, problem.nheads, problem.seqlen_q,
+                         problem.seqlen_k, row.block_m, row.block_n);
+    bytes = std::max(bytes, size_t(extent.bytes()));
+  }
+  return bytes;
 }
 
 // Where a map starts in a workspace whose first `bytes_before` bytes hold

@@ -184,19 +184,13 @@ cudaError_t launch(const AttentionForwardProblem& problem) {
   }
 }
 
-// A masked call's tile map (mask_tiles.h) for the row it runs: the first of
-// its head dim that is not a long_keys row (the terms kernels take none).
+// A masked call's tile map (mask_tiles.h), for its head dim's rows that are
+// not long_keys rows (the terms kernels take none).
 size_t mask_map_bytes(const AttentionForwardProblem& problem) {
-  if (problem.terms.mask.kind == MaskKind::none || problem.cu_seqlens_q != nullptr) return 0;
   const int head_dim = sm90_head_dim(problem.headdim);
-  for (const FlashFwdSm90Tile& row : kSm90FwdTiles) {
-    if (row.head_dim == head_dim && row.use != TileUse::long_keys) {
-      return size_t(mask_tile_extent(problem.terms.mask, problem.batch, problem.nheads,
-                                     problem.seqlen_q, problem.seqlen_k, row.block_m, row.block_n)
-                        .bytes());
-    }
-  }
-  return 0;
+  return mask_tile_map_bytes(problem, kSm90FwdTiles, [&](const FlashFwdSm90Tile& row) {
+    return row.head_dim == head_dim && row.use != TileUse::long_keys;
+  });
 }
 
 // The kvcache kernel's rotated q (its splits need none: the cluster combines
@@ -247,19 +241,14 @@ constexpr int backward_row_smem(int head_dim) {
 }
 
 // The backward's steps (attention_problem.h), then a masked call's tile map
-// for the row it runs.
+// for its head dim's rows.
 size_t backward_workspace_bytes(const AttentionBackwardProblem& problem) {
   const size_t steps = flash_bwd_workspace_bytes(problem);
-  if (problem.terms.mask.kind == MaskKind::none || problem.cu_seqlens_q != nullptr) return steps;
-  for (const FlashBwdSm90Tile& row : kSm90BwdTiles) {
-    if (row.head_dim == padded_headdim(problem.headdim)) {
-      return mask_tile_map_offset(steps) +
-             size_t(mask_tile_extent(problem.terms.mask, problem.batch, problem.nheads,
-                                     problem.seqlen_q, problem.seqlen_k, row.block_m, row.block_n)
-                        .bytes());
-    }
-  }
-  return steps;
+  const int head_dim = padded_headdim(problem.headdim);
+  const size_t map = mask_tile_map_bytes(problem, kSm90BwdTiles, [&](const FlashBwdSm90Tile& row) {
+    return row.head_dim == head_dim;
+  });
+  return map == 0 ? steps : mask_tile_map_offset(steps) + map;
 }
 
 bool plan_backward(const AttentionBackwardProblem& problem, std::string* why) {
