@@ -82,7 +82,9 @@ def _gemm_args(
     return args, (a, b, bias)
 
 
-_GEMM = _prepared.Calls(_lib.GemmArgs, "samattn_gemm", "samattn_gemm_workspace_size")
+_GEMM = _prepared.Calls(
+    _lib.GemmArgs, "samattn_gemm", "samattn_gemm_workspace_size", "samattn_gemm_with_pointers"
+)
 
 
 def _gemm_key(a: torch.Tensor, b: torch.Tensor, alpha: float) -> tuple:
@@ -126,15 +128,26 @@ def gemm(
         key = _gemm_key(a, b, alpha)
         if not plain:
             key = (*key, _bias_key(bias), activation, out_dtype, split_k, split_k_mode)
-        entry = _GEMM.get(key)
-        if entry is not None:
-            out = _gemm_output(a, entry.out_shape, out_dtype)
+        entry = _GEMM.entries.get(key)
+        if entry is not None:  # a signature seen before: one C call with its pointers
+            out = entry.prototype.new_empty(*entry.out_shape)
+            bias_ptr = None if bias is None else bias.data_ptr()
+            refused = False
+            if entry.workspace == 0:
+                status = _GEMM.with_pointers(
+                    entry.address, a.data_ptr(), b.data_ptr(), out.data_ptr(), bias_ptr,
+                    _stream(out), None, 0, _lib.family_out(),
+                )  # fmt: skip
+                if status == _lib.OK:
+                    return out
+                if status != _lib.NEEDS_WORKSPACE:
+                    _lib.check(status)
+                refused = True  # e.g. a newly forced family that needs one
             args = _GEMM.args(entry)
             args.a, args.b, args.d = a.data_ptr(), b.data_ptr(), out.data_ptr()
-            if bias is not None:
-                args.bias = bias.data_ptr()
+            args.bias = bias_ptr
             args.stream = _stream(out)
-            _GEMM.run(key, entry, args, a)
+            _GEMM.run(key, entry, args, a, refused)
             return out
     if plain:
         sizes = _checks.gemm_quick(a, b, c, alpha, beta) or _checks.gemm(a, b, c, alpha, beta)
@@ -150,7 +163,7 @@ def gemm(
     args.stream = _stream(out)
     _prepared.run_with_workspace("samattn_gemm", "samattn_gemm_workspace_size", args, a)
     if key is not None and operands[0] is a and operands[1] is b and kernel_bias is bias:
-        _GEMM.put(key, args, out.shape)  # every tensor read in place
+        _GEMM.put(key, args, out.shape, out=out)  # every tensor read in place
     return out
 
 
@@ -291,15 +304,16 @@ def _run_softmax(
         x.data_ptr(), 0 if dy is None else dy.data_ptr(), out.data_ptr(),
         _stream(x),
     )  # fmt: skip
-    family = ctypes.c_int32()  # FAMILY_AUTO until the library sets it
-    function = getattr(_lib.lib(), function_name)
-    _lib.check(function(ctypes.byref(args), ctypes.byref(family)))
-    _lib.set_last_family(family.value)
+    _lib.check(_prepared.bound(function_name)(ctypes.byref(args), _lib.family_out()))
     return args
 
 
-_SOFTMAX = _prepared.Calls(_lib.SoftmaxArgs, "samattn_softmax_forward", None)
-_SOFTMAX_BACKWARD = _prepared.Calls(_lib.SoftmaxArgs, "samattn_softmax_backward", None)
+_SOFTMAX = _prepared.Calls(
+    _lib.SoftmaxArgs, "samattn_softmax_forward", None, "samattn_softmax_forward_with_pointers"
+)
+_SOFTMAX_BACKWARD = _prepared.Calls(
+    _lib.SoftmaxArgs, "samattn_softmax_backward", None, "samattn_softmax_backward_with_pointers"
+)
 
 
 def _softmax_key(x: torch.Tensor, dim: int, *others: torch.Tensor) -> tuple | None:
@@ -319,12 +333,14 @@ def _softmax_key(x: torch.Tensor, dim: int, *others: torch.Tensor) -> tuple | No
 def softmax(x: torch.Tensor, dim: int) -> torch.Tensor:
     """Softmax of x along dim on the GPU; see samattn.softmax."""
     key = _softmax_key(x, dim)
-    entry = None if key is None else _SOFTMAX.get(key)
-    if entry is not None:
-        y = torch.empty_like(x)
-        args = _SOFTMAX.args(entry)
-        args.x, args.out, args.stream = x.data_ptr(), y.data_ptr(), _stream(x)
-        _SOFTMAX.run(key, entry, args, x)
+    entry = None if key is None else _SOFTMAX.entries.get(key)
+    if entry is not None:  # a signature seen before: one C call with its pointers
+        y = entry.prototype.new_empty(*entry.out_shape)
+        status = _SOFTMAX.with_pointers(
+            entry.address, x.data_ptr(), None, y.data_ptr(), _stream(x), _lib.family_out()
+        )
+        if status != _lib.OK:
+            _lib.check(status)
         return y
     view = _checks.softmax_quick(x, dim) or _checks.softmax(x, dim)
     x = x.contiguous()
@@ -332,20 +348,22 @@ def softmax(x: torch.Tensor, dim: int) -> torch.Tensor:
     if y.numel() > 0:
         args = _run_softmax("samattn_softmax_forward", view, x, None, y)
         if key is not None:
-            _SOFTMAX.put(key, args, y.shape)
+            _SOFTMAX.put(key, args, y.shape, out=y)
     return y
 
 
 def softmax_backward(y: torch.Tensor, dy: torch.Tensor, dim: int) -> torch.Tensor:
     """dx = y * (dy - sum(dy * y, dim)) on the GPU, from the forward output y."""
     key = _softmax_key(y, dim, dy)
-    entry = None if key is None else _SOFTMAX_BACKWARD.get(key)
+    entry = None if key is None else _SOFTMAX_BACKWARD.entries.get(key)
     if entry is not None:
-        dx = torch.empty_like(y)
-        args = _SOFTMAX_BACKWARD.args(entry)
-        args.x, args.dy, args.out = y.data_ptr(), dy.data_ptr(), dx.data_ptr()
-        args.stream = _stream(y)
-        _SOFTMAX_BACKWARD.run(key, entry, args, y)
+        dx = entry.prototype.new_empty(*entry.out_shape)
+        status = _SOFTMAX_BACKWARD.with_pointers(
+            entry.address, y.data_ptr(), dy.data_ptr(), dx.data_ptr(), _stream(y),
+            _lib.family_out(),
+        )  # fmt: skip
+        if status != _lib.OK:
+            _lib.check(status)
         return dx
     view = _checks.softmax_backward(y, dy, dim)
     y = y.contiguous()
@@ -354,7 +372,7 @@ def softmax_backward(y: torch.Tensor, dy: torch.Tensor, dim: int) -> torch.Tenso
     if dx.numel() > 0:
         args = _run_softmax("samattn_softmax_backward", view, y, dy, dx)
         if key is not None:
-            _SOFTMAX_BACKWARD.put(key, args, dx.shape)
+            _SOFTMAX_BACKWARD.put(key, args, dx.shape, out=dx)
     return dx
 
 
@@ -1200,9 +1218,7 @@ def flash_attn_backward(
     # 512-byte aligned. The library zeroes what it needs on the stream.
     workspace = q.new_empty(max(needed.value, 1), dtype=torch.uint8)
     args.workspace, args.workspace_bytes = workspace.data_ptr(), needed.value
-    family = ctypes.c_int32()  # FAMILY_AUTO until the library sets it
-    _lib.check(library.samattn_attention_backward(args_ref, ctypes.byref(family)))
-    _lib.set_last_family(family.value)
+    _lib.check(library.samattn_attention_backward(args_ref, _lib.family_out()))
     if key is not None and all(a is b for a, b in zip((*keep[:3], out, dout), operands)):
         _ATTENTION_BACKWARD.put(key, args, q.shape)  # every operand read in place
     return dq, dk, dv, dsinks

@@ -295,6 +295,7 @@ LIST_ENTRY_PACKER = packer(GemmListEntry)
 
 _i32 = ctypes.c_int32
 _i32_p = ctypes.POINTER(ctypes.c_int32)
+_ptr = ctypes.c_void_p
 
 # name -> (restype, argtypes), one entry per function of samattn.h.
 SIGNATURES: dict[str, tuple[object, list[object]]] = {
@@ -309,6 +310,10 @@ SIGNATURES: dict[str, tuple[object, list[object]]] = {
     ),
     "samattn_softmax_forward": (ctypes.c_int, [ctypes.POINTER(SoftmaxArgs), _i32_p]),
     "samattn_softmax_backward": (ctypes.c_int, [ctypes.POINTER(SoftmaxArgs), _i32_p]),
+    # The repeated calls take a prepared struct's address and pointers as integers.
+    "samattn_gemm_with_pointers": (ctypes.c_int, [_ptr] * 7 + [ctypes.c_int64, _i32_p]),
+    "samattn_softmax_forward_with_pointers": (ctypes.c_int, [_ptr] * 5 + [_i32_p]),
+    "samattn_softmax_backward_with_pointers": (ctypes.c_int, [_ptr] * 5 + [_i32_p]),
     "samattn_attention_forward": (ctypes.c_int, [ctypes.POINTER(AttentionArgs), _i32_p]),
     "samattn_attention_forward_workspace_size": (
         ctypes.c_int,
@@ -341,10 +346,20 @@ _library: ctypes.CDLL | None = None
 
 
 class _ThreadState(threading.local):
-    last_family: str | None = None  # a thread's default (no AttributeError to catch)
+    """Each thread's out-parameter for the family an op ran. The library writes it on every
+    op call (FAMILY_AUTO when nothing ran), so it is also the thread's last family."""
+
+    def __init__(self) -> None:
+        self.family = ctypes.c_int32(FAMILY_AUTO)
+        self.family_ref = ctypes.byref(self.family)
 
 
 _thread_state = _ThreadState()
+
+
+def family_out():  # a ctypes byref, which has no public type
+    """This thread's family out-parameter, for the `family_used` of an op call."""
+    return _thread_state.family_ref
 
 
 def library_path() -> Path:
@@ -416,12 +431,13 @@ def check(status: int) -> None:
 
 
 def set_last_family(code: int) -> None:
-    _thread_state.last_family = FAMILY_NAMES.get(code)
+    _thread_state.family.value = code
 
 
 def last_family() -> str | None:
-    """The family ("sm75", "sm80", "sm90") of the last kernel this thread ran, or None."""
-    return _thread_state.last_family
+    """The family ("sm75", "sm80", "sm90") that ran this thread's last op call, or None (no
+    call yet, the call launched nothing, or it failed)."""
+    return FAMILY_NAMES.get(_thread_state.family.value)
 
 
 def version() -> str:

@@ -5,9 +5,12 @@ depends only on its signature: the shapes, strides, dtypes and devices of its te
 scalars, the family it forces. So once a call has gone the full way (``_checks``, then the
 argument packing of ``_cuda``) and the library has run it, its argument struct is kept,
 with the output shapes and the workspace the library asked for. A later call of the same
-signature copies that struct, writes its own pointers, stream and workspace into it and
-makes one C call: no Python validation (its signature passed it) and no refused call to
-learn the workspace size.
+signature makes one C call: for gemm and softmax the op's ``*_with_pointers`` form, given
+the kept struct's address and the call's pointers (the library copies the struct and
+writes them in: passing a few integers costs the call about 1.4 us less than copying and
+filling a struct in Python); for the others a Python copy of the struct with its pointers,
+stream and workspace written in. No Python validation (its signature passed it) and no
+refused call to learn the workspace size.
 
 What makes this safe:
 
@@ -28,7 +31,6 @@ What makes this safe:
 from __future__ import annotations
 
 import ctypes
-import threading
 from collections.abc import Callable
 from typing import Generic, NamedTuple, TypeVar
 
@@ -76,35 +78,31 @@ def run_with_workspace(
     library = _lib.lib()
     function = getattr(library, function_name)
     args_ref = ctypes.byref(args)
-    family = ctypes.c_int32()  # FAMILY_AUTO until the library sets it
+    family = _lib.family_out()
     # The workspace tensor is kept alive until the launch is queued.
     asked = expected and size_function_name is not None
     if asked:
         workspace = _ask(library, size_function_name, args, like)
     else:
         workspace = _give(args, like, known_bytes) if known_bytes else None
-    status = function(args_ref, ctypes.byref(family))
+    status = function(args_ref, family)
     if status == _lib.NEEDS_WORKSPACE and not asked and size_function_name is not None:
         workspace = _ask(library, size_function_name, args, like)
-        status = function(args_ref, ctypes.byref(family))
+        status = function(args_ref, family)
     _lib.check(status)
-    _lib.set_last_family(family.value)
     return args.workspace_bytes if workspace is not None else 0
-
-
-class _FamilyOut(threading.local):
-    """Each thread's out-parameter for the family the library ran (set on every call)."""
-
-    def __init__(self) -> None:
-        self.value = ctypes.c_int32()
-        self.ref = ctypes.byref(self.value)
-
-
-_FAMILY_OUT = _FamilyOut()
 
 
 # The library's functions by name, looked up once.
 _BOUND: dict[str, Callable[..., int]] = {}
+
+
+def bound(function_name: str) -> Callable[..., int]:
+    """The library's function of that name (its signature declared by _lib)."""
+    function = _BOUND.get(function_name)
+    if function is None:
+        function = _BOUND[function_name] = getattr(_lib.lib(), function_name)
+    return function
 
 
 def call_without_workspace(function_name: str, args: ctypes.Structure) -> bool:
@@ -112,15 +110,10 @@ def call_without_workspace(function_name: str, args: ctypes.Structure) -> bool:
     NEEDS_WORKSPACE (nothing launched); raises like the full path. Most prepared calls
     need none, and this saves run_with_workspace's general path (about 1.5 us, a tenth of
     a small eager call)."""
-    function = _BOUND.get(function_name)
-    if function is None:
-        function = _BOUND[function_name] = getattr(_lib.lib(), function_name)
-    out = _FAMILY_OUT
-    status = function(ctypes.byref(args), out.ref)
+    status = bound(function_name)(ctypes.byref(args), _lib.family_out())
     if status == _lib.NEEDS_WORKSPACE:
         return False
     _lib.check(status)
-    _lib.set_last_family(out.value.value)
     return True
 
 
@@ -144,24 +137,40 @@ def _ask(
 
 class Entry(NamedTuple):
     """A signature's argument struct (its pointers and stream to be overwritten, its
-    workspace fields zero), its output shapes, the workspace bytes the library took
-    (0: none) and what else the op's prepared call needs (its checked sizes)."""
+    workspace fields zero) and that struct's address, its output shapes, the workspace
+    bytes the library took (0: none), what else the op's prepared call needs (its checked
+    sizes) and an empty tensor of the output's dtype and device (``prototype.new_empty(
+    *out_shape)`` allocates the output with the least argument parsing)."""
 
-    template: bytes
+    template: ctypes.Structure  # never written after put: calls copy it or read it in C
+    address: int
     out_shape: tuple[int, ...]
     aux_shape: tuple[int, ...]  # attention: softmax_lse's shape; () otherwise
     workspace: int
     sizes: object = None
+    prototype: torch.Tensor | None = None
 
 
 class Calls(Generic[ArgsT]):
-    """The prepared calls of one library entry point."""
+    """The prepared calls of one library entry point, and of its *_with_pointers form
+    (samattn.h) where it has one: `with_pointers()` is that function, which takes an
+    entry's address and the call's pointers, so a call builds no struct."""
 
-    def __init__(self, args_type: type[ArgsT], function: str, size_function: str | None) -> None:
+    def __init__(
+        self,
+        args_type: type[ArgsT],
+        function: str,
+        size_function: str | None,
+        pointers_function: str | None = None,
+    ) -> None:
         self.args_type = args_type
         self.function = function
         self.size_function = size_function
+        self.pointers_function = pointers_function
         self.entries: dict[tuple, Entry] = {}
+        # Bound by the first put (the library is loaded by then): a call that found an
+        # entry calls it without a lookup.
+        self.with_pointers: Callable[..., int] | None = None
 
     def get(self, key: tuple) -> Entry | None:
         return self.entries.get(key)
@@ -173,9 +182,10 @@ class Calls(Generic[ArgsT]):
         out_shape: tuple[int, ...],
         aux_shape: tuple[int, ...] = (),
         sizes: object = None,
+        out: torch.Tensor | None = None,
     ) -> None:
         """Keep the struct of a call that has just run (its workspace fields tell the
-        size the library took)."""
+        size the library took); `out`, its output, gives the entry's prototype."""
         if len(self.entries) >= MAX_ENTRIES:
             self.entries.clear()
         template = self.args_type.from_buffer_copy(args)
@@ -184,20 +194,26 @@ class Calls(Generic[ArgsT]):
             # Never kept: a later call that runs without one must not pass this call's.
             workspace = template.workspace_bytes if template.workspace else 0
             template.workspace, template.workspace_bytes = None, 0
+        prototype = None if out is None else out.new_empty(0)
+        if self.pointers_function is not None and self.with_pointers is None:
+            self.with_pointers = bound(self.pointers_function)
         self.entries[key] = Entry(
-            bytes(template), tuple(out_shape), tuple(aux_shape), workspace, sizes
-        )
+            template, ctypes.addressof(template), tuple(out_shape), tuple(aux_shape),
+            workspace, sizes, prototype,
+        )  # fmt: skip
 
     def args(self, entry: Entry) -> ArgsT:
         """A private copy of the entry's struct, for this call to fill in."""
         return self.args_type.from_buffer_copy(entry.template)
 
-    def run(self, key: tuple, entry: Entry, args: ArgsT, like: torch.Tensor) -> None:
+    def run(
+        self, key: tuple, entry: Entry, args: ArgsT, like: torch.Tensor, refused: bool = False
+    ) -> None:
         """Call the library with `args` (pointers and stream set by the caller), with a
         workspace of the entry's size; keep the size the call ran with. Raises like the
-        full path."""
-        refused = False  # asked for a workspace it had none of (e.g. a new forced family)
-        if entry.workspace == 0:
+        full path. `refused`: the caller's call without a workspace was answered
+        NEEDS_WORKSPACE (e.g. a newly forced family needs one), so ask for its size first."""
+        if entry.workspace == 0 and not refused:
             if call_without_workspace(self.function, args):
                 return
             refused = True

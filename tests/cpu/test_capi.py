@@ -167,6 +167,67 @@ def test_softmax_without_gpu_is_a_cuda_error():
     assert status == _lib.CUDA_ERROR and "no CUDA device" in message, message
 
 
+# The *_with_pointers calls: an earlier call's struct with the pointers replaced. Each
+# case sets a pointer argument to NULL where the struct holds a valid one (or the other
+# way round), so the message shows which of the two the call checked.
+WITH_POINTERS = {
+    "gemm a": ("samattn_gemm_with_pointers", dict(a=None), "a is NULL"),
+    "gemm b": ("samattn_gemm_with_pointers", dict(b=None), "b is NULL"),
+    "gemm d": ("samattn_gemm_with_pointers", dict(d=None), "d is NULL"),
+    "softmax x": ("samattn_softmax_forward_with_pointers", dict(x=None), "x is NULL"),
+    "softmax out": ("samattn_softmax_forward_with_pointers", dict(out=None), "y is NULL"),
+    "softmax_backward y": ("samattn_softmax_backward_with_pointers", dict(x=None), "y is NULL"),
+    "softmax_backward dy": ("samattn_softmax_backward_with_pointers", dict(dy=None), "dy is NULL"),
+    "softmax_backward dx": ("samattn_softmax_backward_with_pointers", dict(out=None), "dx is NULL"),
+}
+
+
+def call_with_pointers(function: str, prepared, **pointers) -> tuple[int, int, str]:
+    """(status, family_used, message) of a *_with_pointers call on `prepared`, every
+    pointer FAKE unless given."""
+    used = ctypes.c_int32(-1)
+    address = None if prepared is None else ctypes.addressof(prepared)
+    if function == "samattn_gemm_with_pointers":
+        given = dict(a=FAKE, b=FAKE, d=FAKE, bias=None) | pointers
+        arguments = (given["a"], given["b"], given["d"], given["bias"], None, None, 0)
+    else:
+        given = dict(x=FAKE, dy=FAKE, out=FAKE) | pointers
+        arguments = (given["x"], given["dy"], given["out"], None)
+    status = getattr(_lib.lib(), function)(address, *arguments, ctypes.byref(used))
+    return status, used.value, _lib.last_error() if status != _lib.OK else ""
+
+
+@pytest.mark.parametrize("case", WITH_POINTERS)
+def test_with_pointers_checks_the_pointers_it_is_given(case):
+    function, pointers, fragment = WITH_POINTERS[case]
+    prepared = gemm_args() if "gemm" in function else softmax_args()
+    status, used, message = call_with_pointers(function, prepared, **pointers)
+    assert status == _lib.INVALID_ARGUMENT and fragment in message, message
+    assert used == _lib.FAMILY_AUTO
+    # The struct's own pointers are not read: NULL there, FAKE given, the call gets past
+    # the NULL checks to a later one (a refusal still: FAKE is never dereferenced).
+    if "gemm" in function:
+        stale, later = gemm_args(a=None, b=None, d=None, d_row_stride=0), "overlap"
+    else:
+        stale, later = softmax_args(x=None, dy=None, out=None, outer=2**40, dim=2**30), "overflow"
+    status, _, message = call_with_pointers(function, stale)
+    assert status == _lib.INVALID_ARGUMENT and later in message, message
+
+
+@pytest.mark.parametrize("function", sorted({f for f, _, _ in WITH_POINTERS.values()}))
+def test_with_pointers_checks_the_struct(function):
+    status, _, message = call_with_pointers(function, None)
+    assert status == _lib.INVALID_ARGUMENT and "args is NULL" in message, message
+    prepared = gemm_args() if "gemm" in function else softmax_args()
+    prepared.struct_size -= 8
+    status, _, message = call_with_pointers(function, prepared)
+    assert status == _lib.INVALID_ARGUMENT and "struct_size" in message, message
+    # A size-checked copy: invalid fields of the struct are still refused.
+    prepared = gemm_args(m=-1) if "gemm" in function else softmax_args(outer=-1)
+    status, _, message = call_with_pointers(function, prepared)
+    assert status == _lib.INVALID_ARGUMENT, message
+
+
 def test_select_family_invalid_arguments():
     lib, family = _lib.lib(), ctypes.c_int32()
     cases = {

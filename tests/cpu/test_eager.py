@@ -192,15 +192,19 @@ def test_prepared_gemm_with_an_epilogue(monkeypatch):
         launched.append(_lib.GemmArgs.from_buffer_copy(args))
         return 0
 
-    def launch_prepared(function, args):
-        launch(function, None, args, None)
-        return True
+    def launch_with_pointers(address, a, b, d, bias, stream, workspace, nbytes, family):
+        # What samattn_gemm_with_pointers does: the entry's struct with these pointers.
+        args = _lib.GemmArgs.from_buffer_copy(_lib.GemmArgs.from_address(address))
+        args.a, args.b, args.d, args.bias, args.stream = a, b, d, bias, stream
+        args.workspace, args.workspace_bytes = workspace, nbytes
+        launched.append(args)
+        return _lib.OK
 
     checked = []
     check = _checks.gemm
     monkeypatch.setattr(_cuda, "_stream", lambda t: 0)
     monkeypatch.setattr(_prepared, "run_with_workspace", launch)
-    monkeypatch.setattr(_prepared, "call_without_workspace", launch_prepared)
+    monkeypatch.setattr(_cuda._GEMM, "with_pointers", launch_with_pointers)
     monkeypatch.setattr(_checks, "_check_devices", lambda op, tensors: None)
     monkeypatch.setattr(_checks, "gemm", lambda *args: checked.append(1) or check(*args))
     _cuda._GEMM.clear()

@@ -373,6 +373,24 @@ int samattn_gemm_workspace_size(const samattn_gemm_args* args, int64_t* bytes);
 int samattn_softmax_forward(const samattn_softmax_args* args, int32_t* family_used);
 int samattn_softmax_backward(const samattn_softmax_args* args, int32_t* family_used);
 /*
+ * Repeated calls (appended to ABI 6). The op on a copy of `prepared` (an
+ * earlier call's arguments, unchanged) with its data pointers, stream and
+ * workspace replaced by the arguments here: the same checks and the same
+ * result as filling a struct anew, for a caller that makes many calls of one
+ * signature (an eager Python call passes a few integers instead of copying
+ * and filling a struct). Softmax: x is the forward's input or the backward's
+ * y, dy is NULL in the forward.
+ */
+int samattn_gemm_with_pointers(const samattn_gemm_args* prepared, const void* a, const void* b,
+                               void* d, const void* bias, void* stream, void* workspace,
+                               int64_t workspace_bytes, int32_t* family_used);
+int samattn_softmax_forward_with_pointers(const samattn_softmax_args* prepared, const void* x,
+                                          const void* dy, void* out, void* stream,
+                                          int32_t* family_used);
+int samattn_softmax_backward_with_pointers(const samattn_softmax_args* prepared, const void* x,
+                                           const void* dy, void* out, void* stream,
+                                           int32_t* family_used);
+/*
  * Writes o (and lse when not NULL); with k_new / v_new also the caches.
  * Needs a workspace (SAMATTN_NEEDS_WORKSPACE otherwise, nothing launched)
  * when it splits the keys, appends or rotates: workspace_bytes >= what

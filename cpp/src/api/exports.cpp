@@ -9,6 +9,7 @@
 
 #include "api/device.h"
 #include "api/error.h"
+#include "api/launch.h"
 #include "api/ops.h"
 #include "api/select.h"
 #include "common/registry.h"
@@ -49,6 +50,65 @@ SAMATTN_EXPORT int samattn_softmax_backward(const samattn_softmax_args* args,
                                             int32_t* family_used) {
   return catch_all("samattn_softmax_backward",
                    [&] { return samattn::softmax_op(args, /*backward=*/true, family_used); });
+}
+
+// The *_with_pointers calls: the op on a copy of `prepared` with new pointers.
+// A NULL `prepared` goes to the op, which names it.
+SAMATTN_EXPORT int samattn_gemm_with_pointers(const samattn_gemm_args* prepared, const void* a,
+                                              const void* b, void* d, const void* bias,
+                                              void* stream, void* workspace,
+                                              int64_t workspace_bytes, int32_t* family_used) {
+  return catch_all("samattn_gemm_with_pointers", [&] {
+    if (prepared == nullptr) return samattn::gemm_op(nullptr, family_used);
+    // The struct is copied at this library's size: larger callers' extra
+    // bytes must be zero (unused fields), as the op would check.
+    const int status =
+        samattn::check_struct_size(samattn::Subject{"samattn gemm"}, prepared, "samattn_gemm_args");
+    if (status != SAMATTN_OK) return status;
+    samattn_gemm_args args = *prepared;
+    args.struct_size = sizeof args;
+    args.a = a;
+    args.b = b;
+    args.d = d;
+    args.bias = bias;
+    args.stream = stream;
+    args.workspace = workspace;
+    args.workspace_bytes = workspace_bytes;
+    return samattn::gemm_op(&args, family_used);
+  });
+}
+
+namespace {
+int softmax_with_pointers(const samattn_softmax_args* prepared, bool backward, const void* x,
+                          const void* dy, void* out, void* stream, int32_t* family_used) {
+  if (prepared == nullptr) return samattn::softmax_op(nullptr, backward, family_used);
+  const samattn::Subject subject{backward ? "samattn softmax_backward" : "samattn softmax"};
+  const int status = samattn::check_struct_size(subject, prepared, "samattn_softmax_args");
+  if (status != SAMATTN_OK) return status;
+  samattn_softmax_args args = *prepared;  // at this library's size, as above
+  args.struct_size = sizeof args;
+  args.x = x;
+  args.dy = dy;
+  args.out = out;
+  args.stream = stream;
+  return samattn::softmax_op(&args, backward, family_used);
+}
+}  // namespace
+
+SAMATTN_EXPORT int samattn_softmax_forward_with_pointers(const samattn_softmax_args* prepared,
+                                                         const void* x, const void* dy, void* out,
+                                                         void* stream, int32_t* family_used) {
+  return catch_all("samattn_softmax_forward_with_pointers", [&] {
+    return softmax_with_pointers(prepared, false, x, dy, out, stream, family_used);
+  });
+}
+
+SAMATTN_EXPORT int samattn_softmax_backward_with_pointers(const samattn_softmax_args* prepared,
+                                                          const void* x, const void* dy, void* out,
+                                                          void* stream, int32_t* family_used) {
+  return catch_all("samattn_softmax_backward_with_pointers", [&] {
+    return softmax_with_pointers(prepared, true, x, dy, out, stream, family_used);
+  });
 }
 
 SAMATTN_EXPORT int samattn_attention_forward(const samattn_attention_args* args,
