@@ -258,7 +258,10 @@ typename Kernel<Config>::GemmKernel::Arguments make_arguments(const Plan& plan,
 // What GemmUniversalAdapter::initialize and run do, less what need not be
 // done per call: the shared memory attribute is set once per device, and the
 // cluster launch skips the adapter's cudaFuncSetAttribute for non-portable
-// cluster sizes (ours have 2 CTAs, within the portable 8).
+// cluster sizes (ours have 2 CTAs, within the portable 8). A kernel without
+// a cluster takes the plain launch, which runs each CTA as a cluster of one:
+// cudaLaunchKernelExC costs the host about 1.3 us more per call
+// (benchmarks/launch_host_cost.cu).
 template <class GemmKernel>
 cudaError_t launch(const typename GemmKernel::Params& params, cudaStream_t stream) {
   constexpr int kSmem = GemmKernel::SharedStorageSize;
@@ -266,21 +269,28 @@ cudaError_t launch(const typename GemmKernel::Params& params, cudaStream_t strea
   if (allowed != cudaSuccess) return allowed;
   using Cluster = typename GemmKernel::DispatchPolicy::ClusterShape;
   static_assert(cute::is_static_v<Cluster> && cute::size(Cluster{}) <= 8);
-  cudaLaunchAttribute cluster{};
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = cute::size<0>(Cluster{});
-  cluster.val.clusterDim.y = cute::size<1>(Cluster{});
-  cluster.val.clusterDim.z = cute::size<2>(Cluster{});
-  cudaLaunchConfig_t config{};
-  config.gridDim = GemmKernel::get_grid_shape(params);
-  config.blockDim = GemmKernel::get_block_shape();
-  config.dynamicSmemBytes = kSmem;
-  config.stream = stream;
-  config.attrs = &cluster;
-  config.numAttrs = cute::size(Cluster{}) > 1 ? 1 : 0;
+  const dim3 grid = GemmKernel::get_grid_shape(params);
+  const dim3 block = GemmKernel::get_block_shape();
   void* args[] = {const_cast<typename GemmKernel::Params*>(&params)};
-  const cudaError_t launched = cudaLaunchKernelExC(
-      &config, reinterpret_cast<const void*>(&cutlass::device_kernel<GemmKernel>), args);
+  const void* kernel = reinterpret_cast<const void*>(&cutlass::device_kernel<GemmKernel>);
+  cudaError_t launched;
+  if constexpr (cute::size(Cluster{}) == 1) {
+    launched = cudaLaunchKernel(kernel, grid, block, args, kSmem, stream);
+  } else {
+    cudaLaunchAttribute cluster{};
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = cute::size<0>(Cluster{});
+    cluster.val.clusterDim.y = cute::size<1>(Cluster{});
+    cluster.val.clusterDim.z = cute::size<2>(Cluster{});
+    cudaLaunchConfig_t config{};
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.dynamicSmemBytes = kSmem;
+    config.stream = stream;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    launched = cudaLaunchKernelExC(&config, kernel, args);
+  }
   if (launched != cudaSuccess) cudaGetLastError();  // leave no error behind for the next call
   return launched;
 }
