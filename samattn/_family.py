@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import threading
+from collections.abc import Callable
 from types import TracebackType
+from typing import Any
 
 from . import _lib
 
@@ -76,6 +79,22 @@ class _forced_code:
 
     def __exit__(self, *exc_info: object) -> None:
         _state.family = self._saved
+
+
+def replays_family(backward: Callable[..., Any]) -> Callable[..., Any]:
+    """An autograd backward that runs with its forward's family (``ctx.family``, a code)
+    forced, as autograd runs it on a thread of its own; no context to enter when that
+    thread already asks for that family (the usual case: none forced)."""
+
+    @functools.wraps(backward)
+    def run(ctx: Any, *grads: Any) -> Any:
+        code = ctx.family
+        if code == _state.family:
+            return backward(ctx, *grads)
+        with _forced_code(code):
+            return backward(ctx, *grads)
+
+    return run
 
 
 def built_families() -> list[str]:

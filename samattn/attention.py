@@ -283,6 +283,7 @@ def _forward_setup_context(ctx, inputs, output) -> None:
     ctx.family = _family.requested_family()
 
 
+@_family.replays_family
 def _forward_grad(ctx, grad_out: Tensor, grad_lse: Optional[Tensor]):
     # softmax_lse is an output for the backward's use; its gradient is ignored
     # (flash-attn's convention, documented in the module docstring). alibi_slopes gets no
@@ -296,15 +297,14 @@ def _forward_grad(ctx, grad_out: Tensor, grad_lse: Optional[Tensor]):
     inputs = (grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, *ctx.scalars)
     # The dropout arguments only with dropout: plain calls keep the op's short form.
     dropout = (ctx.dropout_p, seed) if ctx.dropout_p else ()
-    with _family._forced_code(ctx.family):
-        if _eager.route(grad_out, q, k, v, out, alibi_slopes, sinks) == _eager.DIRECT:
-            dq, dk, dv, dsinks = _cuda.flash_attn_backward(
-                *inputs, alibi_slopes, sinks, None, None, None, *dropout
-            )
-        else:
-            dq, dk, dv, dsinks = torch.ops.samattn.flash_attn_backward(
-                *inputs, alibi_slopes, sinks, *dropout
-            )
+    if _eager.route(grad_out, q, k, v, out, alibi_slopes, sinks) == _eager.DIRECT:
+        dq, dk, dv, dsinks = _cuda.flash_attn_backward(
+            *inputs, alibi_slopes, sinks, None, None, None, *dropout
+        )
+    else:
+        dq, dk, dv, dsinks = torch.ops.samattn.flash_attn_backward(
+            *inputs, alibi_slopes, sinks, *dropout
+        )
     if sinks is None:
         dsinks = None
     grads = (dq, dk, dv) + (None,) * (_SINKS - 3) + (dsinks,)
@@ -480,6 +480,7 @@ def _masked_setup_context(ctx, inputs, output) -> None:
     ctx.family = _family.requested_family()
 
 
+@_family.replays_family
 def _masked_grad(ctx, grad_out: Tensor, grad_lse: Optional[Tensor]):
     # As _forward_grad; and a float attn_mask that requires grad gets its gradient (the
     # kernels' per-pair gradient summed to the mask's shape, in its dtype).
@@ -490,15 +491,14 @@ def _masked_grad(ctx, grad_out: Tensor, grad_lse: Optional[Tensor]):
     mask_grad = bool(needs[_MASK]) and attn_mask.is_floating_point()
     inputs = (grad_out, q, k, v, out, lse, attn_mask, *ctx.scalars, alibi_slopes, sinks)
     dropout = (ctx.dropout_p, seed) if ctx.dropout_p else ()
-    with _family._forced_code(ctx.family):
-        if _eager.route(grad_out, q, k, v, out, attn_mask, alibi_slopes, sinks) == _eager.DIRECT:
-            dq, dk, dv, dsinks, dmask = _cuda.flash_attn_masked_backward(
-                *inputs, mask_grad, None, *dropout
-            )
-        else:
-            dq, dk, dv, dsinks, dmask = torch.ops.samattn.flash_attn_masked_backward(
-                *inputs, mask_grad, *dropout
-            )
+    if _eager.route(grad_out, q, k, v, out, attn_mask, alibi_slopes, sinks) == _eager.DIRECT:
+        dq, dk, dv, dsinks, dmask = _cuda.flash_attn_masked_backward(
+            *inputs, mask_grad, None, *dropout
+        )
+    else:
+        dq, dk, dv, dsinks, dmask = torch.ops.samattn.flash_attn_masked_backward(
+            *inputs, mask_grad, *dropout
+        )
     grads = (
         dq, dk, dv, dmask if mask_grad else None, *(None,) * (_MASKED_ALIBI - _MASK),
         dsinks if sinks is not None else None,

@@ -89,10 +89,11 @@ def _gemm_setup_context(ctx, inputs, output) -> None:
     # With an activation the backward recomputes the pre-activation: it needs c and bias.
     keep = (c, bias) if activation is not None else (None, None)
     ctx.save_for_backward(a, b, *keep)
-    ctx.alpha, ctx.beta = alpha, beta
-    ctx.c_shape = None if c is None else c.shape
-    ctx.activation, ctx.out_dtype = activation, out_dtype
-    ctx.split_k, ctx.split_k_mode = _split_k(split_k), split_k_mode
+    # Two attributes: each costs the eager call a setattr.
+    ctx.gemm = (
+        alpha, beta, None if c is None else c.shape, activation, out_dtype, _split_k(split_k),
+        split_k_mode,
+    )  # fmt: skip
     ctx.family = _family.requested_family()
 
 
@@ -140,34 +141,33 @@ def _activation_grad(grad: torch.Tensor, z: torch.Tensor, activation: str) -> to
     return torch.ops.aten.gelu_backward(grad, z, approximate=approximate)
 
 
+@_family.replays_family
 def _gemm_backward(ctx, grad: torch.Tensor):
     """dZ = act'(Z) dD (Z the pre-activation, recomputed), dA = alpha dZ B^T,
     dB = alpha A^T dZ, dC = beta dZ, dbias = dZ summed over rows, each summed where it
-    broadcast."""
+    broadcast. As many gradients as the forward had inputs."""
     a, b, c, bias = ctx.saved_tensors
+    alpha, beta, c_shape, activation, out_dtype, split_k, split_k_mode = ctx.gemm
+    needs = ctx.needs_input_grad
     grad_a = grad_b = grad_c = grad_bias = None
-    # The backward runs on autograd's thread: replay the forward's family choice.
-    with _family._forced_code(ctx.family):
-        if ctx.activation is not None:
-            z = _gemm_any(
-                a, b, c, ctx.alpha, ctx.beta, bias, None, ctx.out_dtype, ctx.split_k,
-                ctx.split_k_mode,
-            )  # fmt: skip
-            grad = _activation_grad(grad, z, ctx.activation)
-        grad_in = grad if grad.dtype == a.dtype else grad.to(a.dtype)  # an fp32 output
-        if ctx.needs_input_grad[0]:
-            grad_a = _gemm_any(grad_in, b.mT, None, ctx.alpha, 0.0)
-            if grad_a.shape != a.shape:
-                grad_a = grad_a.sum_to_size(a.shape)
-        if ctx.needs_input_grad[1]:
-            grad_b = _gemm_any(a.mT, grad_in, None, ctx.alpha, 0.0)
-            if grad_b.shape != b.shape:
-                grad_b = grad_b.sum_to_size(b.shape)
-    if ctx.needs_input_grad[2]:
-        grad_c = (grad * ctx.beta).sum_to_size(ctx.c_shape)
-    if len(ctx.needs_input_grad) > 5 and ctx.needs_input_grad[5]:
+    if activation is not None:
+        z = _gemm_any(a, b, c, alpha, beta, bias, None, out_dtype, split_k, split_k_mode)
+        grad = _activation_grad(grad, z, activation)
+    grad_in = grad if grad.dtype == a.dtype else grad.to(a.dtype)  # an fp32 output
+    if needs[0]:
+        grad_a = _gemm_any(grad_in, b.mT, None, alpha, 0.0)
+        if grad_a.shape != a.shape:
+            grad_a = grad_a.sum_to_size(a.shape)
+    if needs[1]:
+        grad_b = _gemm_any(a.mT, grad_in, None, alpha, 0.0)
+        if grad_b.shape != b.shape:
+            grad_b = grad_b.sum_to_size(b.shape)
+    if needs[2]:
+        grad_c = (grad * beta).sum_to_size(c_shape)
+    if len(needs) > 5 and needs[5]:
         grad_bias = grad.flatten(0, -2).sum(0, dtype=torch.float32).to(a.dtype)
-    return grad_a, grad_b, grad_c, None, None, grad_bias, None, None, None, None
+    grads = (grad_a, grad_b, grad_c, None, None, grad_bias, None, None, None, None)
+    return grads[: len(needs)]
 
 
 _gemm.register_autograd(_gemm_backward, setup_context=_gemm_setup_context)
@@ -185,7 +185,6 @@ class _GemmFunction(torch.autograd.Function):
         _gemm_setup_context(ctx, inputs, out)
         return out
 
-    # Ten gradients for five inputs (a plain call): autograd drops the trailing Nones.
     backward = staticmethod(_gemm_backward)
 
 
@@ -301,12 +300,12 @@ def _softmax_setup_context(ctx, inputs, output) -> None:
     ctx.family = _family.requested_family()
 
 
+@_family.replays_family
 def _softmax_grad(ctx, grad: torch.Tensor):
     (y,) = ctx.saved_tensors
-    with _family._forced_code(ctx.family):
-        if _eager.route(y, grad) == _eager.DIRECT:
-            return _cuda.softmax_backward(y, grad, ctx.dim), None
-        return torch.ops.samattn.softmax_backward(y, grad, ctx.dim), None
+    if _eager.route(y, grad) == _eager.DIRECT:
+        return _cuda.softmax_backward(y, grad, ctx.dim), None
+    return torch.ops.samattn.softmax_backward(y, grad, ctx.dim), None
 
 
 _softmax.register_autograd(_softmax_grad, setup_context=_softmax_setup_context)
