@@ -25,6 +25,14 @@ struct KilobyteParams {
   char bytes[1024];
 };
 __global__ void kilobyte_kernel(KilobyteParams) {}
+struct TwoKilobyteParams {
+  char bytes[2048];
+};
+__global__ void two_kilobyte_kernel(TwoKilobyteParams) {}
+extern __shared__ char dynamic_smem[];
+__global__ void smem_kernel() {
+  if (threadIdx.x == 1024) dynamic_smem[0] = 0;  // never: keeps the buffer
+}
 
 template <class F>
 double host_us(F&& call, int calls = 2000) {
@@ -53,6 +61,13 @@ int main() {
   const KilobyteParams kilobyte{};
   std::printf("launch <<<>>>, 1 KB parameters      %7.3f\n",
               host_us([&] { kilobyte_kernel<<<132, 384, 0, stream>>>(kilobyte); }));
+  const TwoKilobyteParams two_kilobytes{};
+  std::printf("launch <<<>>>, 2 KB parameters      %7.3f\n",
+              host_us([&] { two_kilobyte_kernel<<<132, 384, 0, stream>>>(two_kilobytes); }));
+  const int big_smem = 200 * 1024;
+  cudaFuncSetAttribute(smem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, big_smem);
+  std::printf("launch <<<>>>, 200 KB shared memory %7.3f\n",
+              host_us([&] { smem_kernel<<<132, 384, big_smem, stream>>>(); }));
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(132);
   config.blockDim = dim3(384);
