@@ -7,10 +7,10 @@ argument packing of ``_cuda``) and the library has run it, its argument struct i
 with the output shapes and the workspace the library asked for. A later call of the same
 signature makes one C call: for gemm and softmax the op's ``*_with_pointers`` form, given
 the kept struct's address and the call's pointers (the library copies the struct and
-writes them in: passing a few integers costs the call about 1.4 us less than copying and
-filling a struct in Python); for the others a Python copy of the struct with its pointers,
-stream and workspace written in. No Python validation (its signature passed it) and no
-refused call to learn the workspace size.
+writes them in: on the H100 machine such a call of a stub took 1.0 us, against 2.3 us
+with the struct copied and filled in Python first); for the others a Python copy of the
+struct with its pointers, stream and workspace written in. No Python validation (its
+signature passed it) and no refused call to learn the workspace size.
 
 What makes this safe:
 
