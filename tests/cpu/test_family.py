@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import threading
 
 import pytest
@@ -78,3 +79,49 @@ def test_last_family_starts_empty_in_a_new_thread():
     thread.start()
     thread.join()
     assert result == [None]
+
+
+def test_last_family_is_the_threads_out_parameter():
+    """Every op call writes the thread's family out-parameter; last_family reads it."""
+    _lib.set_last_family(80)
+    assert _lib.last_family() == "sm80"
+    assert ctypes.cast(_lib.family_out(), ctypes.POINTER(ctypes.c_int32)).contents.value == 80
+    _lib.set_last_family(_lib.FAMILY_AUTO)  # what the library writes when nothing ran
+    assert _lib.last_family() is None
+
+
+def test_a_backward_replays_its_forwards_family():
+    """replays_family runs a backward with ctx.family forced (autograd runs it on a thread
+    of its own), restores the thread's choice after it, even when it raises, and enters
+    no context when the thread already requests that family."""
+    seen = []
+
+    @_family.replays_family
+    def backward(ctx, grad):
+        """The op's formula."""
+        seen.append(_family.requested_family())
+        if grad == "raise":
+            raise RuntimeError("bad gradient")
+        return grad
+
+    class Ctx:
+        family = 75
+
+    assert backward(Ctx(), 1) == 1 and seen == [75]
+    assert _family.requested_family() == _lib.FAMILY_AUTO
+    with pytest.raises(RuntimeError, match="bad gradient"):
+        backward(Ctx(), "raise")
+    assert _family.requested_family() == _lib.FAMILY_AUTO
+    with samattn.use_family("sm80"):
+        Ctx.family = 80
+        entered = []
+        original = _family._forced_code.__enter__
+        _family._forced_code.__enter__ = lambda self: entered.append(1) or original(self)
+        try:
+            assert backward(Ctx(), 2) == 2 and seen[-1] == 80 and not entered
+            Ctx.family = _lib.FAMILY_AUTO  # a forward that forced nothing, here under sm80
+            assert backward(Ctx(), 3) == 3 and seen[-1] == _lib.FAMILY_AUTO and entered
+        finally:
+            _family._forced_code.__enter__ = original
+        assert _family.requested_family() == 80
+    assert backward.__doc__ == "The op's formula."
