@@ -153,7 +153,7 @@ class Entry(NamedTuple):
 
 class Calls(Generic[ArgsT]):
     """The prepared calls of one library entry point, and of its *_with_pointers form
-    (samattn.h) where it has one: `with_pointers()` is that function, which takes an
+    (samattn.h) where it has one: `with_pointers` is that function, which takes an
     entry's address and the call's pointers, so a call builds no struct."""
 
     def __init__(
