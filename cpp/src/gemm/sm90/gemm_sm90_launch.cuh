@@ -261,7 +261,7 @@ typename Kernel<Config>::GemmKernel::Arguments make_arguments(const Plan& plan,
 // cluster sizes (ours have 2 CTAs, within the portable 8). A kernel without
 // a cluster takes the plain launch, which runs each CTA as a cluster of one:
 // cudaLaunchKernelExC cost the host 1.3 us more per call on one H100 machine
-// and the same on an H200 one (benchmarks/launch_host_cost.cu).
+// and the same on two others (benchmarks/launch_host_cost.cu).
 template <class GemmKernel>
 cudaError_t launch(const typename GemmKernel::Params& params, cudaStream_t stream) {
   constexpr int kSmem = GemmKernel::SharedStorageSize;
