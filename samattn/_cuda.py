@@ -130,7 +130,7 @@ def gemm(
             key = (*key, _bias_key(bias), activation, out_dtype, split_k, split_k_mode)
         entry = _GEMM.entries.get(key)
         if entry is not None:  # a signature seen before: one C call with its pointers
-            out = entry.prototype.new_empty(*entry.out_shape)
+            out = _gemm_output(a, entry.out_shape, out_dtype)
             bias_ptr = None if bias is None else bias.data_ptr()
             refused = False
             if entry.workspace == 0:
@@ -163,7 +163,7 @@ def gemm(
     args.stream = _stream(out)
     _prepared.run_with_workspace("samattn_gemm", "samattn_gemm_workspace_size", args, a)
     if key is not None and operands[0] is a and operands[1] is b and kernel_bias is bias:
-        _GEMM.put(key, args, out.shape, out=out)  # every tensor read in place
+        _GEMM.put(key, args, out.shape)  # every tensor read in place
     return out
 
 
@@ -184,9 +184,10 @@ def _gemm_output(
     a: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype | None
 ) -> torch.Tensor:
     """gemm's output: a's dtype by new_empty (a few microseconds cheaper than torch.empty
-    with a device), another through the per-device prototype."""
+    with a device; the sizes as separate arguments parse faster than a tuple), another
+    through the per-device prototype."""
     if dtype is None or dtype is a.dtype:
-        return a.new_empty(shape)
+        return a.new_empty(*shape)
     return _prepared.empty(a, shape, dtype)
 
 

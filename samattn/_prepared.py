@@ -138,9 +138,8 @@ def _ask(
 class Entry(NamedTuple):
     """A signature's argument struct (its pointers and stream to be overwritten, its
     workspace fields zero) and that struct's address, its output shapes, the workspace
-    bytes the library took (0: none), what else the op's prepared call needs (its checked
-    sizes) and an empty tensor of the output's dtype and device (``prototype.new_empty(
-    *out_shape)`` allocates the output with the least argument parsing)."""
+    bytes the library took (0: none) and what else the op's prepared call needs (its
+    checked sizes)."""
 
     template: ctypes.Structure  # never written after put: calls copy it or read it in C
     address: int
@@ -148,7 +147,6 @@ class Entry(NamedTuple):
     aux_shape: tuple[int, ...]  # attention: softmax_lse's shape; () otherwise
     workspace: int
     sizes: object = None
-    prototype: torch.Tensor | None = None
 
 
 class Calls(Generic[ArgsT]):
@@ -182,10 +180,9 @@ class Calls(Generic[ArgsT]):
         out_shape: tuple[int, ...],
         aux_shape: tuple[int, ...] = (),
         sizes: object = None,
-        out: torch.Tensor | None = None,
     ) -> None:
         """Keep the struct of a call that has just run (its workspace fields tell the
-        size the library took); `out`, its output, gives the entry's prototype."""
+        size the library took)."""
         if len(self.entries) >= MAX_ENTRIES:
             self.entries.clear()
         template = self.args_type.from_buffer_copy(args)
@@ -194,12 +191,11 @@ class Calls(Generic[ArgsT]):
             # Never kept: a later call that runs without one must not pass this call's.
             workspace = template.workspace_bytes if template.workspace else 0
             template.workspace, template.workspace_bytes = None, 0
-        prototype = None if out is None else out.new_empty(0)
         if self.pointers_function is not None and self.with_pointers is None:
             self.with_pointers = bound(self.pointers_function)
         self.entries[key] = Entry(
             template, ctypes.addressof(template), tuple(out_shape), tuple(aux_shape),
-            workspace, sizes, prototype,
+            workspace, sizes,
         )  # fmt: skip
 
     def args(self, entry: Entry) -> ArgsT:
