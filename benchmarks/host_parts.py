@@ -37,6 +37,9 @@ fwd = L.samattn_softmax_forward
 abi = L.samattn_abi_version
 ref, famref = ctypes.byref(args), ctypes.byref(fam)
 raw_abi = ctypes.CDLL(_lib.library_path()).samattn_abi_version
+# What a prepared softmax calls: the kept struct's address and the call's pointers.
+with_pointers = _cuda._SOFTMAX.with_pointers
+xp, yp, stream = x.data_ptr(), y.data_ptr(), _cuda._stream(x)
 
 
 def fill():
@@ -56,8 +59,11 @@ softmax = {
     "args copy+fill": fill,
     "stream": lambda: _cuda._stream(x),
     "data_ptr": lambda: x.data_ptr(),
-    "Calls.run": lambda: _cuda._SOFTMAX.run(key, entry, args, x),
+    "Calls.run (struct copied in Python)": lambda: _cuda._SOFTMAX.run(key, entry, args, x),
     "raw C call (launch)": lambda: fwd(ref, famref),
+    "with_pointers C call (the prepared path)": lambda: with_pointers(
+        entry.address, xp, None, yp, stream, famref
+    ),
     "ctypes abi_version (argtypes)": lambda: abi(),
     "ctypes abi_version (no argtypes)": lambda: raw_abi(),
     "set_last_family": lambda: _lib.set_last_family(80),
