@@ -805,6 +805,15 @@ static Timing time_one(int d, int seqlen, bool causal, bool deterministic, const
           alt ? alt->name : "dispatch"};
 }
 
+// CHECK_DIMS=64,128 (the environment) times those head dims only: a checker
+// built for a subset of them (build.sh's HEAD_DIMS).
+static bool timed_head_dim(int d) {
+  const char* dims = std::getenv("CHECK_DIMS");
+  if (dims == nullptr || *dims == 0) return true;
+  const std::string list = std::string(",") + dims + ",";
+  return list.find("," + std::to_string(d) + ",") != std::string::npos;
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
@@ -892,6 +901,7 @@ int main(int argc, char** argv) {
     const bool profile = mode == "--profile" && argc > 5;
     for (int d : {64, 128, 256}) {
       if (profile && d != std::atoi(argv[3])) continue;
+      if (!timed_head_dim(d)) continue;
       std::vector<const AltConfig*> configs = {nullptr};
       for (const AltConfig& alt : kAltConfigs) {
         if (alt.d == d && alt.smem <= dev.max_smem) configs.push_back(&alt);

@@ -11,6 +11,10 @@
 # builds attn_sm90_check and attn_sm90_bwd_check instead: the checkers on the
 # sm90 family (sm_90a; -DSAMATTN_CHECK_SM90), from kSm90FwdTiles,
 # kSm90BwdTiles and sm90_alt_configs.
+#   HEAD_DIMS=64,128 builds those head dims only (as SAMATTN_ATTENTION_HEAD_DIMS
+# does for the library: the others are refused); ccache, when installed,
+# launches the compiles (a rebuild after a kernel change recompiles only the
+# units whose preprocessed text changed).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
@@ -26,13 +30,28 @@ JOBS="${JOBS:-16}"
 build="$here/build${FAMILY#sm80}"
 mkdir -p "$build"
 # Objects built for other targets or flags are stale.
-stamp="$GENCODE ${PTXAS_VERBOSE:-0} $NVCC"
+stamp="$GENCODE ${PTXAS_VERBOSE:-0} $NVCC ${HEAD_DIMS:-all}"
 if [[ "$(cat "$build/stamp" 2>/dev/null)" != "$stamp" ]]; then
   rm -f "$build"/*.o
   echo "$stamp" >"$build/stamp"
 fi
 flags=(-O3 -std=c++17 --expt-relaxed-constexpr -I"$CUTLASS_INC" -I"$repo/cpp/src" -I"$repo/cpp/include"
   $GENCODE)
+launcher=()
+if command -v ccache >/dev/null; then launcher=(ccache); fi
+# A subset of head dims: the mask CMake passes (bit d / 32), and only their units.
+head_dims="${HEAD_DIMS:-}"
+if [[ -n "$head_dims" ]]; then
+  mask=0
+  for d in ${head_dims//,/ }; do mask=$((mask | (1 << (d / 32)))); done
+  flags+=(-DSAMATTN_ATTENTION_HEAD_DIM_MASK=$mask)
+fi
+keep_unit() { # keep_unit PATH: whether the unit's head dim (_d<N>_ in its name) is built
+  [[ -z "$head_dims" ]] && return 0
+  local d
+  d="$(basename "$1" | sed -n 's/.*_d\([0-9]*\)_.*/\1/p')"
+  [[ ",$head_dims," == *",$d,"* ]]
+}
 if [[ "${PTXAS_VERBOSE:-0}" == 1 ]]; then flags+=(-Xptxas -v); fi
 
 # Alternatives that the checkers time next to the table's choice (bf16 only;
@@ -70,6 +89,7 @@ fi
 fwd_sources=()
 bwd_sources=()
 while read -r kind src; do
+  keep_unit "$src" || continue
   if [[ "$kind" == fwd ]]; then fwd_sources+=("$src"); else bwd_sources+=("$src"); fi
 done < <("${PYTHON:-python3}" "$repo/cpp/cmake/attention_tiles.py" sources "$FAMILY" "$build/generated" "${alt_args[@]}")
 if ((${#fwd_sources[@]} == 0)) || ((${#bwd_sources[@]} == 0)); then
@@ -102,7 +122,7 @@ for src in "${sources[@]}"; do
   fi
   rm -f "$obj"
   (
-    if ! "$NVCC" "${flags[@]}" -x cu -c "$src" -o "$obj" >"$obj.log" 2>&1; then
+    if ! "${launcher[@]}" "$NVCC" "${flags[@]}" -x cu -c "$src" -o "$obj" >"$obj.log" 2>&1; then
       cat "$obj.log" >&2
       rm -f "$obj"
       exit 1

@@ -9,12 +9,15 @@
 namespace samattn::attention {
 
 // The shared memory of an sm90 backward tile: K and V of the CTA's key tile,
-// `stages` buffers of Q and dO (and of their rows' LSE and D), dS of one
-// query tile in the input type, one query tile of dQ in fp32 for the bulk
-// reduction into the accumulator, past head dim 128 (split roles) P^T in fp32,
-// plus the mbarriers.
+// `stages` buffers of Q and dO (and of their rows' LSE and D), dS of a query
+// tile in the input type (two buffers up to head dim 128, one past it), one
+// query tile of dQ in fp32 for the bulk reductions into the accumulator, past
+// head dim 128 (split roles) P^T in fp32, plus the mbarriers.
 constexpr int flash_bwd_sm90_smem(int head_dim, int block_m, int block_n, int stages) {
-  return (2 * block_n * head_dim + 2 * stages * block_m * head_dim + block_m * block_n) * 2 +
+  const int ds_stages = head_dim > 128 ? 1 : 2;
+  return (2 * block_n * head_dim + 2 * stages * block_m * head_dim +
+          ds_stages * block_m * block_n) *
+             2 +
          block_m * head_dim * 4 + (head_dim > 128 ? block_m * block_n * 4 : 0) +
          stages * block_m * 2 * 4 + 1024;
 }

@@ -4,30 +4,35 @@
 // A CTA owns one key tile (kBlockN keys of one head) and walks the query
 // tiles that attend it. Warpgroup 0 is the producer: one thread loads K and
 // V once and then each query tile's Q and dO with TMA into kStages buffers,
-// and a second warp fills the same stage with the rows' LSE (times log2 e)
-// and D = rowsum(dO * O). Two consumer warpgroups follow. Per query tile,
-// with the key tile's rows as the MMA's M so that P and dS come out of the
-// accumulators as the register A operands of the next GEMMs:
+// a second warp fills the same stage with the rows' LSE (times log2 e) and
+// D = rowsum(dO * O), and a third writes dQ out (bwd_dq_writer). Two consumer
+// warpgroups follow. Per query tile, with the key tile's rows as the MMA's M
+// so that P and dS come out of the accumulators as the register A operands of
+// the next GEMMs:
 //   S^T = K Q^T and dP^T = V dO^T      (both operands in shared memory)
 //   P^T = exp2(S^T scale_log2 - LSE),  dS^T = P^T (dP^T - D)
 //   dV += P^T dO,  dK += dS^T Q        (P^T, dS^T from registers)
 //   dQ = dS K                          (dS through shared memory)
 // Up to head dim 128 each consumer owns 64 keys and does all of this for
-// them (consume_key_halves). Past 128, dK and dV of 64 keys would take the
-// whole register file of one warpgroup, so the tile has 64 keys and the two
-// consumers split the work by role (consume_roles): one computes S^T, P^T and
-// dV, the other dP^T, dS^T and dK, P^T passing between them through shared
-// memory in fp32.
-// Either way each consumer computes dQ for its half of the head dim over all
-// keys of the tile, writes it to shared memory in fragment order and one
-// thread adds the whole query tile to the fp32 accumulator with a bulk
-// reduction (cp.reduce.async.bulk), which the L2 applies without a round trip
-// per element. flash_bwd_sm90_convert_dq_kernel reads the accumulator back in
-// the same fragment order. Softcap multiplies dS by tanh's derivative; the
-// deterministic mode orders each query tile's reductions by key tile. With an
-// attention mask, the mask's tile map (mask_tiles.cuh) lets a key tile skip
-// the query tiles the mask leaves out entirely (no turn taken in that order)
-// and read the mask only in those it cuts.
+// them (consume_key_halves); the two meet once per query tile, when both
+// have written their dS (two dS buffers, so that neither waits for the
+// other's dQ GEMM). Past 128, dK and dV of 64 keys would take the whole
+// register file of one warpgroup, so the tile has 64 keys and the two
+// consumers split the work by role (consume_roles): one computes S^T, P^T
+// and dV, the other dP^T, dS^T and dK, P^T passing between them through
+// shared memory in fp32.
+// Either way each consumer computes dQ for its part of the head dim over all
+// keys of the tile and stages it in shared memory (DqStaging); the writer
+// warp adds each part to the fp32 accumulator with a bulk reduction
+// (cp.reduce.async.bulk, applied in the L2 without a round trip per
+// element), so that the consumers never wait on global memory.
+// flash_bwd_sm90_convert_dq_kernel reads the accumulator back in the same
+// fragment order. Softcap multiplies dS by tanh's derivative; the
+// deterministic mode orders each query tile's reductions by key tile (the
+// writer waits for its turn). With an attention mask, the mask's tile map
+// (mask_tiles.cuh) lets a key tile skip the query tiles the mask leaves out
+// entirely (no turn taken in that order) and read the mask only in those it
+// cuts.
 #pragma once
 
 // cute/tensor.hpp first: the Hopper atoms below need what it declares.
@@ -122,15 +127,21 @@ struct BwdTraits {
       SmemLayoutKV{},
       cute::make_ordered_layout(cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockN>>{},
                                 cute::Step<cute::_2, cute::_1>{})));
-  // dS as (query rows, keys), query-contiguous; dS^T its (keys, query rows)
-  // view, written from the dS^T accumulators.
-  using SmemLayoutDS =
-      decltype(cute::tile_to_shape(cute::GMMA::Layout_MN_SW128_Atom<Element>{},
-                                   cute::Shape<cute::Int<kBlockM>, cute::Int<kBlockN>>{}));
+  // dS buffers. With key halves a second one lets a warpgroup write the next
+  // query tile's dS while the other still reads this one in its dQ GEMM, so
+  // that the two meet once per query tile; with split roles the P^T barrier
+  // already orders them.
+  static constexpr int kDSStages = kRoles ? 1 : 2;
+  // dS as (query rows, keys, stage), query-contiguous; dS^T its (keys, query
+  // rows, stage) view, written from the dS^T accumulators.
+  using SmemLayoutDS = decltype(cute::tile_to_shape(
+      cute::GMMA::Layout_MN_SW128_Atom<Element>{},
+      cute::Shape<cute::Int<kBlockM>, cute::Int<kBlockN>, cute::Int<kDSStages>>{}));
   using SmemLayoutDSt = decltype(cute::composition(
       SmemLayoutDS{},
-      cute::make_ordered_layout(cute::Shape<cute::Int<kBlockN>, cute::Int<kBlockM>>{},
-                                cute::Step<cute::_2, cute::_1>{})));
+      cute::make_ordered_layout(
+          cute::Shape<cute::Int<kBlockN>, cute::Int<kBlockM>, cute::Int<kDSStages>>{},
+          cute::Step<cute::_2, cute::_1, cute::_3>{})));
 
   using GmemShape = sm90::GmemShape;
   using GmemLayout = sm90::GmemLayout;
@@ -147,8 +158,10 @@ struct BwdTraits {
 
   static constexpr uint32_t kBytesQ = kBlockM * kHeadDim * sizeof(Element);
   static constexpr uint32_t kBytesKV = kBlockN * kHeadDim * sizeof(Element);
-  // One query tile of dQ in fp32, in fragment order (dq_fragment_index).
+  // One query tile of dQ in fp32: each consumer warpgroup's share (its part
+  // of the head dim) contiguous, in fragment order (DqStaging).
   static constexpr int kDQFloats = kBlockM * kHeadDim;
+  static constexpr int kDQShare = kDQFloats / kConsumerGroups;
 
   struct SharedStorage {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutKV>, 1024> k;
@@ -572,60 +585,108 @@ __device__ inline void dprobs_to_dscores(DScores& dscores, Prob&& prob, Coords c
   }
 }
 
-// dQ of a query tile goes to the accumulator through shared memory, in
-// fragment order, then one bulk reduction issued by consumer thread 0 after
-// the consumers meet (named barrier 2). Deterministic: the key tiles of a
-// query tile add in their order, each after the one before has finished (the
-// bulk reduction completed, then the semaphore released), so the sums round
-// the same way on every run.
-template <class Traits, class SharedStorage>
-struct DqReducer {
-  SharedStorage& smem;
-  float* tile_base;  // the accumulator's query tile 0 of this (batch, head)
-  int* semaphores;   // nullptr: any order
-  AttentionMask mask;
-  int n_block;
+// Named barriers of the backward (CUTLASS numbers them past its own).
+enum BwdBarrier : uint32_t {
+  kBarrierDS = 1,       // every consumer's dS of the query tile is in shared memory
+  kBarrierProbs = 3,    // split roles: P^T is in shared memory
+  kBarrierDQFull = 4,   // + warpgroup: its dQ share is staged (consumer arrives, writer waits)
+  kBarrierDQEmpty = 6,  // + warpgroup: the writer is done with it (writer arrives, consumer waits)
+};
+// A consumer warpgroup and the dQ writer warp.
+constexpr uint32_t kDQHandshakeThreads = 128 + 32;
 
-  // A query tile's dQ fragment into the shared dQ tile, element i of
-  // consumer thread t at i x kConsumerThreads + t (the order the conversion
-  // kernel reads back), visible to the bulk reduction.
+// dQ of a query tile leaves each consumer warpgroup through its share of the
+// shared dQ tile, in fragment order: values 4j..4j+3 of thread t of the
+// warpgroup at float4 j x 128 + t (16-byte stores, no bank conflicts), the
+// order the conversion kernel reads back. The consumer waits only for the
+// writer warp to have read the share it staged one query tile earlier.
+template <class Traits>
+struct DqStaging {
+  static_assert(Traits::kDQShare % (4 * 128) == 0);
+
   template <class Acc>
-  __device__ void stash(int tidx, Acc const& acc_dq) const {
+  __device__ static void stash(float* dq, int group, int wg_thread, Acc const& acc) {
+    using namespace cute;
+    constexpr int kValues = decltype(size(acc))::value;
+    static_assert(kValues % 4 == 0 && kValues * 128 == Traits::kDQShare);
+    cutlass::arch::NamedBarrier::sync(kDQHandshakeThreads, kBarrierDQEmpty + group);
+    float4* share = reinterpret_cast<float4*>(dq + group * Traits::kDQShare) + wg_thread;
     CUTE_UNROLL
-    for (int i = 0; i < cute::size(acc_dq); ++i) {
-      smem.dq[i * Traits::kConsumerThreads + tidx] = acc_dq(i);
+    for (int j = 0; j < kValues / 4; ++j) {
+      share[j * 128] = make_float4(acc(4 * j), acc(4 * j + 1), acc(4 * j + 2), acc(4 * j + 3));
     }
-    cutlass::arch::fence_view_async_shared();
-  }
-
-  // column: the key tiles that skip a query tile (the masked kernel's) take
-  // no turn in the deterministic order.
-  __device__ void operator()(int tidx, int m0, MaskTileColumn const& column) const {
-    constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
-    cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, 2);
-    if (tidx != 0) return;
-    int* semaphore = nullptr;
-    if (semaphores != nullptr) {
-      int n_begin, n_end;
-      mask.key_tiles(m0, kBlockM, kBlockN, n_begin, n_end);
-      semaphore = semaphores + m0 / kBlockM;
-      // Its turn: after the key tiles before it that add to the query tile.
-      const int turn = column.key_tiles_before(m0 / kBlockM, n_begin, n_block);
-      while (load_acquire(semaphore) != turn) {
-      }
-      asm volatile("fence.proxy.async.global;" ::: "memory");  // the reduction after the wait
-    }
-    bulk_reduce_add(tile_base + int64_t(m0) * Traits::kHeadDim, smem.dq.data(),
-                    Traits::kDQFloats * sizeof(float));
-    cute::tma_store_arrive();
-    if (semaphore != nullptr) {
-      asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");  // completed, not only read
-      asm volatile("fence.proxy.async.global;" ::: "memory");
-      __threadfence();
-      atomicAdd(semaphore, 1);
-    }
+    cutlass::arch::fence_view_async_shared();  // the bulk reduction reads what these wrote
+    cutlass::arch::NamedBarrier::arrive(kDQHandshakeThreads, kBarrierDQFull + group);
   }
 };
+
+// The dQ writer, warp 2 of the producer warpgroup: for each query tile, in
+// the consumers' order, adds every warpgroup's share to the fp32 accumulator
+// with one bulk reduction (cp.reduce.async.bulk, applied in the L2), so that
+// the consumers never wait on global memory. Deterministic: the key tiles of
+// a query tile add in their order, each after the one before has finished
+// (the reductions completed, then the semaphore released), so the sums round
+// the same way on every run; the masked kernel's key tiles that skip the
+// query tile take no turn.
+template <class Traits>
+__device__ inline void bwd_dq_writer(const float* dq, float* tile_base, int* semaphores,
+                                     AttentionMask const& mask, QueryTiles tiles,
+                                     MaskTileColumn column, int n_block) {
+  using NamedBarrier = cutlass::arch::NamedBarrier;
+  constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
+  constexpr int kGroups = Traits::kConsumerGroups;
+  constexpr uint32_t kShareBytes = Traits::kDQShare * sizeof(float);
+  const bool leader = threadIdx.x % 32 == 0;
+  if (tiles.last < tiles.first) return;
+  CUTE_UNROLL
+  for (int g = 0; g < kGroups; ++g) NamedBarrier::arrive(kDQHandshakeThreads, kBarrierDQEmpty + g);
+#pragma unroll 1
+  for (int m = tiles.first; m <= tiles.last; m = column.next(m, tiles.last)) {
+    float* accum = tile_base + int64_t(m) * kBlockM * Traits::kHeadDim;
+    int* semaphore = nullptr;
+    if (semaphores != nullptr) {
+      // Every share first, then the turn, so that it is held briefly.
+      CUTE_UNROLL
+      for (int g = 0; g < kGroups; ++g) NamedBarrier::sync(kDQHandshakeThreads, kBarrierDQFull + g);
+      if (leader) {
+        int n_begin, n_end;
+        mask.key_tiles(m * kBlockM, kBlockM, kBlockN, n_begin, n_end);
+        semaphore = semaphores + m;
+        const int turn = column.key_tiles_before(m, n_begin, n_block);
+        while (load_acquire(semaphore) != turn) {
+        }
+        asm volatile("fence.proxy.async.global;" ::: "memory");  // the reductions after the wait
+      }
+    }
+    CUTE_UNROLL
+    for (int g = 0; g < kGroups; ++g) {
+      if (semaphores == nullptr) NamedBarrier::sync(kDQHandshakeThreads, kBarrierDQFull + g);
+      if (leader) {
+        bulk_reduce_add(accum + g * Traits::kDQShare, dq + g * Traits::kDQShare, kShareBytes);
+        cute::tma_store_arrive();
+      }
+    }
+    if (leader) {
+      if (semaphore != nullptr) {
+        asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");  // completed, not only read
+        asm volatile("fence.proxy.async.global;" ::: "memory");
+        __threadfence();
+        atomicAdd(semaphore, 1);
+      } else {
+        cute::tma_store_wait<0>();  // read: the shares may be written again
+      }
+    }
+    __syncwarp();
+    // No arrival after the last tile: none waits for it.
+    if (column.next(m, tiles.last) <= tiles.last) {
+      CUTE_UNROLL
+      for (int g = 0; g < kGroups; ++g) {
+        NamedBarrier::arrive(kDQHandshakeThreads, kBarrierDQEmpty + g);
+      }
+    }
+  }
+  if (leader) cute::tma_store_wait<0>();  // shared memory outlives the reductions' reads
+}
 
 // Writes one key tile's dK (times the softmax scale) or dV from a dK / dV
 // accumulator: the keys in range, zeros for keys that no query attends;
@@ -661,7 +722,6 @@ struct BwdTile {
   AttentionMask mask;  // this sequence's lengths
   QueryTiles tiles;
   int n_block, n0;
-  DqReducer<Traits, typename Traits::SharedStorage> reduce_dq;
   // dK / dV: the key tile's first row, the seq stride, or the fp32 share
   // (GQA); direct when there is no group.
   typename Traits::Element *dk_out, *dv_out;
@@ -724,20 +784,17 @@ __device__ inline void consume_key_halves(BwdParams<Traits> const& p, BwdTile<Tr
     Tensor tdVrP = make_tensor<Element>(gmma_c_to_a_layout(acc_s.layout()));
     Tensor tdKrdS = make_tensor<Element>(gmma_c_to_a_layout(acc_dp.layout()));
 
-    // The previous tile's bulk reduction is issued after this tile's S^T and
-    // dP^T, so that the tensor cores run them while the consumers meet at its
-    // barrier (no wgmma is in flight across the loop's back edge: ptxas
-    // serializes every wgmma of a kernel where one is, and acc_dq is not kept
-    // live next to the next tile's S^T and dP^T).
+    // One meeting of the two warpgroups per query tile (every dS written);
+    // dQ leaves through the writer warp. No wgmma is in flight across the
+    // loop's back edge: ptxas serializes every wgmma of a kernel where one is.
     wait_barrier(smem.kv_full, 0);
-    int stage = 0, phase = 0;
+    int stage = 0, phase = 0, ds_stage = 0;
     for (int m = t.tiles.first; m <= t.tiles.last; m = t.column.next(m, t.tiles.last)) {
       const int m0 = m * kBlockM;
       wait_barrier(smem.q_full[stage], phase);
       warpgroup_gemm<true, -1>(mma_sdp, tSrK, tSrQ(_, _, _, stage), acc_s);
       wait_barrier(smem.do_full[stage], phase);
       warpgroup_gemm<true, -1>(mma_sdp, tSrV, tSrdO(_, _, _, stage), acc_dp);
-      if (m > t.tiles.first) t.reduce_dq(tidx, t.column.previous(m) * kBlockM, t.column);
       wait_barrier(smem.rows_full[stage], phase);
       warpgroup_wait<1>();  // S^T
       warpgroup_fence_operand(acc_s);
@@ -765,30 +822,27 @@ __device__ inline void consume_key_halves(BwdParams<Traits> const& p, BwdTile<Tr
         if (t.masked.grad != nullptr) store_mask_grad(dscores, coords, t.mask, m0, t.n0, t.masked);
       }
       convert_gmma_fragment(acc_dp, tdKrdS);
-      warpgroup_gemm<false, -1>(mma_dkv, tdKrdS, tdKrQ(_, _, _, stage), acc_dk);
-      // dS for dQ: every consumer's keys, through shared memory. The last
-      // step's dQ GEMM has read it (each thread waited for its own before
-      // the dQ barrier in reduce_dq).
-      copy(make_tensor(tdKrdS.data(), acc_dp.layout()), tdSsdS);
+      // dS for dQ: every consumer's keys, through shared memory (this
+      // buffer's last reader, the dQ GEMM two tiles back, completed before
+      // the other warpgroup met this one at the last tile's barrier).
+      copy(make_tensor(tdKrdS.data(), acc_dp.layout()), tdSsdS(_, _, _, ds_stage));
       cutlass::arch::fence_view_async_shared();  // wgmma reads what these stores wrote
-      // This step's dQ is written to the shared dQ tile below: the last bulk
-      // reduction must have read it.
-      if (tidx == 0) cute::tma_store_wait<0>();
-      cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, 1);
-      warpgroup_gemm<true, -1>(mma_dq, tdQrdS, tdQrK, acc_dq);
+      cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kBarrierDS);
+      warpgroup_gemm<true, -1>(mma_dq, tdQrdS(_, _, _, ds_stage), tdQrK, acc_dq);
+      warpgroup_gemm<false, -1>(mma_dkv, tdKrdS, tdKrQ(_, _, _, stage), acc_dk);
+      warpgroup_wait<1>();  // dV and dQ; dK runs on while dQ is staged
+      warpgroup_fence_operand(acc_dq);
+      DqStaging<Traits>::stash(smem.dq.data(), tidx / 128, tidx % 128, acc_dq);
       warpgroup_wait<0>();
       warpgroup_fence_operand(acc_dk);
       warpgroup_fence_operand(acc_dv);
-      warpgroup_fence_operand(acc_dq);
       Barrier::arrive(&smem.empty[stage]);  // Q, dO, LSE and D of this stage are read
-      t.reduce_dq.stash(tidx, acc_dq);
       if (++stage == kStages) {
         stage = 0;
         phase ^= 1;
       }
+      ds_stage ^= Traits::kDSStages - 1;
     }
-    t.reduce_dq(tidx, t.tiles.last * kBlockM, t.column);
-    if (tidx == 0) cute::tma_store_wait<0>();  // shared memory outlives the reduction's reads
   }
 
   Tensor kv_coords = gmma_rowcol_view(thr_dkv.partition_C(make_identity_tensor(tile_kv)));
@@ -803,8 +857,9 @@ __device__ inline void consume_key_halves(BwdParams<Traits> const& p, BwdTile<Tr
 // S^T, P^T and dV += P^T dO; warpgroup 1 dP^T, dS^T (with P^T from warpgroup
 // 0 through shared memory, fp32 in fragment order: both warpgroups' threads
 // hold the same elements) and dK += dS^T Q; both compute dQ for half of the
-// head dim from dS in shared memory. Named barrier 3: P^T written; 1: dS^T
-// written and the dQ tile free.
+// head dim from dS in shared memory. Named barriers: kBarrierProbs, P^T
+// written (it also orders dS: warpgroup 1 writes the next dS only after
+// warpgroup 0 has finished this tile); kBarrierDS, dS^T written.
 template <TermsKernel kTerms, class Traits, class Smem>
 __device__ inline void consume_roles(BwdParams<Traits> const& p, BwdTile<Traits> const& t,
                                      typename Traits::SharedStorage& smem, Smem const& s,
@@ -859,7 +914,6 @@ __device__ inline void consume_roles(BwdParams<Traits> const& p, BwdTile<Traits>
       const int m0 = m * kBlockM;
       wait_barrier(probs_role ? smem.q_full[stage] : smem.do_full[stage], phase);
       warpgroup_gemm<true, -1>(mma_sdp, tSrA, tSrB(_, _, _, stage), acc_sdp);
-      if (m > t.tiles.first) t.reduce_dq(tidx, t.column.previous(m) * kBlockM, t.column);
       wait_barrier(smem.rows_full[stage], phase);
       const float* lse = smem.lse[stage];
       const float* dsum = smem.dsum[stage];
@@ -871,7 +925,7 @@ __device__ inline void consume_roles(BwdParams<Traits> const& p, BwdTile<Traits>
                                  t.column.partial(m));
         CUTE_UNROLL
         for (int i = 0; i < kValues; ++i) probs[i * 128] = acc_sdp(i);
-        NamedBarrier::arrive(kThreads, 3);
+        NamedBarrier::arrive(kThreads, kBarrierProbs);
         // Dropout: dV takes the dropped P^T; the dS role draws the same bits.
         if constexpr (kDropout) {
           convert_dropped(acc_sdp, dropout_keep_bits(flat_coords, m0, t.n0, t.rng), p.dropout.scale,
@@ -881,7 +935,7 @@ __device__ inline void consume_roles(BwdParams<Traits> const& p, BwdTile<Traits>
         }
         wait_barrier(smem.do_full[stage], phase);
       } else {
-        NamedBarrier::sync(kThreads, 3);
+        NamedBarrier::sync(kThreads, kBarrierProbs);
         Tensor prob = make_fragment_like(acc_sdp);
         CUTE_UNROLL
         for (int i = 0; i < kValues; ++i) prob(i) = probs[i * 128];
@@ -896,29 +950,24 @@ __device__ inline void consume_roles(BwdParams<Traits> const& p, BwdTile<Traits>
           if (t.masked.grad != nullptr) store_mask_grad(sdp, coords, t.mask, m0, t.n0, t.masked);
         }
         convert_gmma_fragment(acc_sdp, tKVrA);
-        copy(make_tensor(tKVrA.data(), acc_sdp.layout()), tdSsdS);
+        copy(make_tensor(tKVrA.data(), acc_sdp.layout()), tdSsdS(_, _, _, 0));
         cutlass::arch::fence_view_async_shared();  // wgmma reads what these stores wrote
         wait_barrier(smem.q_full[stage], phase);
       }
       warpgroup_gemm<false, -1>(mma_dkv, tKVrA, tKVrB(_, _, _, stage), acc_kv);
-      // This step's dQ is written to the shared dQ tile below: the last bulk
-      // reduction must have read it.
-      if (tidx == 0) cute::tma_store_wait<0>();
-      NamedBarrier::sync(kThreads, 1);
-      warpgroup_gemm<true, -1>(mma_dq, tdQrdS, tdQrK, acc_dq);
+      NamedBarrier::sync(kThreads, kBarrierDS);
+      warpgroup_gemm<true, -1>(mma_dq, tdQrdS(_, _, _, 0), tdQrK, acc_dq);
       warpgroup_wait<1>();  // dV or dK: this stage's Q and dO are read
       warpgroup_fence_operand(acc_kv);
       Barrier::arrive(&smem.empty[stage]);
       warpgroup_wait<0>();
       warpgroup_fence_operand(acc_dq);
-      t.reduce_dq.stash(tidx, acc_dq);
+      DqStaging<Traits>::stash(smem.dq.data(), tidx / 128, wg_thread, acc_dq);
       if (++stage == kStages) {
         stage = 0;
         phase ^= 1;
       }
     }
-    t.reduce_dq(tidx, t.tiles.last * kBlockM, t.column);
-    if (tidx == 0) cute::tma_store_wait<0>();  // shared memory outlives the reduction's reads
   }
 
   Tensor kv_coords = gmma_rowcol_view(thr_dkv.partition_C(make_identity_tensor(tile_kv)));
@@ -1009,17 +1058,24 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
   if (warp_group == 0) {
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
-    bwd_producer(p, smem, tiles, column, seq_q, seq_k, n_block, head, batch, s.q, s.dout, s.k, s.v);
+    if (threadIdx.x / 32 == 2) {
+      // dQ's accumulator rows of query tile 0 of this (batch, head), and its
+      // query tiles' semaphores (deterministic).
+      float* dq_tile_base = p.dq_accum + head * p.dq_head_stride +
+                            (seq_q.row0 + int64_t(batch) * Traits::kBlockM) * Traits::kHeadDim;
+      int* semaphores = p.semaphores == nullptr
+                            ? nullptr
+                            : p.semaphores + (int64_t(batch) * gridDim.y + head) * p.sem_per_head;
+      bwd_dq_writer<Traits>(smem.dq.data(), dq_tile_base, semaphores, mask, tiles, column, n_block);
+    } else {
+      bwd_producer(p, smem, tiles, column, seq_q, seq_k, n_block, head, batch, s.q, s.dout, s.k,
+                   s.v);
+    }
     return;
   }
 
   cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();
   const int tidx = int(threadIdx.x) - 128;
-  int* semaphores = p.semaphores == nullptr
-                        ? nullptr
-                        : p.semaphores + (int64_t(batch) * gridDim.y + head) * p.sem_per_head;
-  float* dq_tile_base = p.dq_accum + head * p.dq_head_stride +
-                        (seq_q.row0 + int64_t(batch) * Traits::kBlockM) * Traits::kHeadDim;
   const int64_t accum_offset = (head * p.rows_k + seq_k.row0 + n0) * int64_t(p.headdim);
   MaskTile masked{};
   if constexpr (kTerms == TermsKernel::masked) {
@@ -1033,7 +1089,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       tiles,
       n_block,
       n0,
-      {smem, dq_tile_base, semaphores, mask, n_block},
       p.dk + (varlen ? seq_k.row0 * p.dk_seq : batch * p.dk_batch) + head * p.dk_head +
           int64_t(n0) * p.dk_seq,
       p.dv + (varlen ? seq_k.row0 * p.dv_seq : batch * p.dv_batch) + head * p.dv_head +
@@ -1059,9 +1114,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 }
 
 // dq = scale x the dQ accumulator of one query tile, read back in the
-// fragment order the main kernel's consumers wrote it (element i of consumer
-// thread t at i x threads + t): a CTA of that many threads per (query tile,
-// head, batch).
+// fragment order the main kernel's consumers staged it (DqStaging): a CTA of
+// as many threads per (query tile, head, batch).
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kConsumerThreads)
     flash_bwd_sm90_convert_dq_kernel(ConvertDqParams const p) {
@@ -1077,10 +1131,19 @@ __global__ void __launch_bounds__(Traits::kConsumerThreads)
   auto tile = Shape<Int<kBlockM>, Int<kHeadDim>>{};
   Tensor acc = partition_fragment_C(mma_dq, tile);
   Tensor coords = thr_dq.partition_C(make_identity_tensor(tile));
-  const float* accum =
-      p.accum + head * p.head_stride + (seq.row0 + int64_t(batch) * kBlockM + m0) * kHeadDim + tid;
+  const float4* share =
+      reinterpret_cast<const float4*>(p.accum + head * p.head_stride +
+                                      (seq.row0 + int64_t(batch) * kBlockM + m0) * kHeadDim +
+                                      (tid / 128) * Traits::kDQShare) +
+      tid % 128;
   CUTE_UNROLL
-  for (int i = 0; i < size(acc); ++i) acc(i) = accum[i * Traits::kConsumerThreads];
+  for (int j = 0; j < size(acc) / 4; ++j) {
+    const float4 v = share[j * 128];
+    acc(4 * j) = v.x;
+    acc(4 * j + 1) = v.y;
+    acc(4 * j + 2) = v.z;
+    acc(4 * j + 3) = v.w;
+  }
   const bool varlen = p.cu_seqlens_q != nullptr;
   Element* dq = static_cast<Element*>(p.dq) + (varlen ? seq.row0 * p.dq_seq : batch * p.dq_batch) +
                 head * p.dq_head + int64_t(m0) * p.dq_seq;
