@@ -73,6 +73,10 @@ struct BwdTraits {
   static constexpr bool kRoles = kHeadDim > 128;
   static_assert(!kRoles || kBlockN == 64, "split roles take 64 keys");
   static constexpr int kConsumerGroups = kRoles ? 2 : kBlockN / 64;
+  // Query tiles of 128 rows: S^T and dP^T take 64 registers each, so dV is
+  // issued only once dS is computed and P^T in fp32 is dead (else dV's
+  // GEMM runs while dS is computed).
+  static constexpr bool kLateDV = !kRoles && kBlockM > 64;
   static constexpr int kConsumerThreads = 128 * kConsumerGroups;
   static constexpr int kThreads = 128 + kConsumerThreads;
   // Registers per thread after setmaxnreg (multiples of 8) out of the CTA's
@@ -496,12 +500,13 @@ __device__ inline void scores_to_probs(Scores& scores, Coords const& coords,
 // keys share the draw of one lane per query parity e: eight draws for 32
 // elements.
 template <class Coords>
-__device__ inline uint32_t dropout_keep_bits(Coords const& coords, int m0, int n0,
-                                             DropoutRng const& rng) {
+__device__ inline auto dropout_keep_bits(Coords const& coords, int m0, int n0,
+                                         DropoutRng const& rng) {
   using namespace cute;
   constexpr int kSize = decltype(size(coords))::value;
-  static_assert(kSize <= 32 && kSize % 8 == 0);
-  uint32_t bits = 0;
+  static_assert(kSize <= 64 && kSize % 8 == 0);
+  using Bits = std::conditional_t<(kSize > 32), uint64_t, uint32_t>;
+  Bits bits = 0;
   CUTE_UNROLL
   for (int e = 0; e < 2; ++e) {
     CUTE_UNROLL
@@ -516,7 +521,7 @@ __device__ inline uint32_t dropout_keep_bits(Coords const& coords, int m0, int n
         const int w = (key % 32) / 8, b = ((query % 16) / 8) * 2 + key % 2;
         const uint32_t word = w == 0 ? draw.x : w == 1 ? draw.y : w == 2 ? draw.z : draw.w;
         // Byte b compared in the top byte, as for_each_dropout does.
-        if ((word << (24 - 8 * b)) >= rng.threshold_high) bits |= 1u << i;
+        if ((word << (24 - 8 * b)) >= rng.threshold_high) bits |= Bits(1) << i;
       }
     }
   }
@@ -525,8 +530,8 @@ __device__ inline uint32_t dropout_keep_bits(Coords const& coords, int m0, int n
 
 // P^T with dropout applied (kept elements scaled, dropped ones 0) into `to`,
 // the A operand of dV: the same storage order as convert_gmma_fragment.
-template <class From, class To>
-__device__ inline void convert_dropped(From const& from, uint32_t kept, float scale, To& to) {
+template <class From, class Bits, class To>
+__device__ inline void convert_dropped(From const& from, Bits kept, float scale, To& to) {
   using namespace cute;
   using Element = typename To::value_type;
   constexpr int kSize = decltype(size(from))::value;
@@ -543,8 +548,8 @@ __device__ inline void convert_dropped(From const& from, uint32_t kept, float sc
 
 // dP^T of the dropped output: 0 where dropped, dP^T / (1 - p) where kept (D
 // is already the dropped output's row sum).
-template <class Acc>
-__device__ inline void drop_dprobs(Acc& dprobs, uint32_t kept, float scale) {
+template <class Acc, class Bits>
+__device__ inline void drop_dprobs(Acc& dprobs, Bits kept, float scale) {
   using namespace cute;
   CUTE_UNROLL
   for (int i = 0; i < size(dprobs); ++i) dprobs(i) = (kept >> i) & 1u ? dprobs(i) * scale : 0.0f;
@@ -804,15 +809,18 @@ __device__ inline void consume_key_halves(BwdParams<Traits> const& p, BwdTile<Tr
                                p.scale_log2, p.softcap, p.softcap_pre, t.alibi, p.bias_pre,
                                t.masked, t.column.partial(m));
       // Dropout: dV takes the dropped P^T; dS the whole P^T and the dropped dP^T.
-      uint32_t kept = 0;
-      if constexpr (kDropout) {
-        kept = dropout_keep_bits(flat_coords, m0, t.n0, t.rng);
-        convert_dropped(acc_s, kept, p.dropout.scale, tdVrP);
-      } else {
-        convert_gmma_fragment(acc_s, tdVrP);
-      }
-      warpgroup_gemm<false, -1>(mma_dkv, tdVrP, tdVrdO(_, _, _, stage), acc_dv);
-      warpgroup_wait<1>();  // dP^T
+      decltype(dropout_keep_bits(flat_coords, m0, t.n0, t.rng)) kept = 0;
+      if constexpr (kDropout) kept = dropout_keep_bits(flat_coords, m0, t.n0, t.rng);
+      auto issue_dv = [&] {
+        if constexpr (kDropout) {
+          convert_dropped(acc_s, kept, p.dropout.scale, tdVrP);
+        } else {
+          convert_gmma_fragment(acc_s, tdVrP);
+        }
+        warpgroup_gemm<false, -1>(mma_dkv, tdVrP, tdVrdO(_, _, _, stage), acc_dv);
+      };
+      if constexpr (!Traits::kLateDV) issue_dv();
+      warpgroup_wait<Traits::kLateDV ? 0 : 1>();  // dP^T
       warpgroup_fence_operand(acc_dp);
       if constexpr (kDropout) drop_dprobs(acc_dp, kept, p.dropout.scale);
       dprobs_to_dscores(
@@ -821,6 +829,7 @@ __device__ inline void consume_key_halves(BwdParams<Traits> const& p, BwdTile<Tr
       if constexpr (kMasked) {
         if (t.masked.grad != nullptr) store_mask_grad(dscores, coords, t.mask, m0, t.n0, t.masked);
       }
+      if constexpr (Traits::kLateDV) issue_dv();
       convert_gmma_fragment(acc_dp, tdKrdS);
       // dS for dQ: every consumer's keys, through shared memory (this
       // buffer's last reader, the dQ GEMM two tiles back, completed before
