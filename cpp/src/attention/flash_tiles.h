@@ -82,9 +82,18 @@ constexpr bool bwd_tile_takes_terms(const FlashBwdTile& row) {
   return row.block_m * row.block_n / (32 * row.warps) <= 32;
 }
 
+// Whether an sm90 backward row also runs calls with dropout or an attention
+// mask (its computed and masked kernels; ALiBi is in all three): with query
+// tiles of 128 rows S^T and dP^T take 64 registers each per consumer thread,
+// and at d = 64 those kernels spilled 88 (mask) and 348 (dropout) bytes where
+// the plain one spills 20; those calls take the next row.
+constexpr bool bwd_tile_takes_terms(const FlashBwdSm90Tile& row) {
+  return row.block_m * 64 / 128 <= 32;
+}
+
 // Every head dim of a backward table has a row that takes score terms.
-template <size_t N>
-constexpr bool bwd_terms_covered(const FlashBwdTile (&rows)[N]) {
+template <class Row, size_t N>
+constexpr bool bwd_terms_covered(const Row (&rows)[N]) {
   for (size_t i = 0; i < N; ++i) {
     bool covered = false;
     for (size_t j = 0; j < N; ++j) {

@@ -48,6 +48,13 @@ cudaError_t run_flash_bwd_sm90(const AttentionBackwardProblem& problem) {
        (P.total_q <= 0 || P.total_k <= 0 || P.total_q > INT32_MAX || P.total_k > INT32_MAX))) {
     return cudaErrorInvalidValue;
   }
+  // Rows without room for dropout or a mask have only the plain kernel
+  // (bwd_tile_takes_terms; the dispatch gives them no such call).
+  constexpr bool kTakesTerms = bwd_tile_takes_terms(
+      FlashBwdSm90Tile{Traits::kHeadDim, Traits::kBlockM, Traits::kBlockN, Traits::kStages});
+  if (!kTakesTerms && (dropout_on(P.terms) || P.terms.mask.kind != MaskKind::none)) {
+    return cudaErrorNotSupported;
+  }
   if (P.batch == 0 || P.nheads == 0) return cudaSuccess;
   const size_t workspace_needed = flash_bwd_workspace_bytes(P);
   if (P.workspace_bytes < workspace_needed || P.workspace == nullptr ||
@@ -158,7 +165,10 @@ cudaError_t run_flash_bwd_sm90(const AttentionBackwardProblem& problem) {
   const int64_t n_blocks = (int64_t(P.seqlen_k) + Traits::kBlockN - 1) / Traits::kBlockN;
   const dim3 grid(unsigned(n_blocks), unsigned(P.nheads), unsigned(P.batch));
   // The plan declines a mask with dropout.
-  if (masked) {
+  if constexpr (!kTakesTerms) {
+    status = launch_with_smem<sm90::flash_bwd_sm90_kernel<Traits, TermsKernel::none>>(
+        p, grid, Traits::kThreads, Traits::kSmemBytes, P.stream);
+  } else if (masked) {
     // The mask's tile map, after the steps' buffers (flash_sm90.cu sizes the
     // workspace for it).
     const size_t map_offset = mask_tile_map_offset(workspace_needed);

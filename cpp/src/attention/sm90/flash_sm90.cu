@@ -204,6 +204,18 @@ size_t workspace_bytes(const AttentionForwardProblem& problem) {
 
 // ----------------------------------------------------------------- backward
 
+// Whether a backward call runs the computed (dropout) or masked kernel, which
+// some rows do not have (bwd_tile_takes_terms).
+bool backward_terms_kernel_call(const AttentionBackwardProblem& problem) {
+  return dropout_on(problem.terms) || problem.terms.mask.kind != MaskKind::none;
+}
+
+// Whether a backward row runs the call's head dim and kernel.
+bool backward_row_runs(const FlashBwdSm90Tile& row, const AttentionBackwardProblem& problem) {
+  return row.head_dim == padded_headdim(problem.headdim) && head_dim_built(row.head_dim) &&
+         (bwd_tile_takes_terms(row) || !backward_terms_kernel_call(problem));
+}
+
 template <DType T, size_t I>
 bool run_backward_row(const AttentionBackwardProblem& problem, cudaError_t* result) {
   constexpr FlashBwdSm90Tile row = kSm90BwdTiles[I];
@@ -211,8 +223,7 @@ bool run_backward_row(const AttentionBackwardProblem& problem, cudaError_t* resu
     return false;
   } else {
     using Config = FlashBwdSm90Config<T, row.head_dim, row.block_m, row.block_n, row.stages>;
-    if (row.head_dim != padded_headdim(problem.headdim) ||
-        problem.max_smem_per_block < Config::kSmemBytes) {
+    if (!backward_row_runs(row, problem) || problem.max_smem_per_block < Config::kSmemBytes) {
       return false;
     }
     *result = run_flash_bwd_sm90<Config>(problem);
@@ -227,15 +238,13 @@ cudaError_t run_backward_rows(const AttentionBackwardProblem& problem, std::inde
   return result;
 }
 
-// The smallest shared memory of the backward rows for a padded head dim (0:
-// none built).
-constexpr int backward_row_smem(int head_dim) {
+// The smallest shared memory of the backward rows that run the call (0: none
+// built).
+int backward_row_smem(const AttentionBackwardProblem& problem) {
   int bytes = 0;
   for (const FlashBwdSm90Tile& row : kSm90BwdTiles) {
     const int smem = flash_bwd_sm90_smem(row.head_dim, row.block_m, row.block_n, row.stages);
-    if (row.head_dim == head_dim && head_dim_built(row.head_dim) && (bytes == 0 || smem < bytes)) {
-      bytes = smem;
-    }
+    if (backward_row_runs(row, problem) && (bytes == 0 || smem < bytes)) bytes = smem;
   }
   return bytes;
 }
@@ -244,9 +253,8 @@ constexpr int backward_row_smem(int head_dim) {
 // for its head dim's rows.
 size_t backward_workspace_bytes(const AttentionBackwardProblem& problem) {
   const size_t steps = flash_bwd_workspace_bytes(problem);
-  const int head_dim = padded_headdim(problem.headdim);
   const size_t map = mask_tile_map_bytes(problem, kSm90BwdTiles, [&](const FlashBwdSm90Tile& row) {
-    return row.head_dim == head_dim;
+    return backward_row_runs(row, problem);
   });
   return map == 0 ? steps : mask_tile_map_offset(steps) + map;
 }
@@ -284,8 +292,7 @@ bool plan_backward(const AttentionBackwardProblem& problem, std::string* why) {
                    "TMA needs 16-byte aligned tensors with positive strides that are multiples "
                    "of 8 elements, and a head dim that is a multiple of 8");
   }
-  const int head_dim = padded_headdim(problem.headdim);
-  const int smem = backward_row_smem(head_dim);
+  const int smem = backward_row_smem(problem);
   if (smem == 0) {
     return decline(why,
                    "the sm90 backward runs head dims 33-64, 97-128 and 193-256 (those built); "

@@ -42,12 +42,19 @@ static_assert(tiles_valid(kSm90FwdTiles));
 // must be the problem's padded head dim (the dQ accumulator's row width).
 inline constexpr FlashBwdSm90Tile kSm90BwdTiles[] = {
     // head_dim, block_m, block_n, stages
+    // 64: query tiles of 128 rows (195 KB), dV issued after dS (kLateDV):
+    // 1.05-1.14x the 64-row tile on the H100 (bf16, 1k-16k, causal and not);
+    // calls with dropout or a mask take the next row (bwd_tile_takes_terms).
+    {64, 128, 128, 2},
+    // 64: 114 KB.
     {64, 64, 128, 2},
+    // 128: 194 KB.
     {128, 64, 128, 2},
-    // 256: K, V, one stage of Q and dO, dQ and P^T in fp32: 217 KB.
+    // 256: K, V, one stage of Q and dO, dS, dQ and P^T in fp32: 217 KB.
     {256, 64, 64, 1},
 };
 static_assert(tiles_valid(kSm90BwdTiles));
+static_assert(bwd_terms_covered(kSm90BwdTiles));
 
 // Inference: the kvcache kernel of the sm80 family (mma.sync, cp.async),
 // compiled for sm_90a so that the CTAs that split a query tile's keys form a
