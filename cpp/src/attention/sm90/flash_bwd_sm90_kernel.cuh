@@ -53,6 +53,7 @@
 #include "attention/flash_bwd_kernel.cuh"
 #include "attention/mask.cuh"
 #include "attention/mask_tiles.cuh"
+#include "attention/score_terms.cuh"
 #include "attention/sm90/flash_bwd_sm90_config.h"
 #include "attention/sm90/gmem_tensor.cuh"
 #include "attention/sm90/gmma_fragment.cuh"
@@ -210,24 +211,13 @@ struct BwdParams {
   int kv_group, headdim;
   float scale_log2, softmax_scale;
   float softcap, softcap_pre;  // 0: no softcap (attention_problem.h)
-  // ALiBi: slope (batch, head) at alibi_slopes[batch * alibi_batch_stride +
-  // head] times alibi_scale, added to the scores scaled by bias_pre
-  // (attention_problem.h; nullptr: none).
-  const float* alibi_slopes;
-  int64_t alibi_batch_stride;
-  float bias_pre, alibi_scale;
-  // An attention mask (the masked kernel; fixed length only): element (batch,
-  // head, query, key) at attn_mask + batch mask_batch + head mask_head +
-  // query mask_q bytes, the keys contiguous; a keep mask of bytes or an fp32 one
-  // added to the scores scaled by bias_pre. dmask: the additive mask's
-  // gradient, fp32 (batch, nheads, seqlen_q, seqlen_k) zeroed by the caller;
-  // nullptr: not computed.
-  const char* attn_mask;
-  MaskKind mask_kind;
-  int64_t mask_batch, mask_head, mask_q;
+  // ALiBi, an attention mask (the masked kernel; fixed length only) and
+  // dropout (the dropout kernel), as the other attention kernels read them
+  // (score_terms.cuh).
+  ScoreTermsParams terms;
+  // The additive mask's gradient, fp32 (batch, nheads, seqlen_q, seqlen_k)
+  // zeroed by the caller; nullptr: not computed.
   float* dmask;
-  // Dropout (the dropout kernel): the forward's keep map (dropout.cuh).
-  DropoutParams dropout;
   // Deterministic: per (batch, head, query tile) the number of key tiles that
   // have added their dQ, so that they add in key-tile order; nullptr: any order.
   int* semaphores;
@@ -360,62 +350,33 @@ __device__ inline void bwd_producer(BwdParams<Traits> const& p, SharedStorage& s
   }
 }
 
-// ALiBi's bias of one CTA's head: -slope |diagonal(row) - key|, the slope
-// times alibi_scale (score_terms.cuh).
-struct AlibiBias {
-  bool on;
-  float slope;  // of this (batch, head)
-};
-
-// One CTA's attention mask (the masked kernel): the rows of its (batch,
-// head), and where the gradient of an additive mask goes.
-struct MaskTile {
-  const char* rows;   // query 0, key 0
-  int64_t row_bytes;  // from one query row to the next (0: broadcast)
-  bool additive;      // fp32 added to the scaled scores; else a keep mask of bytes
-  float* grad;        // (seqlen_q, seqlen_k) fp32 of this (batch, head); nullptr: none
-};
-
-// The attention mask on S^T: added (kAdditive), or -inf where a keep mask
-// says 0. Rows and keys are clamped into the mask: those past the sequence
-// are masked by AttentionMask anyway, so the loads need no branch.
-template <bool kAdditive, class Scores, class Coords>
-__device__ inline void apply_attn_mask(Scores& scores, Coords const& coords,
-                                       const AttentionMask& mask, int m0, int n0,
-                                       MaskTile const& masked) {
-  using namespace cute;
-  constexpr int kKeys = decltype(size<0>(scores))::value;
-  int keys[kKeys];
-  CUTE_UNROLL
-  for (int r = 0; r < kKeys; ++r) keys[r] = min(n0 + get<0>(coords(r, 0)), mask.seqlen_k - 1);
-  CUTE_UNROLL
-  for (int c = 0; c < size<1>(scores); ++c) {
-    const int row = min(m0 + get<1>(coords(0, c)), mask.seqlen_q - 1);
-    const char* mask_row = masked.rows + row * masked.row_bytes;
-    CUTE_UNROLL
-    for (int r = 0; r < kKeys; ++r) {
-      if constexpr (kAdditive) {
-        scores(r, c) += reinterpret_cast<const float*>(mask_row)[keys[r]];
-      } else {
-        const uint8_t keep = reinterpret_cast<const uint8_t*>(mask_row)[keys[r]];
-        scores(r, c) = keep != 0 ? scores(r, c) : -INFINITY;
-      }
-    }
-  }
+// S^T's fragments as the score-terms code of every attention kernel reads
+// scores (score_terms.cuh, mask.cuh): rows are queries, columns keys.
+template <class Scores>
+__device__ inline auto query_key_view(Scores& scores) {
+  return cute::make_tensor(scores.data(), cute::select<1, 0>(scores.layout()));
 }
+// The (query, key) coordinates of that view, from S^T's (key, query) ones.
+template <class Coords>
+struct QueryKeyCoords {
+  Coords const& coords;
+  __device__ auto operator()(int query, int key) const {
+    const auto key_query = coords(key, query);
+    return cute::make_coord(cute::get<1>(key_query), cute::get<0>(key_query));
+  }
+};
 
 // dS^T, the gradient of an additive mask (added after any softcap: the plan
 // declines softcap with one), into its (query, key) rows.
 template <class DScores, class Coords>
 __device__ inline void store_mask_grad(DScores const& dscores, Coords const& coords,
-                                       const AttentionMask& mask, int m0, int n0,
-                                       MaskTile const& masked) {
+                                       const AttentionMask& mask, int m0, int n0, float* grad) {
   using namespace cute;
   CUTE_UNROLL
   for (int c = 0; c < size<1>(dscores); ++c) {
     const int row = m0 + get<1>(coords(0, c));
     if (row >= mask.seqlen_q) continue;
-    float* grad_row = masked.grad + int64_t(row) * mask.seqlen_k;
+    float* grad_row = grad + int64_t(row) * mask.seqlen_k;
     CUTE_UNROLL
     for (int r = 0; r < size<0>(dscores); ++r) {
       const int key = n0 + get<0>(coords(r, 0));
@@ -424,60 +385,43 @@ __device__ inline void store_mask_grad(DScores const& dscores, Coords const& coo
   }
 }
 
-// S^T -> P^T in place: softcap, ALiBi and the attention mask (kMasked; the
-// scores scaled by bias_pre first; read only where read_mask), the window
+// S^T -> P^T in place: softcap, the score terms (ALiBi; the attention mask in
+// the masked kernel, read only where read_mask; score_terms.cuh), the window
 // (keys outside a query row's range give P = 0), then exp2(S^T scale_log2 -
-// LSE). `scores` and `coords`
-// are row-column views of the S^T accumulator and of its (key, query row)
-// coordinates within the tile.
+// LSE). `scores` and `coords` are row-column views of the S^T accumulator and
+// of its (key, query row) coordinates within the tile.
 template <bool kMasked, class Scores, class Coords>
 __device__ inline void scores_to_probs(Scores& scores, Coords const& coords,
                                        const AttentionMask& mask, const float* lse, int m0,
                                        int block_m, int n0, int block_n, float scale_log2,
-                                       float softcap, float softcap_pre, AlibiBias alibi,
-                                       float bias_pre, MaskTile const& masked, bool read_mask) {
+                                       float softcap, float softcap_pre,
+                                       ScoreTermsParams const& terms, int batch, int head,
+                                       bool read_mask) {
   using namespace cute;
   if (softcap > 0.0f) {
     CUTE_UNROLL
     for (int i = 0; i < size(scores); ++i) scores(i) = softcap * tanhf(scores(i) * softcap_pre);
   }
-  // A tile that reads no mask and adds no ALiBi takes an additive mask's
-  // (positive) pre-scale in the exponent's factor, as the forward does.
-  const bool scale_in_exponent = kMasked && !read_mask && !alibi.on && bias_pre > 0.0f;
-  if ((kMasked || alibi.on) && bias_pre != 1.0f && !scale_in_exponent) {
-    CUTE_UNROLL
-    for (int i = 0; i < size(scores); ++i) scores(i) *= bias_pre;
-  }
-  const float score_log2 = scale_in_exponent ? scale_log2 * bias_pre : scale_log2;
-  if (alibi.on) {
-    CUTE_UNROLL
-    for (int c = 0; c < size<1>(scores); ++c) {
-      const float diagonal = float(mask.diagonal(m0 + get<1>(coords(0, c))));
-      CUTE_UNROLL
-      for (int r = 0; r < size<0>(scores); ++r) {
-        const float distance = diagonal - float(n0 + get<0>(coords(r, 0)));
-        scores(r, c) = fmaf(fabsf(distance), -alibi.slope, scores(r, c));
-      }
-    }
-  }
+  auto query_key = query_key_view(scores);
+  const QueryKeyCoords<Coords> query_key_coords{coords};
+  auto head_of = [head](int) { return head; };
+  float score_log2 = scale_log2;
+  const bool alibi = terms.alibi_slopes != nullptr;
   if constexpr (kMasked) {
-    if (read_mask && masked.additive) {
-      apply_attn_mask<true>(scores, coords, mask, m0, n0, masked);
-    } else if (read_mask) {
-      apply_attn_mask<false>(scores, coords, mask, m0, n0, masked);
+    // A tile that reads no mask and adds no ALiBi takes an additive mask's
+    // (positive) pre-scale in the exponent's factor, as the forward does.
+    if (!read_mask && !alibi && terms.bias_pre > 0.0f) {
+      score_log2 *= terms.bias_pre;
+    } else if (read_mask || alibi || terms.bias_pre != 1.0f) {
+      apply_score_terms<true>(query_key, query_key_coords, m0, n0, terms, batch, head_of,
+                              AttentionMask::Identity{}, mask, read_mask);
     }
+  } else if (alibi) {
+    apply_score_terms<false>(query_key, query_key_coords, m0, n0, terms, batch, head_of,
+                             AttentionMask::Identity{}, mask);
   }
   if (mask.tile_needs_mask(m0, block_m, n0, block_n)) {
-    CUTE_UNROLL
-    for (int c = 0; c < size<1>(scores); ++c) {
-      const int row = m0 + get<1>(coords(0, c));
-      const int lo = mask.first_key(row), hi = mask.key_end(row);
-      CUTE_UNROLL
-      for (int r = 0; r < size<0>(scores); ++r) {
-        const int key = n0 + get<0>(coords(r, 0));
-        if (key < lo || key >= hi) scores(r, c) = -INFINITY;
-      }
-    }
+    mask.apply(query_key, query_key_coords, m0, n0);
   }
   CUTE_UNROLL
   for (int c = 0; c < size<1>(scores); ++c) {
@@ -732,9 +676,9 @@ struct BwdTile {
   typename Traits::Element *dk_out, *dv_out;
   float *dk_accum, *dv_accum;
   bool direct;
-  AlibiBias alibi;  // off, or this (batch, head)'s slope
-  MaskTile masked;  // the masked kernel's
-  DropoutRng rng;   // the dropout kernel's
+  int batch, head;
+  float* mask_grad;  // the masked kernel's: (seqlen_q, seqlen_k) of this (batch, head), or nullptr
+  DropoutRng rng;    // the dropout kernel's
   // The masked kernel's classes of the query tiles (no map: none skipped):
   // tiles holds the first and last that are not skipped.
   MaskTileColumn column;
@@ -806,14 +750,14 @@ __device__ inline void consume_key_halves(BwdParams<Traits> const& p, BwdTile<Tr
       const float* lse = smem.lse[stage];
       const float* dsum = smem.dsum[stage];
       scores_to_probs<kMasked>(scores, coords, t.mask, lse, m0, kBlockM, t.n0, kBlockN,
-                               p.scale_log2, p.softcap, p.softcap_pre, t.alibi, p.bias_pre,
-                               t.masked, t.column.partial(m));
+                               p.scale_log2, p.softcap, p.softcap_pre, p.terms, t.batch, t.head,
+                               t.column.partial(m));
       // Dropout: dV takes the dropped P^T; dS the whole P^T and the dropped dP^T.
       decltype(dropout_keep_bits(flat_coords, m0, t.n0, t.rng)) kept = 0;
       if constexpr (kDropout) kept = dropout_keep_bits(flat_coords, m0, t.n0, t.rng);
       auto issue_dv = [&] {
         if constexpr (kDropout) {
-          convert_dropped(acc_s, kept, p.dropout.scale, tdVrP);
+          convert_dropped(acc_s, kept, p.terms.dropout.scale, tdVrP);
         } else {
           convert_gmma_fragment(acc_s, tdVrP);
         }
@@ -822,12 +766,12 @@ __device__ inline void consume_key_halves(BwdParams<Traits> const& p, BwdTile<Tr
       if constexpr (!Traits::kLateDV) issue_dv();
       warpgroup_wait<Traits::kLateDV ? 0 : 1>();  // dP^T
       warpgroup_fence_operand(acc_dp);
-      if constexpr (kDropout) drop_dprobs(acc_dp, kept, p.dropout.scale);
+      if constexpr (kDropout) drop_dprobs(acc_dp, kept, p.terms.dropout.scale);
       dprobs_to_dscores(
           dscores, [&](int r, int c) { return scores(r, c); }, coords, lse, dsum, p.scale_log2,
           p.softcap);
       if constexpr (kMasked) {
-        if (t.masked.grad != nullptr) store_mask_grad(dscores, coords, t.mask, m0, t.n0, t.masked);
+        if (t.mask_grad != nullptr) store_mask_grad(dscores, coords, t.mask, m0, t.n0, t.mask_grad);
       }
       if constexpr (Traits::kLateDV) issue_dv();
       convert_gmma_fragment(acc_dp, tdKrdS);
@@ -930,15 +874,15 @@ __device__ inline void consume_roles(BwdParams<Traits> const& p, BwdTile<Traits>
       warpgroup_fence_operand(acc_sdp);
       if (probs_role) {
         scores_to_probs<kMasked>(sdp, coords, t.mask, lse, m0, kBlockM, t.n0, kBlockN, p.scale_log2,
-                                 p.softcap, p.softcap_pre, t.alibi, p.bias_pre, t.masked,
+                                 p.softcap, p.softcap_pre, p.terms, t.batch, t.head,
                                  t.column.partial(m));
         CUTE_UNROLL
         for (int i = 0; i < kValues; ++i) probs[i * 128] = acc_sdp(i);
         NamedBarrier::arrive(kThreads, kBarrierProbs);
         // Dropout: dV takes the dropped P^T; the dS role draws the same bits.
         if constexpr (kDropout) {
-          convert_dropped(acc_sdp, dropout_keep_bits(flat_coords, m0, t.n0, t.rng), p.dropout.scale,
-                          tKVrA);
+          convert_dropped(acc_sdp, dropout_keep_bits(flat_coords, m0, t.n0, t.rng),
+                          p.terms.dropout.scale, tKVrA);
         } else {
           convert_gmma_fragment(acc_sdp, tKVrA);
         }
@@ -950,13 +894,14 @@ __device__ inline void consume_roles(BwdParams<Traits> const& p, BwdTile<Traits>
         for (int i = 0; i < kValues; ++i) prob(i) = probs[i * 128];
         Tensor prob_rc = gmma_rowcol_view(prob);
         if constexpr (kDropout) {
-          drop_dprobs(acc_sdp, dropout_keep_bits(flat_coords, m0, t.n0, t.rng), p.dropout.scale);
+          drop_dprobs(acc_sdp, dropout_keep_bits(flat_coords, m0, t.n0, t.rng),
+                      p.terms.dropout.scale);
         }
         dprobs_to_dscores(
             sdp, [&](int r, int c) { return prob_rc(r, c); }, coords, lse, dsum, p.scale_log2,
             p.softcap);
         if constexpr (kMasked) {
-          if (t.masked.grad != nullptr) store_mask_grad(sdp, coords, t.mask, m0, t.n0, t.masked);
+          if (t.mask_grad != nullptr) store_mask_grad(sdp, coords, t.mask, m0, t.n0, t.mask_grad);
         }
         convert_gmma_fragment(acc_sdp, tKVrA);
         copy(make_tensor(tKVrA.data(), acc_sdp.layout()), tdSsdS(_, _, _, 0));
@@ -1086,12 +1031,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();
   const int tidx = int(threadIdx.x) - 128;
   const int64_t accum_offset = (head * p.rows_k + seq_k.row0 + n0) * int64_t(p.headdim);
-  MaskTile masked{};
+  float* mask_grad = nullptr;
   if constexpr (kTerms == TermsKernel::masked) {
     const int64_t pairs = int64_t(mask.seqlen_q) * mask.seqlen_k;
-    masked = {p.attn_mask + batch * p.mask_batch + head * p.mask_head, p.mask_q,
-              p.mask_kind == MaskKind::add_f32,
-              p.dmask == nullptr ? nullptr : p.dmask + (int64_t(batch) * gridDim.y + head) * pairs};
+    if (p.dmask != nullptr) mask_grad = p.dmask + (int64_t(batch) * gridDim.y + head) * pairs;
   }
   const BwdTile<Traits> t{
       mask,
@@ -1105,13 +1048,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       p.kv_group == 1 ? nullptr : p.dk_accum + accum_offset,
       p.kv_group == 1 ? nullptr : p.dv_accum + accum_offset,
       p.kv_group == 1,
-      {p.alibi_slopes != nullptr,
-       p.alibi_slopes != nullptr
-           ? p.alibi_slopes[batch * p.alibi_batch_stride + head] * p.alibi_scale
-           : 0.0f},
-      masked,
+      batch,
+      head,
+      mask_grad,
       // Reads the seed only with dropout.
-      DropoutRng(kTerms == TermsKernel::computed ? p.dropout : DropoutParams{}, batch,
+      DropoutRng(kTerms == TermsKernel::computed ? p.terms.dropout : DropoutParams{}, batch,
                  int(gridDim.y), head),
       column,
   };

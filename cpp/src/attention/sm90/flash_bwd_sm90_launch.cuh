@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "attention/score_terms.cuh"
 #include "attention/sm90/flash_bwd_sm90_config.h"
 #include "attention/sm90/flash_bwd_sm90_kernel.cuh"
 #include "attention/sm90/gmem_tensor.cuh"
@@ -105,11 +106,9 @@ cudaError_t run_flash_bwd_sm90(const AttentionBackwardProblem& problem) {
   auto mK = sm90::tma_view(static_cast<Element const*>(P.k.ptr), P.k, seq_k, d_head, P.nheads_k, b);
   auto mV = sm90::tma_view(static_cast<Element const*>(P.v.ptr), P.v, seq_k, d_head, P.nheads_k, b);
   auto smem_q = take<0, 2>(typename Traits::SmemLayoutQ{});
-  // An attention mask (fixed length: the plan declines it with varlen), its
-  // strides in bytes for the kernel.
+  // An attention mask (fixed length: the plan declines it with varlen).
   const AttnMaskView& mask = P.terms.mask;
   const bool masked = mask.kind != MaskKind::none && mask.ptr != nullptr;
-  const int64_t mask_element = mask.kind == MaskKind::add_f32 ? 4 : 1;
   sm90::BwdParams<Traits> p{
       make_tma_copy(SM90_TMA_LOAD{}, mQ, smem_q, typename Traits::TileQ{}, _1{}),
       make_tma_copy(SM90_TMA_LOAD{}, mdO, smem_q, typename Traits::TileQ{}, _1{}),
@@ -147,17 +146,8 @@ cudaError_t run_flash_bwd_sm90(const AttentionBackwardProblem& problem) {
       P.softmax_scale,
       P.softcap,
       P.softcap_pre,
-      P.terms.alibi_slopes,
-      P.terms.alibi_batch_stride,
-      P.bias_pre,
-      P.alibi_scale,
-      masked ? static_cast<const char*>(mask.ptr) : nullptr,
-      masked ? mask.kind : MaskKind::none,
-      mask.batch_stride * mask_element,
-      mask.head_stride * mask_element,
-      mask.q_stride * mask_element,
+      score_terms_params(P),
       masked ? P.dmask : nullptr,
-      dropout_params(P.terms.dropout),
       semaphores,
       (P.seqlen_q + 15) / 16,
       MaskTileMap{nullptr, 0, 0, 0},  // set below for a mask
