@@ -1,4 +1,4 @@
-# Kernel families and the archs each is compiled for (DESIGN.md section 2).
+# Kernel families and the archs each is compiled for (docs/design.md section 2).
 #
 # A family is compiled from its own virtual arch (compute_75, compute_80,
 # compute_90a) so that no instruction newer than the family leaks in (an sm_80

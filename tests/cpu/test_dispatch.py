@@ -1,5 +1,5 @@
 """Family selection with a mocked compute capability, through the real C function
-samattn_select_family. The expectations are written from DESIGN.md section 2, not from the
+samattn_select_family. The expectations are written from docs/design.md section 2, not from the
 C code, and adapt to the families and op groups this library was built with."""
 
 from __future__ import annotations

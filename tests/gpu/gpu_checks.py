@@ -33,7 +33,7 @@ import samattn
 
 DEVICE = "cuda"
 
-# Families whose kernels cover every op and dtype (DESIGN.md section 2): an
+# Families whose kernels cover every op and dtype (docs/design.md section 2): an
 # UnsupportedError from them is a failure. Others (sm90 while its kernels are
 # being written) skip the cases they cannot run.
 COMPLETE_FAMILIES = ("sm75", "sm80")

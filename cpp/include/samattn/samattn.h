@@ -1,7 +1,7 @@
 /*
  * samattn C ABI.
  *
- * One shared library, no libtorch, no Python C API (see DESIGN.md section 1).
+ * One shared library, no libtorch, no Python C API (see docs/design.md section 1).
  * Every entry point takes a plain struct of pointers, sizes and element
  * strides, validates it, picks a kernel family for the device and launches on
  * the given stream. The library never allocates device memory.

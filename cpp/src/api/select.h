@@ -1,4 +1,4 @@
-// Family selection (DESIGN.md section 2): which family runs an op group for
+// Family selection (docs/design.md section 2): which family runs an op group for
 // a dtype on a GPU of a given compute capability. The checks that need no
 // problem live here, as plain functions so that they can be tested without a
 // GPU (samattn_select_family); api/launch.h adds the families' plans.

@@ -2,7 +2,7 @@
 // the dynamic shared memory opt-in, clusters of a non-portable size, and the
 // device's opt-in limit. Each is a
 // driver call, and an eager call has little more host time to spend than the
-// launch itself (DESIGN.md, 1).
+// launch itself (docs/design.md section 1).
 //
 // The caches are keyed by the current device (cudaGetDevice: thread-local,
 // cheap). They assume that a device's primary context lives as long as the

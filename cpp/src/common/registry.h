@@ -1,4 +1,4 @@
-// The registry of ops x kernel families (DESIGN.md section 2).
+// The registry of ops x kernel families (docs/design.md section 2).
 //
 // Each family's translation units register, per op direction, how they plan
 // (and may decline) a problem, the workspace it needs and its launch, with a

@@ -1,4 +1,4 @@
-// The element types and kernel families every op shares (DESIGN.md section
+// The element types and kernel families every op shares (docs/design.md section
 // 2). Device-safe constexpr only, so that kernels, tile tables and the host
 // layer all name the same Family and DType.
 #pragma once
