@@ -38,7 +38,7 @@ DEADLINE_S=${DEADLINE_S:-540}
 export SESSION_START=${SESSION_START:-$(date +%s)}
 export PIP_ROOT_USER_ACTION=ignore
 # These wheels are tested here, never published: the GPU machine's glibc (2.39) puts
-# symbols in the link that the manylinux_2_28 stubs do not cover (README's Platform tag).
+# symbols in the link that the manylinux_2_28 stubs do not cover (docs/release.md, Platform tag).
 export SAMATTN_GLIBC_COMPAT=${SAMATTN_GLIBC_COMPAT:-OFF}
 
 # Both folders are git-ignored, so they stay between calls while the machine is warm, and

@@ -239,7 +239,7 @@ def _check(args: argparse.Namespace) -> int:
     print(
         f"{level}: {name} imports {len(newer)} glibc symbols newer than GLIBC_{args.max} "
         f"(the manylinux_{args.max.replace('.', '_')} platform refuses them); see "
-        "cpp/cmake/glibc_compat.py and README's Platform tag:",
+        "cpp/cmake/glibc_compat.py and docs/release.md, Platform tag:",
         file=sys.stderr,
     )
     for symbol in newer:
