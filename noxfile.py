@@ -1,4 +1,4 @@
-"""Developer and CI entry points: `nox -s build|tests|bench|lint|wheel|check_wheel|gpu_tests`.
+"""Developer and CI entry points: `nox -s build|tests|bench|lint|wheel|check_wheel|gpu_tests|docs`.
 
 A fresh clone starts with ./setup.sh (a virtualenv, the pinned tools, a quick build), then
 `nox -s tests`.
@@ -20,6 +20,8 @@ A fresh clone starts with ./setup.sh (a virtualenv, the pinned tools, a quick bu
     nox -s gpu_tests -- dist/X.whl     the GPU gate: the wheel in a fresh virtualenv that
                                  reuses this machine's torch (no network needed), GPU and
                                  CPU tiers, junit.xml + summary.json
+    nox -s docs                  the documentation site into build/site, strict, then
+                                 checked in headless Chromium (-- --no-browser: not)
 
 By default the sessions run in the interpreter that runs nox (nox's `none` backend; its
 bin folder goes first on PATH, as if its virtualenv were activated), reusing its torch,
@@ -717,5 +719,37 @@ def lint(session: nox.Session) -> None:
     session.run(*zizmor, str(ROOT / ".github" / "workflows"), external=True)
 
 
+@_session
+def docs(session: nox.Session) -> None:
+    """Builds the documentation site into build/site and checks it; `-- --no-browser` skips
+    the browser test.
+
+    Installs ci/requirements-docs.txt when its tools are missing; checks that README.md's
+    performance block matches benchmarks/results (docs/gen_performance.py --readme --check);
+    builds with MkDocs in strict mode (any warning fails: a broken internal link or anchor, a
+    docstring griffe cannot parse; external links are not checked, as CI reaches only PyPI
+    and Debian's mirrors); then serves the site and opens it in headless Chromium
+    (tests/docs/test_site.py: the API page lists every public name, the figures render)."""
+    unknown = [a for a in session.posargs if a != "--no-browser"]
+    if unknown:
+        session.error(f"unexpected arguments {unknown}: use -- --no-browser")
+    modules = ["mkdocs", "material", "mkdocstrings_handlers.python", "selenium"]
+    if not _session_python_has(session, modules):
+        _pip_install(session, "-r", str(ROOT / "ci" / "requirements-docs.txt"))
+    readme_check = [str(ROOT / "docs" / "gen_performance.py"), "--readme", "--check"]
+    session.run("python", *readme_check, external=True)
+    site = ROOT / "build" / "site"
+    build = ["python", "-m", "mkdocs", "build", "--strict", "-f", str(ROOT / "mkdocs.yml")]
+    # NO_MKDOCS_2_WARNING: Material's banner about MkDocs 2.0 (the versions are pinned).
+    session.run(*build, "--site-dir", str(site), external=True, env={"NO_MKDOCS_2_WARNING": "1"})
+    if "--no-browser" in session.posargs:
+        session.log(f"site in {site}; the browser test was skipped (--no-browser)")
+        return
+    config = ["-c", str(ROOT / "pyproject.toml"), "--rootdir", str(ROOT), "-p", "no:cacheprovider"]
+    browser_test = ["-m", "pytest", *config, "-q", str(ROOT / "tests" / "docs")]
+    session.run("python", *browser_test, external=True, env={"SAMATTN_DOCS_SITE": str(site)})
+    session.log(f"site in {site}: open {site / 'index.html'}")
+
+
 if __name__ == "__main__":
-    sys.exit("run this file with nox: nox -s build|tests|bench|lint")
+    sys.exit("run this file with nox: nox -s build|tests|bench|lint|docs")
