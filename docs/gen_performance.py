@@ -334,8 +334,30 @@ def op_chart(data: dict, op: str, dtype: str, title: str) -> str | None:
 
 def as_markdown(lines: list[str]) -> str:
     """readme_table.py's lines as markdown: the reasons of skipped cases, which follow a
-    table as lines of their own, become a list."""
-    return "\n".join(f"\n- {line[1:]}" if line.startswith("\nskipped") else line for line in lines)
+    table as lines of their own ("skipped CASE: REASON"), become a list below that table
+    with one item per reason."""
+    out: list[str] = []
+    reasons: dict[str, list[str]] = {}
+
+    def flush() -> None:
+        for reason, cases in reasons.items():
+            named = [c for c in cases if c]
+            which = f" ({named[0]})" if len(named) == 1 else ""
+            if len(named) > 1:
+                which = f" ({len(named)} cases, e.g. {named[0]})"
+            out.extend(["", f"- skipped{which}: {reason}"])
+        reasons.clear()
+
+    for line in lines:
+        if line.startswith("\nskipped"):
+            case, _, reason = line.strip().removeprefix("skipped").partition(": ")
+            reasons.setdefault(reason, []).append(case.strip())
+        else:
+            if line:
+                flush()
+            out.append(line)
+    flush()
+    return "\n".join(out)
 
 
 def tables_markdown(name: str, args: list[str]) -> str:
@@ -442,8 +464,9 @@ def gpu_page(gpu: str, data: dict, charts: dict[str, str]) -> str:
         "",
     ]
     for key in ("build", "tests", "note"):
-        if data.get(key):
-            out += [f"{key.capitalize()}: {data[key]}", ""]
+        if data.get(key):  # free text: its * and _ are not Markdown
+            text = re.sub(r"([*_`<])", r"\\\1", data[key])
+            out += [f"{key.capitalize()}: {text}", ""]
     if "headline" in charts:
         out += ["## Headline", "", headline_markdown(gpu, charts["headline"]), ""]
     for title, ops, about in SECTIONS:
