@@ -57,7 +57,7 @@ def gpu_results() -> dict[str, Path]:
     """{"h100": benchmarks/results/h100.json, ...}: the current record of each GPU."""
     found = {}
     for path in sorted(RESULTS.glob("*.json")):
-        if GPU_FILE.fullmatch(path.stem):
+        if GPU_FILE.fullmatch(path.stem) and {"gpu", "records"} <= set(load(path)):
             found[path.stem] = path
     return found
 
