@@ -72,12 +72,30 @@ def commit_of(data: dict) -> str | None:
     return match[1] if match else None
 
 
+def later_runs(data: dict) -> list[tuple[str, str, str | None]]:
+    """The later runs whose records replaced some of the file's: (what, date, commit), from
+    the `<what>_date` / `<what>_build` fields that such a run adds."""
+    runs = []
+    for key in sorted(data):
+        what = key.removesuffix("_date")
+        if key.endswith("_date") and f"{what}_build" in data:
+            match = re.search(r"\bcommit ([0-9a-f]{7,40})\b", data[f"{what}_build"])
+            runs.append((what, data[key][:10], match[1] if match else None))
+    return runs
+
+
 def run_line(data: dict, name: str) -> str:
-    """One sentence naming the run: GPU, date, torch, the wheel's commit, the file."""
+    """One sentence naming the run: GPU, date, torch, the wheel's commit, the file (and the
+    later runs that replaced some of its records)."""
     commit = commit_of(data)
     wheel = f", a wheel built from commit `{commit}`" if commit else ""
+    later = "".join(
+        f"; its {what} records are from {date}"
+        + (f" (a wheel built from commit `{hash_}`)" if hash_ else "")
+        for what, date, hash_ in later_runs(data)
+    )
     return (
-        f"{data['gpu']}, {data['date'][:10]}, torch {data['torch']}{wheel}; "
+        f"{data['gpu']}, {data['date'][:10]}, torch {data['torch']}{wheel}{later}; "
         f"`benchmarks/results/{name}`."
     )
 
