@@ -12,7 +12,8 @@
 #   SAMATTN_CUDA_ARCHS  archs to build (default 75;80;86;89;90a; "75;80;90a" builds faster)
 #   TEST_PATHS          test paths relative to the repo (default "tests/cpu tests/gpu")
 #   PYTEST_ARGS         extra pytest arguments, e.g. "-x -k gemm"
-#   BENCH_ARGS          samattn.bench arguments (default "--families auto,sm75")
+#   BENCH_ARGS          samattn.bench arguments (default none: automatic selection and
+#                       every family the GPU runs, forced)
 #   DEADLINE_S          seconds for the whole script (default 540); each stage gets at most
 #                       what is left, and the benchmark adds --quick when little is left
 #   BUILD_CAP_S, INFO_CAP_S, TESTS_CAP_S, BENCH_CAP_S
@@ -33,7 +34,7 @@ OUT=${OUT:?set OUT to the folder whose files come back}
 export SAMATTN_CUDA_ARCHS=${SAMATTN_CUDA_ARCHS:-75;80;86;89;90a}
 TEST_PATHS=${TEST_PATHS:-tests/cpu tests/gpu}
 PYTEST_ARGS=${PYTEST_ARGS:-}
-BENCH_ARGS=${BENCH_ARGS:---families auto,sm75}
+BENCH_ARGS=${BENCH_ARGS:-}
 DEADLINE_S=${DEADLINE_S:-540}
 export SESSION_START=${SESSION_START:-$(date +%s)}
 export PIP_ROOT_USER_ACTION=ignore

@@ -8,7 +8,6 @@ recorded as skipped instead of ending the run.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import warnings
@@ -16,45 +15,17 @@ from pathlib import Path
 
 import pytest
 import torch
+from cpu_helpers import OneCallTimer, ascii_lines, load_readme_table
 
 import samattn
-from samattn import bench
+from samattn.bench import cases, common, report, routines, runner
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-class OneCallTimer:
-    """Calls fn once and reports 1 ms (or ms_by_fn[fn]); counts the calls."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def input_set_count(self, set_bytes: int) -> int:
-        return 1
-
-    def median_ms(self, fn, input_sets) -> float:
-        self.calls += 1
-        fn(*input_sets[0])
-        return 1.0
-
-
-def ascii_lines(text: str) -> list[str]:
-    """The table's lines with its multiplication signs and dashes as x and -."""
-    return text.replace("\N{MULTIPLICATION SIGN}", "x").replace("\N{EN DASH}", "-").splitlines()
-
-
-def load_readme_table():
-    spec = importlib.util.spec_from_file_location(
-        "readme_table", ROOT / "benchmarks" / "readme_table.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 # ---------------------------------------------------------------- cases ----
 def test_attention_grid_follows_the_issue():
-    full = bench.ATTENTION_CASES["full"]
+    full = cases.ATTENTION_CASES["full"]
     assert len(full) == 2 * 3 * 5 * 2
     assert {dtype for dtype, _ in full} == {"bf16", "f16"}
     assert {case.d for _, case in full} == {64, 128, 256}
@@ -64,31 +35,31 @@ def test_attention_grid_follows_the_issue():
         assert case.batch * case.seqlen == 16384
         assert case.heads * case.d == 2048
     assert len(set(full)) == len(full)
-    quick = bench.ATTENTION_CASES["quick"]
+    quick = cases.ATTENTION_CASES["quick"]
     assert quick and set(quick) <= set(full)
 
 
 def test_attention_flops():
-    case = bench.attention_case(1024, 64, causal=False)  # batch 16, heads 32
+    case = cases.attention_case(1024, 64, causal=False)  # batch 16, heads 32
     assert (case.batch, case.heads) == (16, 32)
     forward = 4 * 16 * 32 * 1024 * 1024 * 64 / 1e12
-    assert bench.attention_tflop(case, "fwd") == pytest.approx(forward)
-    assert bench.attention_tflop(case, "bwd") == pytest.approx(2.5 * forward)
+    assert routines.attention.attention_tflop(case, "fwd") == pytest.approx(forward)
+    assert routines.attention.attention_tflop(case, "bwd") == pytest.approx(2.5 * forward)
     causal = case._replace(causal=True)
-    assert bench.attention_tflop(causal, "fwd") == pytest.approx(forward / 2)
-    assert bench.attention_tflop(causal, "bwd") == pytest.approx(2.5 * forward / 2)
+    assert routines.attention.attention_tflop(causal, "fwd") == pytest.approx(forward / 2)
+    assert routines.attention.attention_tflop(causal, "bwd") == pytest.approx(2.5 * forward / 2)
 
 
 # ---------------------------------------------------- skipping baselines ----
 def test_a_refusing_baseline_is_skipped_with_its_reasons():
     timer = OneCallTimer()
-    b = bench.Bench(timer, [None])
+    b = runner.Bench(timer, [None])
 
     def refuses(x):
         warnings.warn("Flash attention needs equal head dims", stacklevel=1)
         raise RuntimeError("No available kernel. Aborting execution.")
 
-    ms, reason = b._optional_baseline_ms(("k", 1), lambda: (refuses, [(1,)]))
+    ms, reason = b.optional_baseline_ms(("k", 1), lambda: (refuses, [(1,)]))
     assert ms is None
     assert "No available kernel" in reason and "equal head dims" in reason
     assert timer.calls == 0
@@ -96,7 +67,7 @@ def test_a_refusing_baseline_is_skipped_with_its_reasons():
     def make_fails():
         raise RuntimeError("cuDNN refused the backward")
 
-    assert b._optional_baseline_ms(("k", 2), make_fails) == (None, "cuDNN refused the backward")
+    assert b.optional_baseline_ms(("k", 2), make_fails) == (None, "cuDNN refused the backward")
 
     made = []
 
@@ -104,20 +75,20 @@ def test_a_refusing_baseline_is_skipped_with_its_reasons():
         made.append(1)
         return (lambda x: x, [(1,)])
 
-    assert b._optional_baseline_ms(("k", 3), make) == (1.0, None)
-    assert b._optional_baseline_ms(("k", 3), make) == (1.0, None)
+    assert b.optional_baseline_ms(("k", 3), make) == (1.0, None)
+    assert b.optional_baseline_ms(("k", 3), make) == (1.0, None)
     assert made == [1] and timer.calls == 1  # measured once per key
 
 
 def test_unsupported_and_not_implemented_cases_are_skipped(monkeypatch):
-    b = bench.Bench(OneCallTimer(), [None, "sm75"])
+    b = runner.Bench(OneCallTimer(), [None, "sm75"])
 
     def body(family):
         if family == "sm75":
             raise samattn.UnsupportedError("sm75 has no attention kernels")
         raise NotImplementedError("the backward is not implemented yet")
 
-    b._run_case("attention_backward bf16 case", body, {"op": "attention_backward", "d": 64})
+    b.run_case("attention_backward bf16 case", body, {"op": "attention_backward", "d": 64})
     assert not b.errors and not b.records
     assert [(s["family"], s["op"], s["d"]) for s in b.skipped] == [
         ("auto", "attention_backward", 64),
@@ -125,7 +96,7 @@ def test_unsupported_and_not_implemented_cases_are_skipped(monkeypatch):
     ]
     assert b.skipped[0]["reason"] == "the backward is not implemented yet"
     assert "sm75 has no attention kernels" in b.skipped[1]["reason"]
-    assert "skipped attention_backward bf16 case [sm75]" in bench.summarize(b)
+    assert "skipped attention_backward bf16 case [sm75]" in report.summarize(b)
 
 
 # ------------------------------------------------- attention end to end ----
@@ -149,16 +120,16 @@ class NoBackward(torch.autograd.Function):
 
 
 def run_attention_on_cpu(monkeypatch, flash_attn_func, causal=True):
-    monkeypatch.setattr(bench, "_randn", lambda shape, dtype: torch.randn(shape).to(dtype))
+    monkeypatch.setattr(common, "DEVICE", "cpu")
     monkeypatch.setattr(samattn, "flash_attn_func", flash_attn_func)
 
     def samattn_ms(self, family, fn, input_sets):
         return self.timer.median_ms(fn, input_sets), "sm80"
 
-    monkeypatch.setattr(bench.Bench, "_samattn_ms", samattn_ms)
-    b = bench.Bench(OneCallTimer(), [None])
-    case = bench.AttentionCase(batch=2, heads=2, seqlen=64, d=32, causal=causal)
-    b.attention("bf16", case)
+    monkeypatch.setattr(runner.Bench, "samattn_ms", samattn_ms)
+    b = runner.Bench(OneCallTimer(), [None])
+    case = cases.AttentionCase(batch=2, heads=2, seqlen=64, d=32, causal=causal)
+    routines.attention.run(b, ("bf16", case))
     return b, case
 
 
@@ -173,15 +144,15 @@ def test_attention_records_with_a_refusing_cudnn_backend(monkeypatch):
         assert (r["batch"], r["heads"], r["seqlen"], r["d"], r["causal"]) == tuple(case)
         assert r["shape"] == [2, 2, 64, 32] and r["dtype"] == "bf16"
         assert r["family"] == "sm80" and r["forced"] is False
-        tflop = bench.attention_tflop(case, direction)
+        tflop = routines.attention.attention_tflop(case, direction)
         assert r["samattn"] == pytest.approx(tflop / 1e-3)  # 1 ms
         assert r["baseline"] == pytest.approx(tflop / 1e-3) and r["ratio"] == pytest.approx(1.0)
         assert r["cudnn"] is None and r["ratio_to_cudnn"] is None
         assert "No viable backend" in r["cudnn_skipped"] or r["cudnn_skipped"]
         assert r["compared_with"] == "flash"
         assert r["difference_to_baseline"] < 2e-2  # the same attention, rounded to bf16
-    assert "cudnn refused" in bench.format_record(forward)
-    summary = bench.summarize(b)
+    assert "cudnn refused" in report.format_record(forward)
+    summary = report.summarize(b)
     assert "attention_forward" in summary and "ERROR" not in summary
     json.dumps(b.records)  # the records go to the JSON file as they are
 
@@ -203,13 +174,13 @@ def test_a_broken_attention_is_flagged(monkeypatch):
         return reference_flash_attn_func(q, k, v, causal=not causal)
 
     b, _ = run_attention_on_cpu(monkeypatch, wrong)
-    assert all(r["difference_to_baseline"] > bench.AGREEMENT_LIMIT for r in b.records)
-    assert "MISMATCH" in bench.format_record(b.records[0])
+    assert all(r["difference_to_baseline"] > common.AGREEMENT_LIMIT for r in b.records)
+    assert "MISMATCH" in report.format_record(b.records[0])
 
 
 # ------------------------------------------------------------ readme table ----
 def attention_record(op, dtype, d, seqlen, causal, tflops, flash, cudnn, family="sm80"):
-    case = bench.attention_case(seqlen, d, causal)
+    case = cases.attention_case(seqlen, d, causal)
     return {
         "op": op, "family": family, "forced": family != "sm80", "dtype": dtype,
         "shape": list(case[:4]), **case._asdict(), "unit": "TFLOPS", "samattn": tflops,

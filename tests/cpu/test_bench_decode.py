@@ -13,10 +13,11 @@ import json
 
 import pytest
 import torch
-from test_bench_attention import load_readme_table
+from cpu_helpers import load_readme_table
 
 import samattn
 from samattn import bench
+from samattn.bench import cases, common, report, routines, runner, timing
 
 # The times the fake timer reports, in ms: samattn 0.5 on contiguous caches and 0.625 on paged
 # ones, SDPA 1.0, the copy 0.25.
@@ -93,12 +94,12 @@ class CallLog(list):
 @pytest.fixture
 def cpu_decode(monkeypatch):
     """The decode section on the CPU; yields the log of kvcache calls: (paged, checks on)."""
-    monkeypatch.setattr(bench, "DEVICE", "cpu")
-    monkeypatch.setattr(bench, "DECODE_SMALL", (1, 64))
-    monkeypatch.setattr(bench, "COPY_BYTES", 2**20)
-    monkeypatch.setattr(bench, "_free_memory_bytes", lambda: 2**40)
-    monkeypatch.setattr(bench, "graph_gpu_us", lambda fn: (fn(), GRAPH_US)[1])
-    monkeypatch.setattr(bench, "host_us", lambda fn: (fn(), HOST_US)[1])
+    monkeypatch.setattr(common, "DEVICE", "cpu")
+    monkeypatch.setattr(routines.decode, "SMALL", (1, 64))
+    monkeypatch.setattr(runner, "COPY_BYTES", 2**20)
+    monkeypatch.setattr(common, "free_memory_bytes", lambda: 2**40)
+    monkeypatch.setattr(timing, "graph_gpu_us", lambda fn: (fn(), GRAPH_US)[1])
+    monkeypatch.setattr(timing, "host_us", lambda fn: (fn(), HOST_US)[1])
     checks = ValueChecks()
     monkeypatch.setattr(samattn, "set_value_checks", checks.set, raising=False)
     monkeypatch.setattr(samattn, "value_checks_enabled", checks.get, raising=False)
@@ -114,24 +115,24 @@ def cpu_decode(monkeypatch):
     def samattn_ms(self, family, fn, input_sets):
         return self.timer.median_ms(fn, input_sets), "sm80"
 
-    monkeypatch.setattr(bench.Bench, "_samattn_ms", samattn_ms)
+    monkeypatch.setattr(runner.Bench, "samattn_ms", samattn_ms)
     return log
 
 
-def small_case(batch=3, seqlen_q=4, seqlen_k=64, paged=0) -> bench.DecodeCase:
-    return bench.DecodeCase(batch, seqlen_q, seqlen_k, heads=4, heads_k=2, d=16, paged=paged)
+def small_case(batch=3, seqlen_q=4, seqlen_k=64, paged=0) -> cases.DecodeCase:
+    return cases.DecodeCase(batch, seqlen_q, seqlen_k, heads=4, heads_k=2, d=16, paged=paged)
 
 
-def run(cases, families=(None,)) -> bench.Bench:
-    b = bench.Bench(FixedTimer(), list(families))
+def run(cases, families=(None,)) -> runner.Bench:
+    b = runner.Bench(FixedTimer(), list(families))
     for case in cases:
-        b.decode("bf16", case)
+        routines.decode.run(b, ("bf16", case))
     return b
 
 
 # ---------------------------------------------------------------- cases ----
 def test_decode_grid_follows_the_issue():
-    full = bench.DECODE_CASES["full"]
+    full = cases.DECODE_CASES["full"]
     assert len(full) == 2 * 3 * 4 * 3
     assert {dtype for dtype, _ in full} == {"bf16"}
     assert {(c.heads, c.heads_k, c.d) for _, c in full} == {(32, 8, 128)}
@@ -140,12 +141,12 @@ def test_decode_grid_follows_the_issue():
     assert {c.seqlen_k for _, c in full} == {1024, 8192, 32768, 131072}
     assert {c.paged for _, c in full} == {0, 16, 256}
     assert len(set(full)) == len(full)
-    cases = [c for _, c in full]
-    for i, case in enumerate(cases):  # each paged case after its contiguous one
+    grid = [c for _, c in full]
+    for i, case in enumerate(grid):  # each paged case after its contiguous one
         if case.paged:
-            assert case._replace(paged=0) in cases[:i]
-    quick = [c for _, c in bench.DECODE_CASES["quick"]]
-    assert quick and set(quick) <= set(cases)
+            assert case._replace(paged=0) in grid[:i]
+    quick = [c for _, c in cases.DECODE_CASES["quick"]]
+    assert quick and set(quick) <= set(grid)
     for i, case in enumerate(quick):
         if case.paged:
             assert case._replace(paged=0) in quick[:i]
@@ -155,17 +156,17 @@ def test_decode_grid_follows_the_issue():
 
 
 def test_kv_bytes_and_labels():
-    case = bench.decode_case(64, 1, 131072, paged=16)
-    assert bench.decode_kv_bytes(case) == 2 * 64 * 131072 * 8 * 128 * 2 == 32 * 2**30
-    assert bench.decode_what(case) == "b64 sq1 L128k page16"
-    assert bench.decode_what(bench.decode_case(1, 4, 1000)) == "b1 sq4 L1000 contiguous"
+    case = cases.decode_case(64, 1, 131072, paged=16)
+    assert cases.decode_kv_bytes(case) == 2 * 64 * 131072 * 8 * 128 * 2 == 32 * 2**30
+    assert cases.decode_what(case) == "b64 sq1 L128k page16"
+    assert cases.decode_what(cases.decode_case(1, 4, 1000)) == "b1 sq4 L1000 contiguous"
 
 
 def test_paged_inputs_shuffle_whole_pages(monkeypatch):
-    monkeypatch.setattr(bench, "DEVICE", "cpu")
+    monkeypatch.setattr(common, "DEVICE", "cpu")
     torch.manual_seed(0)
     case = small_case(batch=3, seqlen_k=64, paged=16)
-    q, k_cache, v_cache, cache_seqlens, block_table = bench._decode_inputs(case, torch.bfloat16)
+    q, k_cache, v_cache, cache_seqlens, block_table = routines.decode.inputs(case, torch.bfloat16)
     assert q.shape == (3, 4, 4, 16) and q.dtype == torch.bfloat16
     assert k_cache.shape == v_cache.shape == (12, 16, 2, 16)
     assert cache_seqlens.tolist() == [64, 64, 64] and cache_seqlens.dtype == torch.int32
@@ -173,10 +174,10 @@ def test_paged_inputs_shuffle_whole_pages(monkeypatch):
     assert sorted(block_table.flatten().tolist()) == list(range(12))  # every page once
     assert block_table.flatten().tolist() != list(range(12))  # shuffled
     for row in range(3):
-        k, v = bench._sequence_kv(k_cache, v_cache, block_table, row, 64)
+        k, v = routines.decode.sequence_kv(k_cache, v_cache, block_table, row, 64)
         assert torch.equal(k, gather(k_cache, block_table, row, 64))
         assert torch.equal(v, gather(v_cache, block_table, row, 64))
-    contiguous = bench._decode_inputs(small_case(), torch.bfloat16)
+    contiguous = routines.decode.inputs(small_case(), torch.bfloat16)
     assert contiguous[1].shape == (3, 64, 2, 16) and contiguous[4] is None
 
 
@@ -187,21 +188,21 @@ def test_attention_reference_matches_sdpa_with_repeated_heads():
         q.transpose(0, 1), k.transpose(0, 1).repeat_interleave(4, 0),
         v.transpose(0, 1).repeat_interleave(4, 0),
     ).transpose(0, 1)  # fmt: skip
-    torch.testing.assert_close(bench._attention_reference(q, k, v), expected)
+    torch.testing.assert_close(routines.decode.attention_reference(q, k, v), expected)
 
 
 def test_value_checks_switch_restores_the_previous_setting(monkeypatch):
     checks = ValueChecks()
     monkeypatch.setattr(samattn, "set_value_checks", checks.set, raising=False)
     monkeypatch.setattr(samattn, "value_checks_enabled", checks.get, raising=False)
-    with bench._value_checks(False):
+    with common.value_checks(False):
         assert checks.enabled is False
-        with bench._value_checks(True):
+        with common.value_checks(True):
             assert checks.enabled is True
         assert checks.enabled is False
     assert checks.enabled is True
     monkeypatch.delattr(samattn, "set_value_checks")
-    with bench._value_checks(False):  # a library without the switch: nothing to do
+    with common.value_checks(False):  # a library without the switch: nothing to do
         pass
 
 
@@ -219,7 +220,7 @@ def test_decode_records(cpu_decode, capsys):
         assert (r["batch"], r["seqlen_q"], r["seqlen_k"], r["heads"], r["heads_k"], r["d"]) == (
             3, 4, 64, 4, 2, 16,
         )  # fmt: skip
-        assert r["paged"] == case.paged and r["what"] == bench.decode_what(case)
+        assert r["paged"] == case.paged and r["what"] == cases.decode_what(case)
         assert r["kv_bytes"] == kv_bytes
         assert r["samattn_us"] == pytest.approx(ms * 1e3)
         assert r["samattn"] == pytest.approx(kv_bytes / 1e9 / (ms / 1e3))
@@ -244,10 +245,10 @@ def test_decode_records(cpu_decode, capsys):
     json.dumps(b.records)
     out = capsys.readouterr().out
     assert "device-to-device copy" in out
-    assert "of copy" in bench.format_record(first) and "of contiguous" in bench.format_record(
+    assert "of copy" in report.format_record(first) and "of contiguous" in report.format_record(
         second
     )
-    summary = bench.summarize(b)
+    summary = report.summarize(b)
     assert "decode sm80 target 1.00 x sdpa, contiguous: 1 of 1 cases meet it" in summary
     assert "decode sm80 target 0.95 of contiguous, paged: 0 of 1 cases meet it" in summary
     assert "below: b3 sq4 L64 page16 0.80" in summary
@@ -262,12 +263,12 @@ def test_the_small_case_gets_graph_and_host_times(cpu_decode):
         assert contiguous[f"{who}_host_us"] == HOST_US
     assert contiguous["samattn_host_checked_us"] == HOST_US
     assert paged["samattn_graph_us"] == GRAPH_US and "baseline_graph_us" not in paged
-    text = bench.format_record(contiguous)
+    text = report.format_record(contiguous)
     assert "graph 7.0" in text and "sdpa host 30.0" in text
 
 
 def test_a_case_too_large_for_memory_is_skipped(cpu_decode, monkeypatch, capsys):
-    monkeypatch.setattr(bench, "_free_memory_bytes", lambda: 10_000)
+    monkeypatch.setattr(common, "free_memory_bytes", lambda: 10_000)
     b = run([small_case()], families=(None, "sm75"))
     assert not b.records and not b.errors and not cpu_decode
     assert [s["family"] for s in b.skipped] == ["auto", "sm75"]
@@ -306,19 +307,19 @@ def test_a_wrong_paged_read_is_flagged(cpu_decode, monkeypatch):
     torch.manual_seed(0)
     b = run([small_case(paged=16)])
     (r,) = b.records
-    assert r["difference_to_reference"] > bench.AGREEMENT_LIMIT
-    assert "MISMATCH" in bench.format_record(r)
-    assert "MISMATCH decode" in bench.summarize(b)
+    assert r["difference_to_reference"] > common.AGREEMENT_LIMIT
+    assert "MISMATCH" in report.format_record(r)
+    assert "MISMATCH decode" in report.summarize(b)
 
 
 # ------------------------------------------------------------ readme table ----
 def decode_record(batch, seqlen_q, seqlen_k, paged, us, **extra):
-    case = bench.decode_case(batch, seqlen_q, seqlen_k, paged)
-    kv_bytes = bench.decode_kv_bytes(case)
+    case = cases.decode_case(batch, seqlen_q, seqlen_k, paged)
+    kv_bytes = cases.decode_kv_bytes(case)
     gbps = kv_bytes / 1e9 / (us / 1e6)
     return {
         "op": "decode", "family": "sm80", "forced": False, "dtype": "bf16",
-        "what": bench.decode_what(case), **case._asdict(), "unit": "GB/s", "samattn": gbps,
+        "what": cases.decode_what(case), **case._asdict(), "unit": "GB/s", "samattn": gbps,
         "samattn_us": us, "kv_bytes": kv_bytes, "copy": 3000.0, "copy_fraction": gbps / 3000,
         "baseline": None, "ratio": None, **extra,
     }  # fmt: skip
@@ -337,7 +338,7 @@ def test_readme_table_decode(tmp_path, capsys):
         ],
         "skipped": [
             {"case": "x", "op": "decode", "family": "auto", "dtype": "bf16",
-             **bench.decode_case(64, 4, 131072, 16)._asdict(),
+             **cases.decode_case(64, 4, 131072, 16)._asdict(),
              "reason": "its K/V caches would take more than 60% of the free GPU memory"},
         ],
     }  # fmt: skip

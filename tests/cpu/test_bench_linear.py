@@ -8,10 +8,11 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
-from test_bench_attention import OneCallTimer
+from cpu_helpers import OneCallTimer
 
 import samattn
 from samattn import bench
+from samattn.bench import cases, common, report, routines, runner
 
 SHAPE = (8, 16, 32)
 
@@ -20,8 +21,8 @@ def reference_linear(x, w, b=None, activation=None):
     return F.gelu(F.linear(x, w, b))
 
 
-def run_linear_on_cpu(monkeypatch, compile_works: bool) -> bench.Bench:
-    monkeypatch.setattr(bench, "_randn", lambda shape, dtype: torch.randn(shape).to(dtype))
+def run_linear_on_cpu(monkeypatch, compile_works: bool) -> runner.Bench:
+    monkeypatch.setattr(common, "DEVICE", "cpu")
     monkeypatch.setattr(samattn, "linear", reference_linear)
 
     def fake_compile(fn, **kwargs):
@@ -38,9 +39,9 @@ def run_linear_on_cpu(monkeypatch, compile_works: bool) -> bench.Bench:
     def samattn_ms(self, family, fn, input_sets):
         return self.timer.median_ms(fn, input_sets), "sm90"
 
-    monkeypatch.setattr(bench.Bench, "_samattn_ms", samattn_ms)
-    b = bench.Bench(OneCallTimer(), [None])
-    b.linear("bf16", SHAPE)
+    monkeypatch.setattr(runner.Bench, "samattn_ms", samattn_ms)
+    b = runner.Bench(OneCallTimer(), [None])
+    routines.linear.run(b, ("bf16", SHAPE))
     return b
 
 
@@ -57,11 +58,11 @@ def test_linear_records(monkeypatch, compile_works):
         assert r["difference_to_baseline"] == 0.0
         assert r["baseline_name"].startswith("F.gelu(F.linear(x, w, b)), torch ")
     json.dumps(b.records)
-    assert "linear_epilogue vs eager" in bench.summarize(b)
+    assert "linear_epilogue vs eager" in report.summarize(b)
 
 
 def test_linear_cases_follow_the_issue():
-    full = bench.LINEAR_CASES["full"]
+    full = cases.LINEAR_CASES["full"]
     assert {shape for _, shape in full} == {
         (tokens, n_in, n_out)
         for tokens in (4096, 16384)

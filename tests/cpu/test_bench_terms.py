@@ -14,10 +14,11 @@ import math
 
 import pytest
 import torch
-from test_bench_attention import OneCallTimer, ascii_lines, load_readme_table
+from cpu_helpers import OneCallTimer, ascii_lines, load_readme_table
 
 import samattn
 from samattn import bench
+from samattn.bench import cases, common, report, routines, runner
 
 
 def reference_flash_attn_func(q, k, v, causal=False, alibi_slopes=None, sinks=None,
@@ -53,31 +54,31 @@ def reference_sdpa(query, key, value, attn_mask=None, **_):
 
 def plain_sdpa(backend_name, q, k, v, mask):
     """sdpa_with_backend's stand-in: torch's own choice of backend on the CPU."""
-    assert backend_name == bench.MASK_BASELINE_BACKEND
+    assert backend_name == routines.terms.MASK_BASELINE_BACKEND
     return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
-CASE = bench.AttentionCase(batch=2, heads=2, seqlen=64, d=32, causal=False)
+CASE = cases.AttentionCase(batch=2, heads=2, seqlen=64, d=32, causal=False)
 
 
 def run_terms_on_cpu(monkeypatch, case=CASE, flash_attn_func=reference_flash_attn_func,
-                     sdpa=reference_sdpa, features=bench.TERMS_FEATURES):  # fmt: skip
-    monkeypatch.setattr(bench, "_randn", lambda shape, dtype: torch.randn(shape).to(dtype))
+                     sdpa=reference_sdpa, features=cases.TERMS_FEATURES):  # fmt: skip
+    monkeypatch.setattr(common, "DEVICE", "cpu")
     monkeypatch.setattr(samattn, "flash_attn_func", flash_attn_func)
     monkeypatch.setattr(samattn, "scaled_dot_product_attention", sdpa)
 
     def samattn_ms(self, family, fn, input_sets):
         return self.timer.median_ms(fn, input_sets), "sm80"
 
-    monkeypatch.setattr(bench.Bench, "_samattn_ms", samattn_ms)
-    b = bench.Bench(OneCallTimer(), [None], features)
-    b.terms("bf16", case)
+    monkeypatch.setattr(runner.Bench, "samattn_ms", samattn_ms)
+    b = runner.Bench(OneCallTimer(), [None], features)
+    routines.terms.run(b, ("bf16", case))
     return b
 
 
 # ---------------------------------------------------------------- cases ----
 def test_terms_grid_follows_the_issue():
-    full = bench.TERMS_CASES["full"]
+    full = cases.TERMS_CASES["full"]
     assert len(full) == 3 * 3 * 2 and len(set(full)) == len(full)
     assert {dtype for dtype, _ in full} == {"bf16"}
     assert {case.d for _, case in full} == {64, 128, 256}
@@ -85,14 +86,14 @@ def test_terms_grid_follows_the_issue():
     assert {case.causal for _, case in full} == {False, True}
     for _, case in full:
         assert case.batch * case.seqlen == 16384 and case.heads * case.d == 2048
-    quick = bench.TERMS_CASES["quick"]
+    quick = cases.TERMS_CASES["quick"]
     assert quick and set(quick) <= set(full)
     assert "terms" in bench.OPS and bench.parse_args(["--ops", "terms"]).ops == ["terms"]
 
 
 def test_padding_mask_pads_keys():
     torch.manual_seed(0)
-    keep = bench.padding_mask(5, 64, "cpu")
+    keep = common.padding_mask(5, 64, "cpu")
     assert keep.shape == (5, 1, 64, 64) and keep.dtype == torch.bool and keep.is_contiguous()
     lengths = keep[:, 0, 0].sum(-1)
     assert torch.all((lengths >= 32) & (lengths <= 64))
@@ -102,7 +103,7 @@ def test_padding_mask_pads_keys():
 
 
 def test_alibi_slopes_are_geometric():
-    slopes = bench.alibi_slopes(8, "cpu")
+    slopes = common.alibi_slopes(8, "cpu")
     assert slopes.dtype == torch.float32
     torch.testing.assert_close(slopes, torch.tensor([2.0 ** -(i + 1) for i in range(8)]))
 
@@ -117,17 +118,17 @@ def test_terms_records_with_the_baseline_refused(monkeypatch):
     masks = [r for r in b.records if r["op"] == "attention_mask"]
     assert [(r["feature"], r["direction"]) for r in terms] == [
         (feature, direction)
-        for feature in bench.TERMS_FEATURES
+        for feature in cases.TERMS_FEATURES
         for direction in ("fwd", "bwd")
     ]  # fmt: skip
     for r in terms:
         assert (r["batch"], r["heads"], r["seqlen"], r["d"], r["causal"]) == tuple(CASE)
         assert r["family"] == "sm80" and r["forced"] is False and r["dtype"] == "bf16"
-        tflop = bench.attention_tflop(CASE, r["direction"])
+        tflop = routines.attention.attention_tflop(CASE, r["direction"])
         assert r["samattn"] == pytest.approx(tflop / 1e-3) and r["samattn_ms"] == 1.0
         assert r["baseline_ms"] == 1.0 and r["ratio"] == pytest.approx(1.0)  # plain / feature
         # The padding masks keep half of the keys or more; the other features have none.
-        if r["feature"] in bench.MASK_FEATURES:
+        if r["feature"] in cases.MASK_FEATURES:
             assert 0.5 <= r["mask_keeps"] <= 1.0
         else:
             assert "mask_keeps" not in r
@@ -140,7 +141,7 @@ def test_terms_records_with_the_baseline_refused(monkeypatch):
         assert r["mask_shape"] == [2, 1, 64, 64]
     assert [r["mask_dtype"] for r in masks] == ["bool", "bool", "float32", "float32"]
     json.dumps(b.records)  # the records go to the JSON file as they are
-    summary = bench.summarize(b)
+    summary = report.summarize(b)
     assert "attention_terms sm80 alibi fwd: 1.00 .. 1.00, target 0.90 met by 1 of 1" in summary
     assert "ERROR" not in summary
 
@@ -148,7 +149,7 @@ def test_terms_records_with_the_baseline_refused(monkeypatch):
 def test_terms_features_narrow_the_section(monkeypatch):
     args = bench.parse_args(["--ops", "terms", "--terms-features", "sinks,alibi"])
     assert args.terms_features == ["sinks", "alibi"]
-    assert bench.parse_args([]).terms_features == list(bench.TERMS_FEATURES)
+    assert bench.parse_args([]).terms_features == list(cases.TERMS_FEATURES)
     with pytest.raises(SystemExit):
         bench.parse_args(["--terms-features", "alibi,dropout"])
     b = run_terms_on_cpu(monkeypatch, features=args.terms_features)
@@ -161,7 +162,7 @@ def test_terms_features_narrow_the_section(monkeypatch):
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_mask_records_against_sdpa(monkeypatch, causal):
-    monkeypatch.setattr(bench, "sdpa_with_backend", plain_sdpa)
+    monkeypatch.setattr(common, "sdpa_with_backend", plain_sdpa)
     case = CASE._replace(causal=causal)
     b = run_terms_on_cpu(monkeypatch, case)
     assert not b.errors
@@ -170,14 +171,14 @@ def test_mask_records_against_sdpa(monkeypatch, causal):
     for r in masks:
         assert r["ratio"] == pytest.approx(1.0) and "baseline_skipped" not in r
         # The same attention (the causal mask folded into SDPA's), rounded to bf16.
-        assert r["difference_to_baseline"] < bench.AGREEMENT_LIMIT, r
+        assert r["difference_to_baseline"] < common.AGREEMENT_LIMIT, r
         expected = "flash_attn_func(causal=True, attn_mask=...)" if causal else "sdpa("
         assert r["samattn_call"].startswith(expected)
-    assert "MISMATCH" not in bench.summarize(b)
+    assert "MISMATCH" not in report.summarize(b)
 
 
 def test_a_wrong_mask_is_flagged(monkeypatch):
-    monkeypatch.setattr(bench, "sdpa_with_backend", plain_sdpa)
+    monkeypatch.setattr(common, "sdpa_with_backend", plain_sdpa)
 
     def ignores_the_mask(query, key, value, attn_mask=None, **_):
         return reference_sdpa(query, key, value)
@@ -185,7 +186,7 @@ def test_a_wrong_mask_is_flagged(monkeypatch):
     torch.manual_seed(0)
     b = run_terms_on_cpu(monkeypatch, sdpa=ignores_the_mask)
     masks = [r for r in b.records if r["op"] == "attention_mask"]
-    assert any(r["difference_to_baseline"] > bench.AGREEMENT_LIMIT for r in masks)
+    assert any(r["difference_to_baseline"] > common.AGREEMENT_LIMIT for r in masks)
 
 
 def test_unsupported_features_are_skipped(monkeypatch):
@@ -203,7 +204,7 @@ def test_unsupported_features_are_skipped(monkeypatch):
 
 # ------------------------------------------------------------ readme table ----
 def terms_record(op, feature, direction, d, seqlen, causal, ratio, tflops=100.0):
-    case = bench.attention_case(seqlen, d, causal)
+    case = cases.attention_case(seqlen, d, causal)
     return {
         "op": op, "family": "sm80", "forced": False, "dtype": "bf16", "shape": list(case[:4]),
         **case._asdict(), "feature": feature, "direction": direction, "unit": "TFLOPS",

@@ -1,0 +1,7 @@
+"""``python -m samattn.bench``: see samattn.bench."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())
