@@ -1,4 +1,4 @@
-"""Developer and CI entry points: `nox -s build|tests|bench|lint|wheel|check_wheel|gpu_tests|docs`.
+"""Developer and CI entry points: `nox -s build|tests|bench|bench_compare|sanitize|lint|docs|...`.
 
 A fresh clone starts with ./setup.sh (a virtualenv, the pinned tools, a quick build), then
 `nox -s tests`.
@@ -10,6 +10,9 @@ A fresh clone starts with ./setup.sh (a virtualenv, the pinned tools, a quick bu
                                  skips itself without a GPU); extra args go to pytest,
                                  e.g. -- tests/cpu/test_binary.py -x
     nox -s bench -- ARGS         python -m samattn.bench ARGS against that wheel
+    nox -s bench_compare -- OLD.json NEW.json   every benchmark record that moved by
+                                 more than 5 %; fails when one got slower
+    nox -s sanitize              tests/sanitize/ under compute-sanitizer (needs a GPU)
     nox -s lint                  ruff check, ruff format --check, clang-format, the variant
                                  table, actionlint, the workflow schema and zizmor
     nox -s wheel -- cu130        a variant's release wheel (ci/variants.toml) into dist/:
@@ -679,6 +682,89 @@ def bench(session: nox.Session) -> None:
     """Benchmarks samattn against torch's kernels: `-- ARGS` go to python -m samattn.bench."""
     _install_wheel(session)
     _run_outside_checkout(session, "-m", "samattn.bench", *session.posargs)
+
+
+@_session
+def bench_compare(session: nox.Session) -> None:
+    """Every record that moved by more than 5 % between two benchmark results of one GPU:
+    `-- OLD.json NEW.json [--threshold PERCENT] [--compare-by ratio] [--report-only]`.
+
+    Fails when a record got slower by more than the threshold. With two files it reads them
+    only (no wheel, no GPU: the checkout's samattn.bench); with one, `-- OLD.json [bench
+    options]`, it installs the newest wheel, runs the benchmark on this GPU and compares its
+    results with OLD (e.g. benchmarks/results/h100.json before a kernel change lands)."""
+    args = list(session.posargs)
+    files = [a for a in args if a.endswith(".json")]
+    if not 1 <= len(files) <= 2:
+        session.error("name the results: nox -s bench_compare -- OLD.json [NEW.json]")
+    others = [a for a in args if a not in files]
+    absolute = [str(Path(f).resolve()) for f in files]
+    if len(files) == 2:
+        session.run(
+            "python", "-m", "samattn.bench", "--compare", *absolute, *others, external=True,
+            env={"PYTHONPATH": str(ROOT)},
+        )  # fmt: skip
+        return
+    _install_wheel(session)
+    out = ROOT / "build" / "bench_compare.json"
+    _run_outside_checkout(
+        session, "-m", "samattn.bench", "--compare", *absolute, "--json", str(out), *others
+    )
+
+
+# compute-sanitizer's tools to run on each script of tests/sanitize/ (`nox -s sanitize`), with
+# the script's arguments under that tool (racecheck is slow: the sm90 backward's --quick).
+SANITIZE = {
+    "sanitize_decode.py": (("memcheck", ()), ("racecheck", ()), ("synccheck", ())),
+    "sanitize_mask_backward.py": (("memcheck", ()),),
+    "sanitize_mask_tiles.py": (("memcheck", ()),),
+    "sanitize_sm90_backward.py": (("memcheck", ()), ("racecheck", ("--quick",))),
+}
+
+
+@_session
+def sanitize(session: nox.Session) -> None:
+    """Runs the scripts of tests/sanitize/ under compute-sanitizer (a GPU session): each
+    with its tools (SANITIZE), on the newest wheel in dist/. `-- NAME...` picks scripts
+    (e.g. sanitize_decode.py), `--tool TOOL` one tool for all. compute-sanitizer comes from
+    PATH, $CUDA_HOME/bin or /usr/local/cuda/bin; any error it reports fails the session.
+    The sm90 scripts (sanitize_decode.py's cluster path, sanitize_mask_backward.py,
+    sanitize_sm90_backward.py) force the sm90 family: a Hopper GPU."""
+    args = list(session.posargs)
+    tool = None
+    if "--tool" in args:
+        at = args.index("--tool")
+        if at + 1 >= len(args):
+            session.error("--tool takes a compute-sanitizer tool: memcheck, racecheck, ...")
+        tool = args[at + 1]
+        del args[at : at + 2]
+    unknown = [name for name in args if name not in SANITIZE]
+    if unknown:
+        session.error(f"unknown scripts {unknown}: choose from {', '.join(SANITIZE)}")
+    candidates = [
+        shutil.which("compute-sanitizer"),
+        *(
+            str(Path(home) / "bin" / "compute-sanitizer")
+            for home in (os.environ.get("CUDA_HOME"), "/usr/local/cuda")
+            if home
+        ),
+    ]
+    sanitizer = next((c for c in candidates if c and Path(c).is_file()), None)
+    if sanitizer is None:
+        session.error("no compute-sanitizer on PATH, in $CUDA_HOME/bin or /usr/local/cuda/bin")
+    _install_wheel(session)
+    for name in args or list(SANITIZE):
+        script = str(ROOT / "tests" / "sanitize" / name)
+        runs = SANITIZE[name]
+        if tool:
+            runs = [(tool, dict(runs).get(tool, ()))]
+        for each, script_args in runs:
+            session.log(f"compute-sanitizer --tool {each} {name} {' '.join(script_args)}")
+            with tempfile.TemporaryDirectory() as tmp, session.chdir(tmp):
+                session.run(
+                    sanitizer, "--tool", each, "--error-exitcode", "9", "python", script,
+                    *script_args, external=True,
+                )  # fmt: skip
 
 
 @_session

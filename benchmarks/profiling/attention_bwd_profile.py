@@ -1,9 +1,12 @@
-"""GPU time per kernel of one attention backward: samattn next to SDPA's flash and cuDNN
+"""Question: Where does an attention backward's GPU time go, kernel by kernel, next to
+SDPA's flash and cuDNN backwards?
+
+GPU time per kernel of one attention backward: samattn next to SDPA's flash and cuDNN
 backends (torch.profiler), bf16, on a few shapes of the issue's grid (batch x seqlen =
 16k tokens, heads x head dim = 2048). Shows how much of the difference is the main
 kernel and how much the small kernels around it.
 
-    python benchmarks/attention_bwd_profile.py OUT.json
+    python benchmarks/profiling/attention_bwd_profile.py OUT.json
 """
 
 from __future__ import annotations

@@ -1,10 +1,13 @@
-"""Where attention dropout's cost goes, per family: the forward without score terms
+"""Question: Which part of attention dropout costs the time: the terms kernel, drawing the
+mask, or dropping?
+
+Where attention dropout's cost goes, per family: the forward without score terms
 (plain), with the kernel that carries them but no dropout (sinks, all zero), with dropout
 that keeps everything (dropout_p = 1e-3, below 1/512: masks drawn and applied, nothing
 dropped) and with dropout_p = 0.1. bf16, batch x seqlen = 16k tokens, heads x d = 2048;
 GPU ms per call, median of 20 (CUDA events). Writes JSON:
 
-    SAMATTN_LIBRARY=... PYTHONPATH=. python benchmarks/attention_dropout_probe.py out.json
+    SAMATTN_LIBRARY=... PYTHONPATH=. python benchmarks/profiling/attention_dropout_probe.py out.json
 """
 
 import json
@@ -12,10 +15,8 @@ import sys
 
 import torch
 
-# The same timing as the dropout bench (this folder is on sys.path when run as a script).
-from attention_dropout_bench import gpu_ms
-
 import samattn
+from samattn.bench.timing import gpu_ms
 
 
 def calls(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> dict:

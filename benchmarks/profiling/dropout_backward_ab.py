@@ -1,8 +1,10 @@
-"""GPU time of the attention backward with dropout on the sm90 and sm80 families, and of
+"""Question: What does dropout cost the attention backward on the sm90 and sm80 families?
+
+GPU time of the attention backward with dropout on the sm90 and sm80 families, and of
 the sm90 backward without dropout, in one run: the backward op alone (the forward's
 outputs computed once), median of 20 calls after 3 warm-ups, CUDA events. One JSON line.
 
-    python benchmarks/dropout_backward_ab.py
+    python benchmarks/profiling/dropout_backward_ab.py
 """
 
 from __future__ import annotations
@@ -10,10 +12,10 @@ from __future__ import annotations
 import json
 
 import torch
-from attention_dropout_bench import gpu_ms
 
 import samattn
 from samattn import _cuda, _dropout
+from samattn.bench.timing import gpu_ms
 
 SHAPES = [  # batch, seqlen, heads, head dim, causal
     (16, 1024, 32, 64, False),

@@ -1,17 +1,19 @@
-"""GPU time per kernel (us, mean over 20 calls, torch.profiler) of samattn.gemm and
+"""Question: How do samattn's and cuBLAS's split-K kernels (partial GEMM, reduction) compare?
+
+GPU time per kernel (us, mean over 20 calls, torch.profiler) of samattn.gemm and
 torch.matmul at issue 17's split-K shapes (bf16, M = N = 256 and 512, K = 65536): the
 partial-sum GEMM and the reduction of each. Writes JSON:
 
-    SAMATTN_LIBRARY=... PYTHONPATH=. python benchmarks/split_k_kernels.py out.json
+    SAMATTN_LIBRARY=... PYTHONPATH=. python benchmarks/profiling/split_k_kernels.py out.json
 """
 
 import json
 import sys
 
 import torch
-from kernel_times import kernel_means
 
 import samattn
+from samattn.bench.timing import kernel_means
 
 
 def main() -> None:

@@ -1,8 +1,10 @@
-"""One samattn.gemm and one torch.matmul call on the same inputs, for a profiler:
+"""Question: How does one samattn GEMM compare with cuBLAS's in Nsight Compute?
+
+One samattn.gemm and one torch.matmul call on the same inputs, for a profiler:
 
     ncu --clock-control none --section SpeedOfLight --section ComputeWorkloadAnalysis \\
         --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy \\
-        --launch-skip 4 python benchmarks/profile_gemm.py bf16 4096 4096 4096
+        --launch-skip 4 python benchmarks/profiling/profile_gemm.py bf16 4096 4096 4096
 
 Both are warmed up twice first (4 launches to skip when each GEMM is one kernel).
 """

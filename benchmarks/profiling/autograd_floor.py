@@ -1,4 +1,6 @@
-"""The host-time floor of a Python autograd node, against samattn's and torch's own.
+"""Question: What does any Python autograd node cost on the host, and what does samattn add to it?
+
+The host-time floor of a Python autograd node, against samattn's and torch's own.
 
 samattn's ops reach autograd through a Python ``torch.autograd.Function`` (as flash-attn's
 do): torch.library ops take the same route. This measures, in alternating rounds on the same
@@ -13,7 +15,7 @@ of the backward alone for
 so that ``python_node / torch`` is what any Python autograd node costs before its kernels,
 and ``samattn / python_node`` what samattn adds to it. One JSON object on stdout.
 
-    python benchmarks/autograd_floor.py
+    python benchmarks/profiling/autograd_floor.py
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import json
 import torch
 
 import samattn
-from samattn.bench import host_us_alternating
+from samattn.bench.timing import host_us_alternating
 
 
 class _TorchKernels(torch.autograd.Function):

@@ -1,4 +1,6 @@
-"""Where an eager samattn call spends its host time: a per-function breakdown.
+"""Question: Where does an eager samattn call spend its host time, function by function?
+
+Where an eager samattn call spends its host time: a per-function breakdown.
 
 For each call of `samattn.bench --ops overhead`, runs the call in a tight loop twice: once
 plain (the total, next to torch's op), once with the Python functions on its way (and the
@@ -7,7 +9,7 @@ call. Then times the primitives a call is made of in isolation (a ctypes call, a
 allocation, a tensor attribute, a trivial autograd.Function round trip), so that the rest
 can be attributed. Writes JSON.
 
-    python benchmarks/host_breakdown.py out.json [--calls 200] [--rounds 15]
+    python benchmarks/profiling/host_breakdown.py out.json [--calls 200] [--rounds 15]
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from collections.abc import Callable
 import torch
 
 from samattn import _checks, _cuda, _eager, _lib, _prepared, attention, ops
-from samattn.bench import host_us, overhead_cases
+from samattn.bench.routines.overhead import overhead_cases
+from samattn.bench.timing import host_us
 
 # (module, attribute) pairs wrapped by the timer: the Python on the way from the user to
 # the library, and back through autograd.
@@ -187,7 +190,7 @@ def main() -> None:
         "gpu": torch.cuda.get_device_name(),
         "torch": torch.__version__,
         "python": sys.version.split()[0],
-        "command": "python benchmarks/host_breakdown.py " + " ".join(sys.argv[1:]),
+        "command": "python benchmarks/profiling/host_breakdown.py " + " ".join(sys.argv[1:]),
         "cases": {},
     }
     for case in overhead_cases():

@@ -1,7 +1,9 @@
-"""Where a linear layer's time goes: the plain GEMM, + bias, + each activation, against
+"""Question: Where does a linear layer's time go: the GEMM, the bias, the activation?
+
+Where a linear layer's time goes: the plain GEMM, + bias, + each activation, against
 torch's matmul, F.linear and F.gelu(F.linear), bf16, issue 17's MLP shapes.
 
-    python benchmarks/linear_probe.py OUT.json
+    python benchmarks/profiling/linear_probe.py OUT.json
 
 GPU time per call from samattn.bench's Timer (median, GPU kept busy while calls queue),
 reported in TFLOPS of the GEMM (2 * tokens * in * out). Results on the H100:
@@ -17,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 import samattn
-from samattn.bench import Timer
+from samattn.bench.timing import Timer
 
 SHAPES = ((16384, 4096, 14336), (4096, 4096, 14336), (16384, 14336, 4096))
 

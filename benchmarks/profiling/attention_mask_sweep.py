@@ -1,9 +1,12 @@
-"""Forward time of attention under a key-padding mask over a few shapes (GPU time, median
-of 20 calls after 3 warm-ups, CUDA events: attention_dropout_bench.gpu_ms), beside the
+"""Question: At which shapes is the forward under a key-padding mask slow, against the
+plain, all-True-mask and causal calls?
+
+Forward time of attention under a key-padding mask over a few shapes (GPU time, median
+of 20 calls after 3 warm-ups, CUDA events: samattn.bench.timing.gpu_ms), beside the
 same call without a mask, with an all-True mask, and causal with the mask
 (flash_attn_func(causal=True, attn_mask=...)).
 
-    python benchmarks/attention_mask_sweep.py out.json
+    python benchmarks/profiling/attention_mask_sweep.py out.json
 
 Written to find which shapes made the masked forward slow (the sm80 row for short key
 loops, which masked calls no longer take); benchmarks/results/h100_attention_mask_sweep.json
@@ -16,10 +19,10 @@ import json
 import sys
 
 import torch
-from attention_dropout_bench import gpu_ms
 
 import samattn
-from samattn.bench import padding_mask
+from samattn.bench.common import padding_mask
+from samattn.bench.timing import gpu_ms
 
 SHAPES = [  # (batch, heads, seqlen, head dim)
     (16, 32, 1024, 64),
@@ -61,7 +64,7 @@ def main(path: str) -> None:
     result = {
         "gpu": torch.cuda.get_device_name(),
         "torch": torch.__version__,
-        "command": "python benchmarks/attention_mask_sweep.py out.json",
+        "command": "python benchmarks/profiling/attention_mask_sweep.py out.json",
         "rows": rows,
     }
     with open(path, "w") as f:

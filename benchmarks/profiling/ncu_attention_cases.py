@@ -1,9 +1,11 @@
-"""One attention call, forward or backward, of samattn or of SDPA's cuDNN backend, inside
+"""Question: Why is an attention case short of its target? (one call for Nsight Compute)
+
+One attention call, forward or backward, of samattn or of SDPA's cuDNN backend, inside
 a CUDA profiler range, for Nsight Compute (the issue's shapes short of their target):
 
     ncu --profile-from-start off --section SpeedOfLight --section ComputeWorkloadAnalysis \\
         --section WarpStateStats --section Occupancy --section LaunchStats --page raw --csv \\
-        python benchmarks/ncu_attention_cases.py CASE IMPL
+        python benchmarks/profiling/ncu_attention_cases.py CASE IMPL
 
 CASE is one of CASES (direction, head dim, seqlen, causal; batch x seqlen = 16k tokens and
 heads x head dim = 2048, as samattn.bench); IMPL is samattn or cudnn. bf16. The call is

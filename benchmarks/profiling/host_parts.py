@@ -1,9 +1,11 @@
-"""Where the host time of an eager samattn call goes: each step of the prepared path of
+"""Question: What does each step of an eager call's prepared path cost on the host?
+
+Where the host time of an eager samattn call goes: each step of the prepared path of
 samattn.softmax (f32 64x1024) and of a decode-shaped flash_attn_func (bf16, sq1 sk512 h32
 d128), timed alone, next to torch's call; the GQA decode step (sq1 sk1024 h32 hk8) whole;
 and a torch.profiler listing of each call's kernels. One JSON file, $OUT/host_parts.json.
 
-    SAMATTN_LIBRARY=/path/to/libsamattn.so python benchmarks/host_parts.py
+    SAMATTN_LIBRARY=/path/to/libsamattn.so python benchmarks/profiling/host_parts.py
 """
 
 import ctypes
@@ -16,7 +18,7 @@ from torch.profiler import ProfilerActivity, profile
 
 import samattn
 from samattn import _checks, _cuda, _eager, _family, _lib, _prepared
-from samattn.bench import graph_gpu_us, host_us_alternating, queued_gpu_us
+from samattn.bench.timing import graph_gpu_us, host_us_alternating, queued_gpu_us
 
 
 def measure(cases, calls=200, rounds=15):

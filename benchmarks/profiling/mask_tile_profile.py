@@ -1,4 +1,6 @@
-"""Where a masked sm90 forward's time goes: the kernel times (kernel_times.kernel_means:
+"""Question: Where does a masked sm90 forward's time go: the tile-map pass or the attention kernel?
+
+Where a masked sm90 forward's time goes: the kernel times (samattn.bench.timing.kernel_means:
 torch.profiler, mean of 20 calls after 5 warm-ups) of the plain call and of calls with a
 mask, split into the mask's tile-map pass (classify_mask_tiles) and the attention kernel.
 Masks: the key padding of samattn.bench (bool, and the same as an additive 0 / -inf
@@ -9,7 +11,7 @@ read element by element). PROFILE_DIMS (default 64,128,256) picks the head dims 
 shapes run; PROFILE_BACKWARD=1 times forward + backward calls (the backward's kernels are
 listed beside the forward's); OUT the folder of mask_profile.json.
 
-    PROFILE_DIMS=64 python benchmarks/mask_tile_profile.py
+    PROFILE_DIMS=64 python benchmarks/profiling/mask_tile_profile.py
 """
 
 from __future__ import annotations
@@ -20,10 +22,10 @@ import math
 import os
 
 import torch
-from kernel_times import kernel_means
 
 import samattn
-from samattn.bench import padding_mask
+from samattn.bench.common import padding_mask
+from samattn.bench.timing import kernel_means
 
 SHAPES = [(16, 32, 1024, 64), (1, 32, 16384, 64), (16, 16, 1024, 128), (4, 8, 4096, 256)]
 

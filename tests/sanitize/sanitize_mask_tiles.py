@@ -6,7 +6,7 @@ four documents along the queries and keys (additive, with its gradient); head di
 call: head dim, causal, deterministic, the mask's dtype, and whether the output and the
 gradients are finite.
 
-    compute-sanitizer --tool memcheck python benchmarks/sanitize_mask_tiles.py
+    compute-sanitizer --tool memcheck python tests/sanitize/sanitize_mask_tiles.py
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Value checks on the host (samattn.set_value_checks): does an eager varlen or KV-cache
+"""Question: Does an eager varlen or KV-cache call wait for the GPU, and what do the value
+checks cost on the host?
+
+Value checks on the host (samattn.set_value_checks): does an eager varlen or KV-cache
 call wait for the GPU, and what does it cost on the host?
 
 Modes: checks on (a check that passed is kept for the same unmodified tensors), on but
@@ -8,7 +11,7 @@ queued (a call that synchronizes waits it out; this is how a sync is seen, not a
 hide host cost); host_us: median host time of single calls with the GPU idle. The modes
 alternate, 30 rounds. Writes JSON:
 
-    SAMATTN_LIBRARY=... PYTHONPATH=. python benchmarks/value_checks_host.py out.json
+    SAMATTN_LIBRARY=... PYTHONPATH=. python benchmarks/profiling/value_checks_host.py out.json
 """
 
 import json

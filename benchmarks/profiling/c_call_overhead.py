@@ -1,11 +1,13 @@
-"""Host time of one libsamattn C call, without the Python layer: what the C side costs.
+"""Question: What does one libsamattn C call cost on the host without the Python layer?
+
+Host time of one libsamattn C call, without the Python layer: what the C side costs.
 
 Runs samattn's op once per case with the library's entry points wrapped, keeps the ctypes
 arguments of that call, then calls the entry point directly with them in a tight loop
 (synchronizing every `--sync-every` calls, outside the timed region, so that the launch queue
 never fills). Prints the median host microseconds per call next to torch's equivalent op.
 
-    python benchmarks/c_call_overhead.py [--calls 2000]
+    python benchmarks/profiling/c_call_overhead.py [--calls 2000]
 """
 
 from __future__ import annotations

@@ -1,10 +1,12 @@
-"""Host time per eager flash_attn_with_kvcache call against torch's
+"""Question: Is one version of the Python layer's KV-cache call cheaper on the host than another?
+
+Host time per eager flash_attn_with_kvcache call against torch's
 scaled_dot_product_attention on the same decode step, as one JSON line: to compare two
 versions of the Python layer on one library, run it with each on PYTHONPATH in
 alternating processes.
 
-    PYTHONPATH=/path/to/old python benchmarks/kvcache_host.py >> ab.jsonl
-    PYTHONPATH=/path/to/new python benchmarks/kvcache_host.py >> ab.jsonl
+    PYTHONPATH=/path/to/old python benchmarks/profiling/kvcache_host.py >> ab.jsonl
+    PYTHONPATH=/path/to/new python benchmarks/profiling/kvcache_host.py >> ab.jsonl
 
 Decode steps of batch 1, 32 query heads over 8 KV heads, head dim 128, bf16, 1000 of
 1024 cache rows in use: attend only (cache_seqlens a tensor, or an int), append one new
@@ -20,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 import samattn
-from samattn.bench import host_us_pair
+from samattn.bench.timing import host_us_pair
 
 
 def main() -> None:

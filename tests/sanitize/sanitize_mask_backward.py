@@ -6,7 +6,8 @@ padding with a batch entry that keeps nothing, a causal float mask), which the k
 skip or run unread, with the deterministic backward. Prints one line per call
 with the family that ran each direction and whether every output is finite.
 
-    compute-sanitizer --tool memcheck --error-exitcode 9 python benchmarks/sanitize_mask_backward.py
+    compute-sanitizer --tool memcheck --error-exitcode 9 \\
+        python tests/sanitize/sanitize_mask_backward.py
 """
 
 from __future__ import annotations

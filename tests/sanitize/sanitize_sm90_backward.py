@@ -6,9 +6,9 @@ varlen batches with sequences of 0 and 1 rows. Prints one line per call with the
 that ran the backward and whether every gradient is finite; exits 1 if one is not.
 
     compute-sanitizer --tool memcheck --error-exitcode 9 \
-        python benchmarks/sanitize_sm90_backward.py
+        python tests/sanitize/sanitize_sm90_backward.py
     compute-sanitizer --tool racecheck --error-exitcode 9 \
-        python benchmarks/sanitize_sm90_backward.py --quick
+        python tests/sanitize/sanitize_sm90_backward.py --quick
 
 --quick: head dims 64, 128 and 256 and one shape (racecheck is slow).
 """

@@ -1,9 +1,12 @@
-"""Host time per eager call of samattn against torch for every case of `samattn.bench
+"""Question: Is one version of the Python layer cheaper per eager call than another, on the
+same library?
+
+Host time per eager call of samattn against torch for every case of `samattn.bench
 --ops overhead` (its overhead_cases), as one JSON line: to compare two versions of the
 Python layer on one library, run it with each on PYTHONPATH in alternating processes.
 
-    PYTHONPATH=/path/to/old python benchmarks/overhead_ab.py >> ab.jsonl
-    PYTHONPATH=/path/to/new python benchmarks/overhead_ab.py >> ab.jsonl
+    PYTHONPATH=/path/to/old python benchmarks/profiling/overhead_ab.py >> ab.jsonl
+    PYTHONPATH=/path/to/new python benchmarks/profiling/overhead_ab.py >> ab.jsonl
 
 SAMATTN_AB_FAMILIES (default "auto") lists the families to force, comma-separated, as
 samattn.bench's --families does.
@@ -15,7 +18,8 @@ import json
 import os
 
 import samattn
-from samattn.bench import host_us_pair, overhead_cases
+from samattn.bench.routines.overhead import overhead_cases
+from samattn.bench.timing import host_us_pair
 
 
 def main() -> None:

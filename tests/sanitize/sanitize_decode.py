@@ -2,7 +2,7 @@
 synccheck): empty and short sequences, GQA, sinks and ALiBi, forced split counts 2-16, d
 64/128/256, and the MHA decode step whose chosen split count is lowered.
 
-    compute-sanitizer --tool racecheck python benchmarks/sanitize_decode.py
+    compute-sanitizer --tool racecheck python tests/sanitize/sanitize_decode.py
 """
 
 import torch

@@ -1,7 +1,10 @@
-"""Forward and backward TFLOPS of head dims that are not multiples of 8 (rows moved
+"""Question: What do head dims that are not multiples of 8 cost against the multiples of 8
+around them?
+
+Forward and backward TFLOPS of head dims that are not multiples of 8 (rows moved
 element by element) next to the multiples of 8 around them (16-byte vectors).
 
-    python benchmarks/attention_odd_head_dims.py OUT.json
+    python benchmarks/profiling/attention_odd_head_dims.py OUT.json
 
 bf16, batch 4 x 4096 tokens x 16 heads, causal, the automatic family; CUDA events,
 median of 20 runs (FLOPs as samattn.bench counts them).
@@ -15,23 +18,10 @@ import sys
 import torch
 
 import samattn
+from samattn.bench.timing import gpu_ms
 
 HEAD_DIMS = (96, 100, 120, 128)
 BATCH, SEQLEN, HEADS = 4, 4096, 16
-
-
-def median_ms(fn, reps: int = 20) -> float:
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return sorted(times)[len(times) // 2]
 
 
 def time_head_dim(d: int) -> dict:
@@ -41,9 +31,9 @@ def time_head_dim(d: int) -> dict:
         for _ in range(3)
     )
     dout = torch.randn_like(q)
-    fwd = median_ms(lambda: samattn.flash_attn_func(q, k, v, causal=True))
+    fwd = gpu_ms(lambda: samattn.flash_attn_func(q, k, v, causal=True))
     out = samattn.flash_attn_func(q, k, v, causal=True)
-    bwd = median_ms(lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True))
+    bwd = gpu_ms(lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True))
     flop = 4 * BATCH * HEADS * SEQLEN * SEQLEN * d / 2
     tflops = {"fwd_tflops": flop / fwd / 1e9, "bwd_tflops": 2.5 * flop / bwd / 1e9}
     sizes = {"d": d, "batch": BATCH, "seqlen": SEQLEN, "heads": HEADS, "causal": True}
@@ -58,7 +48,7 @@ def main(path: str) -> None:
     result = dict(
         gpu=torch.cuda.get_device_name(),
         torch=torch.__version__,
-        command="python benchmarks/attention_odd_head_dims.py OUT.json",
+        command="python benchmarks/profiling/attention_odd_head_dims.py OUT.json",
         rows=rows,
     )
     with open(path, "w") as f:

@@ -1,7 +1,10 @@
-"""Tile and swizzle sweep of the sm90 GEMM against torch.matmul, for tuning the plan's
+"""Question: Which sm90 GEMM tile and raster swizzle is fastest per shape (for the plan's
+heuristic)?
+
+Tile and swizzle sweep of the sm90 GEMM against torch.matmul, for tuning the plan's
 heuristic (cpp/src/gemm/sm90/gemm_sm90_plan.cpp). Needs a Hopper GPU.
 
-    python benchmarks/tune_sm90_gemm.py [--json out.json]
+    python benchmarks/profiling/tune_sm90_gemm.py [--json out.json]
 
 Each (shape, dtype) is timed with every tile forced (SAMATTN_SM90_GEMM_TILE) and, for the
 persistent tiles, raster swizzles 1, 2, 4, 8 (SAMATTN_SM90_GEMM_SWIZZLE); "auto" is the
@@ -19,7 +22,8 @@ import torch
 
 import samattn
 from samattn import _cuda
-from samattn.bench import DTYPES, Timer
+from samattn.bench.common import DTYPES
+from samattn.bench.timing import Timer
 
 SHAPES = [
     ("bf16", (1024, 1024, 1024)),
