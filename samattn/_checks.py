@@ -16,7 +16,7 @@ from typing import NamedTuple
 import torch
 from torch._subclasses.fake_tensor import is_fake
 
-from . import _lib
+from . import _dropout, _lib
 
 DTYPE_CODES = {torch.float16: _lib.F16, torch.bfloat16: _lib.BF16, torch.float32: _lib.F32}
 _SUPPORTED = "torch.float16, torch.bfloat16 or torch.float32"
@@ -525,14 +525,76 @@ def window_bounds(op: str, window_size: object) -> tuple[int, int]:
     return left, right
 
 
-def attention_scalars(
+class AttentionParams(NamedTuple):
+    """What an attention call computes besides its tensors' shapes, normalized once by the
+    public function (attention_params) and passed as one object through every route: the
+    CUDA implementation, the autograd formula, the torch.library ops (whose schemas spell
+    the fields out: from_op_inputs) and the fake implementations.
+
+    The first six fields are the ops' scalars in their schema order, then the score terms
+    and dropout. A plain tuple underneath (attention_params builds it without the
+    NamedTuple's Python-level __new__), so that building one per eager call costs what a
+    tuple does; a call without score terms and dropout keys its prepared call with it.
+    """
+
+    softmax_scale: float  # defaults to headdim ** -0.5
+    causal: bool
+    window_left: int  # -1: unbounded (window_bounds)
+    window_right: int
+    softcap: float  # 0: off
+    deterministic: bool = False  # the backward's
+    alibi_slopes: torch.Tensor | None = None  # float32 (nheads,) or (batch, nheads)
+    sinks: torch.Tensor | None = None  # float32 (nheads,)
+    dropout_p: float = 0.0  # in [0, 1)
+    dropout_seed: torch.Tensor | None = None  # int64 (1,) on q's device when dropout_p > 0
+
+    @classmethod
+    def from_op_inputs(
+        cls, inputs: Sequence[object], scalars: int, terms: int, dropout: int | None = None
+    ) -> AttentionParams:
+        """The params of a torch.library op's inputs (as its fake implementation and
+        autograd setup get them: positional, trailing defaults possibly left out): its six
+        scalars from index `scalars` (five for the KV-cache op, which has no deterministic:
+        `scalars` negative), alibi_slopes and sinks at `terms` and `terms + 1`, dropout_p
+        and dropout_seed at `dropout` and `dropout + 1`."""
+        count = len(inputs)
+        if scalars >= 0:
+            head = inputs[scalars : scalars + 6]
+        else:
+            head = (*inputs[-scalars : -scalars + 5], False)
+        alibi = inputs[terms] if count > terms else None
+        sinks = inputs[terms + 1] if count > terms + 1 else None
+        dropout_p, seed = 0.0, None
+        if dropout is not None and count > dropout:
+            dropout_p = inputs[dropout] or 0.0
+            seed = inputs[dropout + 1] if count > dropout + 1 else None
+        return cls(*head, alibi, sinks, dropout_p, seed)
+
+
+# AttentionParams without the NamedTuple's Python-level __new__: _tuple_new(AttentionParams,
+# (fields...)) is one C call.
+_tuple_new = tuple.__new__
+
+
+def attention_params(
     op: str,
     softmax_scale: float | None,
+    causal: bool,
     window_size: object,
     softcap: float,
     headdim: int,
-) -> tuple[float, int, int]:
-    """(softmax_scale, window_left, window_right) with flash-attn's defaults applied."""
+    deterministic: bool = False,
+    alibi_slopes: torch.Tensor | None = None,
+    sinks: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    like: torch.Tensor | None = None,
+) -> AttentionParams:
+    """The AttentionParams of a public attention function's arguments, built once per call:
+    the scalars checked and normalized with flash-attn's defaults (softmax_scale headdim **
+    -0.5, window_bounds), the score terms as they are (checked with the shapes:
+    attention_extras), dropout_p checked already (check_dropout) and, with dropout_p > 0,
+    the call's seed drawn on like's device (samattn/_dropout.py) once everything else is
+    checked, so that a refused call draws none."""
     if softmax_scale is None:
         softmax_scale = headdim**-0.5
     elif isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)):
@@ -541,13 +603,39 @@ def attention_scalars(
         )
     elif not math.isfinite(softmax_scale):
         raise ValueError(f"{op}: softmax_scale must be finite, got {softmax_scale}")
-    left, right = window_bounds(op, window_size)
+    else:
+        softmax_scale = float(softmax_scale)
+    if type(window_size) is tuple and window_size == (-1, -1):  # the default, at once
+        left = right = -1
+    else:
+        left, right = window_bounds(op, window_size)
     if softcap != 0.0 or type(softcap) is not float:
         if isinstance(softcap, bool) or not isinstance(softcap, (int, float)):
             raise TypeError(f"{op}: softcap must be a float, got {type(softcap).__name__}")
         if not math.isfinite(softcap) or softcap < 0:
             raise ValueError(f"{op}: softcap must be finite and >= 0 (0 = off), got {softcap}")
-    return float(softmax_scale), left, right
+        softcap = float(softcap)
+    seed = None
+    if dropout_p > 0.0:
+        seed = _dropout.new_seed(like.device)
+    # `True if x else False` is bool(x) without a call.
+    causal = True if causal else False  # noqa: SIM210
+    deterministic = True if deterministic else False  # noqa: SIM210
+    return _tuple_new(AttentionParams, (
+        softmax_scale, causal, left, right, softcap, deterministic, alibi_slopes, sinks,
+        dropout_p, seed,
+    ))  # fmt: skip
+
+
+def attention_extras(
+    op: str, params: AttentionParams, sizes: AttentionShape, q: torch.Tensor
+) -> None:
+    """The tensors of `params` checked against an attention call whose q, k, v are
+    (`sizes`): the dropout arguments, then the score terms (attention_terms)."""
+    if params.dropout_p != 0.0:
+        attention_dropout(op, params.dropout_p, params.dropout_seed, q)
+    if params.alibi_slopes is not None or params.sinks is not None:
+        attention_terms(op, params.alibi_slopes, params.sinks, sizes.batch, sizes.nheads, q)
 
 
 def dropout_value(op: str, dropout_p: float) -> None:

@@ -635,13 +635,8 @@ def _attention_args(
     cu_seqlens_k: torch.Tensor | None,
     max_seqlen_q: int,
     max_seqlen_k: int,
-    softmax_scale: float,
-    causal: bool,
-    window_left: int,
-    window_right: int,
-    softcap: float,
+    params: _checks.AttentionParams,
     gradients: tuple[torch.Tensor, ...] = (),
-    deterministic: bool = False,
     kvcache: tuple[int, ...] | None = None,
     terms: tuple[int, int, int, int] = _NO_TERMS,
     mask: tuple[int, ...] = _NO_MASK,
@@ -649,7 +644,8 @@ def _attention_args(
 ) -> tuple[_lib.AttentionArgs, tuple[torch.Tensor, ...]]:
     """The C arguments of the forward, or of the backward when `gradients` holds
     (dout, dq, dk, dv); and the tensors they point to (q, k, v as the kernels read them,
-    the contiguous offsets), to keep alive until the launch. With `kvcache` (the 23
+    the contiguous offsets), to keep alive until the launch. `params`: the scalars (its
+    tensors are the caller's to pass as fields, below). With `kvcache` (the 23
     KV-cache fields) k and v are caches, used in place as they are (checked by
     _cache_pointers); varlen offsets are then the caller's to check. `terms`: the four
     score-term fields (_score_terms; the caller keeps their tensors alive); `mask` the eight
@@ -675,16 +671,17 @@ def _attention_args(
         lse_strides = (0, *lse.stride())
     else:  # (batch, nheads, seqlen_q)
         lse_strides = lse.stride()
-    backward = _NO_GRADIENTS
+    backward, deterministic = _NO_GRADIENTS, 0
     if gradients:
         backward = ()
         for t in gradients:
             backward += (t.data_ptr(), *_seq_head_strides(t))
+        deterministic = int(params.deterministic)
     args = _lib.blank(_lib.AttentionArgs)
     _lib.ATTENTION_PACKER.pack_into(
         args, 0,
         ctypes.sizeof(args), _checks.DTYPE_CODES[q.dtype], _family.requested_family(),
-        q.get_device(), int(causal),
+        q.get_device(), int(params.causal),
         sizes.batch, sizes.nheads, sizes.nheads_k, sizes.seqlen_q, sizes.seqlen_k, sizes.headdim,
         cu_q, cu_k, max_seqlen_q, max_seqlen_k,
         q.data_ptr(), *_seq_head_strides(q),
@@ -692,9 +689,9 @@ def _attention_args(
         v.data_ptr(), *_seq_head_strides(v),
         out.data_ptr(), *_seq_head_strides(out),
         lse.data_ptr(), *lse_strides,
-        softmax_scale, softcap, window_left, window_right,
+        params.softmax_scale, params.softcap, params.window_left, params.window_right,
         *backward,
-        int(deterministic), 0, _stream(q), 0, 0,
+        deterministic, 0, _stream(q), 0, 0,
         *(kvcache or _NO_KVCACHE),
         *terms,
         *mask,
@@ -707,70 +704,58 @@ def flash_attn_forward(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    cu_seqlens_q: torch.Tensor | None,
-    cu_seqlens_k: torch.Tensor | None,
-    max_seqlen_q: int,
-    max_seqlen_k: int,
-    softmax_scale: float,
-    causal: bool,
-    window_left: int,
-    window_right: int,
-    softcap: float,
+    params: _checks.AttentionParams,
+    cu_seqlens_q: torch.Tensor | None = None,
+    cu_seqlens_k: torch.Tensor | None = None,
+    max_seqlen_q: int = 0,
+    max_seqlen_k: int = 0,
     op: str | None = None,
     block_table: torch.Tensor | None = None,
-    alibi_slopes: torch.Tensor | None = None,
-    sinks: torch.Tensor | None = None,
     attn_mask: torch.Tensor | None = None,
-    dropout_p: float = 0.0,
-    dropout_seed: torch.Tensor | None = None,
     want_lse: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(out, softmax_lse) of FlashAttention on the GPU; see samattn.flash_attn_func.
-    `op` names the public function in error messages. With block_table (paged prefill,
-    varlen only) k and v are paged caches (num_blocks, page_size, nheads_k, headdim).
-    alibi_slopes and sinks: the score terms (float32), None = off. attn_mask: None, or a
-    bool / float mask broadcastable to (batch, nheads, seqlen_q, seqlen_k), fixed length
-    only. With any of the three, or dropout, a head dim that is not a multiple of 8 runs
-    padded with zeros to one (the kernels run the terms on 16-byte rows). dropout_p > 0:
-    dropout_seed is the call's seed (samattn._dropout.new_seed). want_lse=False: the caller
+    `params`: the call's scalars, score terms (alibi_slopes and sinks, float32, None = off)
+    and dropout (dropout_p > 0: dropout_seed is the call's seed, _dropout.new_seed).
+    Fixed length without cu_seqlens_q/k, varlen with them. `op` names the public function
+    in error messages. With block_table (paged prefill, varlen only) k and v are paged
+    caches (num_blocks, page_size, nheads_k, headdim). attn_mask: None, or a bool / float
+    mask broadcastable to (batch, nheads, seqlen_q, seqlen_k), fixed length only. With
+    score terms, a mask or dropout, a head dim that is not a multiple of 8 runs padded with
+    zeros to one (the kernels run the terms on 16-byte rows). want_lse=False: the caller
     discards softmax_lse (inference), so a prepared call allocates none and the kernels
     write none (returned as None; the first call of a signature still makes one)."""
     key = None
+    alibi_slopes, sinks, dropout_p = params.alibi_slopes, params.sinks, params.dropout_p
     plain = cu_seqlens_q is None and block_table is None and attn_mask is None and dropout_p == 0.0
     if plain and alibi_slopes is None and sinks is None and cu_seqlens_k is None:
-        key = _attention_key(q, k, v, softmax_scale, causal, window_left, window_right, softcap)
+        pointers = (q.data_ptr(), k.data_ptr(), v.data_ptr())  # read once: the key's too
+        key = _attention_key(q, k, v, params, pointers)
         entry = _ATTENTION.get(key)
         if entry is not None:
-            args, out, lse = _prepared_forward_args(
-                _ATTENTION, entry, q, k.data_ptr(), v.data_ptr(), want_lse
-            )
+            args, out, lse = _prepared_forward_args(_ATTENTION, entry, q, pointers, want_lse)
             _ATTENTION.run(key, entry, args, q)
             return out, lse
     sizes = _checks.attention_sizes(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, op, block_table
     )
     terms, mask, dropout = _NO_TERMS, _NO_MASK, _NO_DROPOUT
-    if dropout_p != 0.0:
-        _checks.attention_dropout(_op_name(op, sizes), dropout_p, dropout_seed, q)
-        dropout = _dropout_fields(dropout_p, dropout_seed)
     if alibi_slopes is not None or sinks is not None or attn_mask is not None or dropout_p:
         name = _op_name(op, sizes)
-        if alibi_slopes is not None or sinks is not None:
-            _checks.attention_terms(name, alibi_slopes, sinks, sizes.batch, sizes.nheads, q)
+        _checks.attention_extras(name, params, sizes, q)
         if attn_mask is not None:
             _checks.attention_mask(name, attn_mask, sizes, q)
         if sizes.headdim % _TERMS_HEAD_DIM_MULTIPLE:
             out, lse = flash_attn_forward(
-                _pad_head_dim(q), _pad_head_dim(k), _pad_head_dim(v), cu_seqlens_q,
-                cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left,
-                window_right, softcap, op, block_table, alibi_slopes, sinks, attn_mask,
-                dropout_p, dropout_seed,
+                _pad_head_dim(q), _pad_head_dim(k), _pad_head_dim(v), params, cu_seqlens_q,
+                cu_seqlens_k, max_seqlen_q, max_seqlen_k, op, block_table, attn_mask,
             )  # fmt: skip
             return out[..., : sizes.headdim].contiguous(), lse
         # _keep_terms, _keep_mask: alive until the launch is queued.
         terms, _keep_terms = _score_terms(alibi_slopes, sinks)
         if attn_mask is not None:
             mask, _keep_mask = _mask_fields(attn_mask, sizes)
+        dropout = _dropout_fields(dropout_p, params.dropout_seed)
     # out has q's shape (fixed length and varlen alike) and is contiguous.
     out = torch.empty_like(q) if q.is_contiguous() else q.new_empty(sizes.out_shape)
     lse = q.new_empty(sizes.lse_shape, dtype=torch.float32)
@@ -792,8 +777,7 @@ def flash_attn_forward(
         )  # fmt: skip
     args, keep = _attention_args(
         op, sizes, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-        softmax_scale, causal, window_left, window_right, softcap, kvcache=kvcache, terms=terms,
-        mask=mask, dropout=dropout,
+        params, kvcache=kvcache, terms=terms, mask=mask, dropout=dropout,
     )  # fmt: skip
     # Decode-shaped problems (the query heads of a KV head fit one 64-row tile) split the
     # keys over CTAs, and the sm90 family maps a mask's tiles, both in a workspace.
@@ -816,15 +800,15 @@ def _prepared_forward_args(
     calls: _prepared.Calls[_lib.AttentionArgs],
     entry: _prepared.Entry,
     q: torch.Tensor,
-    k_pointer: int,
-    v_pointer: int,
+    pointers: tuple[int, int, int],
     want_lse: bool,
 ) -> tuple[_lib.AttentionArgs, torch.Tensor, torch.Tensor | None]:
-    """A prepared forward's struct with this call's q, k, v, stream and new outputs (out;
-    softmax_lse only when wanted, else NULL, which the kernels skip); (args, out, lse)."""
+    """A prepared forward's struct with this call's q, k, v (`pointers`), stream and new
+    outputs (out; softmax_lse only when wanted, else NULL, which the kernels skip); (args,
+    out, lse)."""
     out = torch.empty_like(q) if q.is_contiguous() else q.new_empty(entry.out_shape)
     args = calls.args(entry)
-    args.q, args.k, args.v = q.data_ptr(), k_pointer, v_pointer
+    args.q, args.k, args.v = pointers
     args.o, args.stream = out.data_ptr(), _stream(q)
     lse = None
     if want_lse:
@@ -839,20 +823,19 @@ def _attention_key(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    softmax_scale: float,
-    causal: bool,
-    window_left: int,
-    window_right: int,
-    softcap: float,
+    params: _checks.AttentionParams,
+    pointers: tuple[int, int, int],
 ) -> tuple:
-    """The prepared-call key of a fixed-length forward without score terms or mask. The
-    pointers' 16-byte residues are in it: they decide whether a strided view is read in
-    place (_attention_operand)."""
+    """The prepared-call key of a fixed-length forward without score terms, dropout or mask:
+    the layouts and the params (its tensors None). The 16-byte residues of the pointers
+    (q's, k's, v's) are in it: they decide whether a strided view is read in place
+    (_attention_operand)."""
+    q_pointer, k_pointer, v_pointer = pointers
     return (
         q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype,
-        v.dtype, q.get_device(), k.get_device(), v.get_device(),
-        q.data_ptr() % _VECTOR_BYTES, k.data_ptr() % _VECTOR_BYTES, v.data_ptr() % _VECTOR_BYTES,
-        softmax_scale, causal, window_left, window_right, softcap, _family.requested_family(),
+        v.dtype, q.get_device(), k.get_device(), v.get_device(), q_pointer % _VECTOR_BYTES,
+        k_pointer % _VECTOR_BYTES, v_pointer % _VECTOR_BYTES, params,
+        _family.thread_state.family,
     )  # fmt: skip
 
 
@@ -895,29 +878,23 @@ def flash_attn_kvcache(
     cache_batch_idx: torch.Tensor | None,
     cache_leftpad: torch.Tensor | None,
     block_table: torch.Tensor | None,
-    softmax_scale: float,
-    causal: bool,
-    window_left: int,
-    window_right: int,
-    softcap: float,
+    params: _checks.AttentionParams,
     rotary_interleaved: bool,
     num_splits: int,
-    alibi_slopes: torch.Tensor | None = None,
-    sinks: torch.Tensor | None = None,
     op: str = "samattn.flash_attn_with_kvcache",
     want_lse: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(out, softmax_lse) of attention over a KV cache on the GPU, appending k and v into
     the caches in place first; see samattn.flash_attn_with_kvcache (whose arguments
-    these are, normalized: scale and window bounds resolved). want_lse=False: the caller
-    discards softmax_lse, so a prepared call makes none (returned as None)."""
+    these are; `params` holds its normalized scalars and score terms, no dropout).
+    want_lse=False: the caller discards softmax_lse, so a prepared call makes none
+    (returned as None)."""
     tensors = (q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
                cache_batch_idx, cache_leftpad, block_table)  # fmt: skip
-    scalars = (softmax_scale, causal, window_left, window_right, softcap, rotary_interleaved,
-               num_splits)  # fmt: skip
+    alibi_slopes, sinks = params.alibi_slopes, params.sinks
     key = None
     if alibi_slopes is None and sinks is None and type(num_splits) is int:
-        key = _kvcache_key(tensors, scalars)
+        key = _kvcache_key(tensors, (params, rotary_interleaved, num_splits))
         entry = _KVCACHE.get(key) if key is not None else None
         if entry is not None:
             done = _prepared_kvcache(key, entry, op, tensors, want_lse)
@@ -972,8 +949,8 @@ def flash_attn_kvcache(
     if alibi_slopes is not None or sinks is not None:
         terms, _keep_terms = _score_terms(alibi_slopes, sinks)
     args, keep = _attention_args(
-        op, shape, q, k_cache, v_cache, out, lse, None, None, 0, 0, softmax_scale, causal,
-        window_left, window_right, softcap, kvcache=kvcache, terms=terms,
+        op, shape, q, k_cache, v_cache, out, lse, None, None, 0, 0, params, kvcache=kvcache,
+        terms=terms,
     )  # fmt: skip
     _prepared.run_with_workspace(
         "samattn_attention_forward", "samattn_attention_forward_workspace_size", args, q,
@@ -1021,7 +998,7 @@ def _kvcache_key(tensors: tuple, scalars: tuple) -> tuple | None:
     if k is not None:
         residues += (k.data_ptr() % _VECTOR_BYTES, v.data_ptr() % _VECTOR_BYTES)
     layouts = tuple(_layout_key(t) for i, t in enumerate(tensors) if i != 7)
-    return (*layouts, seqlens_key, *residues, *scalars, _family.requested_family())
+    return (*layouts, seqlens_key, *residues, *scalars, _family.thread_state.family)
 
 
 def _prepared_kvcache(
@@ -1046,7 +1023,8 @@ def _prepared_kvcache(
         _check_kvcache_values(
             op, sizes, cache_seqlens, seqlens_value, cache_leftpad, cache_batch_idx, block_table
         )
-    args, out, lse = _prepared_forward_args(_KVCACHE, entry, q, k_pointer, v_pointer, want_lse)
+    pointers = (q.data_ptr(), k_pointer, v_pointer)
+    args, out, lse = _prepared_forward_args(_KVCACHE, entry, q, pointers, want_lse)
     # The key says which optional tensors are present: the others' fields stay NULL.
     if cache_seqlens is not None:
         args.seqused_k = cache_seqlens.data_ptr()
@@ -1117,44 +1095,34 @@ def flash_attn_backward(
     v: torch.Tensor,
     out: torch.Tensor,
     softmax_lse: torch.Tensor,
-    cu_seqlens_q: torch.Tensor | None,
-    cu_seqlens_k: torch.Tensor | None,
-    max_seqlen_q: int,
-    max_seqlen_k: int,
-    softmax_scale: float,
-    causal: bool,
-    window_left: int,
-    window_right: int,
-    softcap: float,
-    deterministic: bool,
-    alibi_slopes: torch.Tensor | None = None,
-    sinks: torch.Tensor | None = None,
+    params: _checks.AttentionParams,
+    cu_seqlens_q: torch.Tensor | None = None,
+    cu_seqlens_k: torch.Tensor | None = None,
+    max_seqlen_q: int = 0,
+    max_seqlen_k: int = 0,
     op: str | None = None,
     attn_mask: torch.Tensor | None = None,
     dmask: torch.Tensor | None = None,
-    dropout_p: float = 0.0,
-    dropout_seed: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """(dq, dk, dv, dsinks) of FlashAttention on the GPU: dq, dk, dv contiguous in q's
-    dtype; dsinks (nheads,) float32, the gradient of the forward's sinks, when sinks is given
-    (the forward's: its lse includes them), else None. alibi_slopes and attn_mask: the
-    forward's. dmask: None, or with a float attn_mask a zeroed float32 (batch, nheads,
-    seqlen_q, seqlen_k) tensor that receives the gradient of every (batch, head, query,
-    key) pair (flash_attn_masked_backward sums it to the mask's shape). dropout_p and
-    dropout_seed: the forward's. Head dims that are not multiples of 8 run padded, as in the
-    forward."""
+    dtype; dsinks (nheads,) float32, the gradient of the forward's sinks, when
+    params.sinks is given (the forward's: its lse includes them), else None. `params`
+    and attn_mask: the forward's (its deterministic asks for a bit-identical backward).
+    dmask: None, or with a float attn_mask a zeroed float32 (batch, nheads, seqlen_q,
+    seqlen_k) tensor that receives the gradient of every (batch, head, query, key) pair
+    (flash_attn_masked_backward sums it to the mask's shape). Head dims that are not
+    multiples of 8 run padded, as in the forward."""
     key = None
+    alibi_slopes, sinks, dropout_p = params.alibi_slopes, params.sinks, params.dropout_p
     plain = cu_seqlens_q is None and cu_seqlens_k is None and attn_mask is None and dropout_p == 0.0
     if plain and alibi_slopes is None and sinks is None and dmask is None:
-        key = _attention_backward_key(
-            dout, q, k, v, out, softmax_lse, softmax_scale, causal, window_left, window_right,
-            softcap, deterministic,
-        )  # fmt: skip
+        pointers = (q.data_ptr(), k.data_ptr(), v.data_ptr())
+        key = _attention_backward_key(dout, q, k, v, out, softmax_lse, params, pointers)
         entry = _ATTENTION_BACKWARD.get(key)
         if entry is not None:
             dq, dk, dv = q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
             args = _ATTENTION_BACKWARD.args(entry)
-            args.q, args.k, args.v = q.data_ptr(), k.data_ptr(), v.data_ptr()
+            args.q, args.k, args.v = pointers
             args.o, args.lse, args.dout = out.data_ptr(), softmax_lse.data_ptr(), dout.data_ptr()
             args.dq, args.dk, args.dv = dq.data_ptr(), dk.data_ptr(), dv.data_ptr()
             args.stream = _stream(q)
@@ -1165,21 +1133,16 @@ def flash_attn_backward(
     )
     _checks.flash_attn_backward(dout, out, softmax_lse, q, sizes)
     terms, mask, dsinks, dropout = _NO_TERMS, _NO_MASK, None, _NO_DROPOUT
-    if dropout_p != 0.0:
-        _checks.attention_dropout("samattn.flash_attn_backward", dropout_p, dropout_seed, q)
-        dropout = _dropout_fields(dropout_p, dropout_seed)
     if alibi_slopes is not None or sinks is not None or attn_mask is not None or dropout_p:
         name = "samattn.flash_attn_backward"
-        if alibi_slopes is not None or sinks is not None:
-            _checks.attention_terms(name, alibi_slopes, sinks, sizes.batch, sizes.nheads, q)
+        _checks.attention_extras(name, params, sizes, q)
         if attn_mask is not None:
             _checks.attention_mask(name, attn_mask, sizes, q)
         if sizes.headdim % _TERMS_HEAD_DIM_MULTIPLE:
             padded = (_pad_head_dim(t) for t in (dout, q, k, v, out))
             dq, dk, dv, dsinks = flash_attn_backward(
-                *padded, softmax_lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                softmax_scale, causal, window_left, window_right, softcap, deterministic,
-                alibi_slopes, sinks, op, attn_mask, dmask, dropout_p, dropout_seed,
+                *padded, softmax_lse, params, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                max_seqlen_k, op, attn_mask, dmask,
             )  # fmt: skip
             d = sizes.headdim
             return (
@@ -1194,6 +1157,7 @@ def flash_attn_backward(
         terms, _keep_terms = _score_terms(alibi_slopes, sinks, dsinks)
         if attn_mask is not None:
             mask, _keep_mask = _mask_fields(attn_mask, sizes, dmask)
+        dropout = _dropout_fields(dropout_p, params.dropout_seed)
     # Varlen: the library leaves rows of dq, dk, dv outside every sequence alone; their
     # gradient is 0.
     if sizes.varlen:
@@ -1208,8 +1172,7 @@ def flash_attn_backward(
     out, dout = _attention_operand(out), _attention_operand(dout)
     args, keep = _attention_args(
         op, sizes, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-        max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap,
-        (dout, dq, dk, dv), deterministic, terms=terms, mask=mask, dropout=dropout,
+        max_seqlen_k, params, (dout, dq, dk, dv), terms=terms, mask=mask, dropout=dropout,
     )  # fmt: skip
     library = _lib.lib()
     args_ref = ctypes.byref(args)
@@ -1237,22 +1200,16 @@ def _attention_backward_key(
     v: torch.Tensor,
     out: torch.Tensor,
     softmax_lse: torch.Tensor,
-    softmax_scale: float,
-    causal: bool,
-    window_left: int,
-    window_right: int,
-    softcap: float,
-    deterministic: bool,
+    params: _checks.AttentionParams,
+    pointers: tuple[int, int, int],
 ) -> tuple:
     """The prepared-call key of a fixed-length backward without score terms or mask: the
-    forward's key with dout, out and softmax_lse added."""
-    forward = _attention_key(q, k, v, softmax_scale, causal, window_left, window_right, softcap)
+    forward's key (params, deterministic included) with dout, out and softmax_lse added."""
     return (
-        *forward,
+        *_attention_key(q, k, v, params, pointers),
         dout.shape, dout.stride(), dout.dtype, dout.get_device(), dout.data_ptr() % _VECTOR_BYTES,
         out.shape, out.stride(), out.dtype, out.get_device(), out.data_ptr() % _VECTOR_BYTES,
         softmax_lse.shape, softmax_lse.stride(), softmax_lse.dtype, softmax_lse.get_device(),
-        bool(deterministic),
     )  # fmt: skip
 
 
@@ -1264,22 +1221,13 @@ def flash_attn_masked_backward(
     out: torch.Tensor,
     softmax_lse: torch.Tensor,
     attn_mask: torch.Tensor,
-    softmax_scale: float,
-    causal: bool,
-    window_left: int,
-    window_right: int,
-    softcap: float,
-    deterministic: bool,
-    alibi_slopes: torch.Tensor | None = None,
-    sinks: torch.Tensor | None = None,
+    params: _checks.AttentionParams,
     mask_grad: bool = False,
     op: str | None = None,
-    dropout_p: float = 0.0,
-    dropout_seed: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """(dq, dk, dv, dsinks, dmask) of fixed-length attention under attn_mask on the GPU:
     flash_attn_backward's four, and with mask_grad (a float mask only) the gradient of
-    attn_mask, in its shape and dtype, else None. dropout_p, dropout_seed: the forward's."""
+    attn_mask, in its shape and dtype, else None. `params`: the forward's."""
     dmask = None
     if mask_grad:  # checked in the fake's order, before dmask is allocated
         sizes = _checks.attention_sizes(q, k, v, None, None, 0, 0, op)
@@ -1290,10 +1238,8 @@ def flash_attn_masked_backward(
         # causal mask or the window, rows without keys) keep this zero.
         dmask = q.new_zeros(shape, dtype=torch.float32)
     dq, dk, dv, dsinks = flash_attn_backward(
-        dout, q, k, v, out, softmax_lse, None, None, 0, 0, softmax_scale, causal, window_left,
-        window_right, softcap, deterministic, alibi_slopes, sinks, op, attn_mask, dmask,
-        dropout_p, dropout_seed,
-    )  # fmt: skip
+        dout, q, k, v, out, softmax_lse, params, op=op, attn_mask=attn_mask, dmask=dmask
+    )
     if dmask is not None:
         dmask = _mask_gradient(dmask, attn_mask)
     return dq, dk, dv, dsinks, dmask

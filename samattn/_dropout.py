@@ -13,8 +13,12 @@ for tests and for ``return_attn_probs``.
 from __future__ import annotations
 
 import struct
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from ._checks import AttentionParams
 
 _M0, _M1 = 0xD2511F53, 0xCD9E8D57
 _W0, _W1 = 0x9E3779B9, 0xBB67AE85
@@ -106,22 +110,20 @@ def attention_probs(
     q: torch.Tensor,
     k: torch.Tensor,
     lse: torch.Tensor,
-    softmax_scale: float,
-    causal: bool,
-    window_left: int,
-    window_right: int,
-    softcap: float,
-    alibi_slopes: torch.Tensor | None,
+    params: AttentionParams,
     lengths: tuple[torch.Tensor, torch.Tensor] | None = None,
     attn_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The attention probabilities of a fixed-length call, float32 (batch, nheads,
-    seqlen_q, seqlen_k), from the forward's lse (sinks included): exp(score - lse), 0
-    where the window or a bool attn_mask hides the key; a float attn_mask is added to the
-    scores after ALiBi, as the kernels add it. For return_attn_probs on small problems.
-    lengths: (seqlen_q, seqlen_k) per batch entry, (batch,) tensors, when q and k are
-    sequences padded to their seqlen (varlen_probs): causal, the window and ALiBi then
-    align each sequence's own corner, and the padding gets 0."""
+    seqlen_q, seqlen_k), from the forward's lse (sinks included) and params (its scale,
+    causal, window, softcap and ALiBi slopes): exp(score - lse), 0 where the window or a
+    bool attn_mask hides the key; a float attn_mask is added to the scores after ALiBi, as
+    the kernels add it. For return_attn_probs on small problems. lengths: (seqlen_q,
+    seqlen_k) per batch entry, (batch,) tensors, when q and k are sequences padded to their
+    seqlen (varlen_probs): causal, the window and ALiBi then align each sequence's own
+    corner, and the padding gets 0."""
+    softmax_scale, causal, window_left, window_right, softcap = params[:5]
+    alibi_slopes = params.alibi_slopes
     _batch, seqlen_q, nheads, _ = q.shape
     seqlen_k, nheads_k = k.shape[1], k.shape[2]
     kf = k.float().repeat_interleave(nheads // nheads_k, dim=2)
@@ -174,12 +176,7 @@ def varlen_probs(
     cu_seqlens_k: torch.Tensor,
     max_seqlen_q: int,
     max_seqlen_k: int,
-    softmax_scale: float,
-    causal: bool,
-    window_left: int,
-    window_right: int,
-    softcap: float,
-    alibi_slopes: torch.Tensor | None,
+    params: AttentionParams,
 ) -> torch.Tensor:
     """attention_probs of a varlen call (q (total_q, nheads, d), k (total_k, nheads_k, d),
     lse (nheads, total_q)): float32 (batch, nheads, max_seqlen_q, max_seqlen_k), sequence
@@ -188,5 +185,4 @@ def varlen_probs(
     kp = _padded(k, cu_seqlens_k, max_seqlen_k)
     lse_p = _padded(lse.t(), cu_seqlens_q, max_seqlen_q).transpose(1, 2)  # (b, h, max_q)
     lengths = (cu_seqlens_q[1:] - cu_seqlens_q[:-1], cu_seqlens_k[1:] - cu_seqlens_k[:-1])
-    return attention_probs(qp, kp, lse_p, softmax_scale, causal, window_left, window_right,
-                           softcap, alibi_slopes, lengths)  # fmt: skip
+    return attention_probs(qp, kp, lse_p, params, lengths)

@@ -19,6 +19,9 @@ class _ThreadState(threading.local):
 
 
 _state = _ThreadState()
+# The same, for the attention ops' prepared-call keys: `thread_state.family` reads what
+# requested_family() returns without a Python call.
+thread_state = _state
 
 
 def requested_family() -> int:

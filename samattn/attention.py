@@ -75,11 +75,12 @@ kernels clamp every cache index.
 # No `from __future__ import annotations`: torch.library reads these annotations at
 # import time, and `Tensor | None` does not evaluate on Python 3.9.
 import math
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 import torch
 
 from . import _checks, _cuda, _dropout, _eager, _family
+from ._checks import AttentionParams
 from ._warnings import warn_once as _warn_once
 
 __all__ = [
@@ -99,6 +100,26 @@ AttentionResult = Union[Tensor, tuple[Tensor, Tensor, None]]
 
 
 # ------------------------------------------------------------------- ops ----
+# The torch.library ops spell their arguments out: their schemas are public
+# (torch.ops.samattn.*). Inside, the scalars, score terms and dropout travel as one
+# _checks.AttentionParams, built from an op's inputs where they sit (from_op_inputs):
+# (its first scalar, alibi_slopes, dropout_p).
+_FORWARD_PARAMS = (7, 14, 16)
+_BACKWARD_PARAMS = (10, 16, 18)
+_MASKED_FORWARD_PARAMS = (4, 10, 12)
+_MASKED_BACKWARD_PARAMS = (7, 13, 16)
+_KVCACHE_PARAMS = (-11, 18)  # five scalars from 11 (no deterministic), no dropout
+# Where an op's gradient-taking inputs sit, for its autograd formula.
+_FORWARD_SINKS = _FORWARD_PARAMS[1] + 1
+_MASK, _MASKED_SINKS = 3, _MASKED_FORWARD_PARAMS[1] + 1
+_BLOCK_TABLE = 13  # flash_attn_forward's
+
+
+def _input(inputs: tuple, index: int) -> Optional[Tensor]:
+    """An optional trailing input of an op (callers, and torch, may leave them out)."""
+    return inputs[index] if len(inputs) > index else None
+
+
 @torch.library.custom_op("samattn::flash_attn_forward", mutates_args=())
 def _flash_attn_forward(
     q: Tensor,
@@ -121,58 +142,27 @@ def _flash_attn_forward(
     dropout_seed: Optional[Tensor] = None,
 ) -> tuple[Tensor, Tensor]:
     # `deterministic` is the backward's; it is an argument here so that autograd sees it.
+    params = AttentionParams(
+        softmax_scale, causal, window_left, window_right, softcap, deterministic, alibi_slopes,
+        sinks, dropout_p, dropout_seed,
+    )  # fmt: skip
     return _cuda.flash_attn_forward(
-        q,
-        k,
-        v,
-        cu_seqlens_q,
-        cu_seqlens_k,
-        max_seqlen_q,
-        max_seqlen_k,
-        softmax_scale,
-        causal,
-        window_left,
-        window_right,
-        softcap,
+        q, k, v, params, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
         block_table=block_table,
-        alibi_slopes=alibi_slopes,
-        sinks=sinks,
-        dropout_p=dropout_p,
-        dropout_seed=dropout_seed,
-    )
+    )  # fmt: skip
 
 
 @_flash_attn_forward.register_fake
-def _flash_attn_forward_fake(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    cu_seqlens_q: Optional[Tensor],
-    cu_seqlens_k: Optional[Tensor],
-    max_seqlen_q: int,
-    max_seqlen_k: int,
-    softmax_scale: float,
-    causal: bool,
-    window_left: int,
-    window_right: int,
-    softcap: float,
-    deterministic: bool,
-    block_table: Optional[Tensor] = None,
-    alibi_slopes: Optional[Tensor] = None,
-    sinks: Optional[Tensor] = None,
-    dropout_p: float = 0.0,
-    dropout_seed: Optional[Tensor] = None,
-) -> tuple[Tensor, Tensor]:
+def _flash_attn_forward_fake(*inputs: object) -> tuple[Tensor, Tensor]:
+    q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k = inputs[:7]
     sizes = _checks.attention_sizes(
-        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, None, block_table
-    )
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, None,
+        _input(inputs, _BLOCK_TABLE),
+    )  # fmt: skip
     op = "samattn.flash_attn_varlen_func" if sizes.varlen else "samattn.flash_attn_func"
-    if alibi_slopes is not None or sinks is not None:
-        _checks.attention_terms(op, alibi_slopes, sinks, sizes.batch, sizes.nheads, q)
-    _checks.attention_dropout(op, dropout_p, dropout_seed, q)
-    out = q.new_empty(sizes.out_shape)
-    lse = q.new_empty(sizes.lse_shape, dtype=torch.float32)
-    return out, lse
+    params = AttentionParams.from_op_inputs(inputs, *_FORWARD_PARAMS)
+    _checks.attention_extras(op, params, sizes, q)
+    return q.new_empty(sizes.out_shape), q.new_empty(sizes.lse_shape, dtype=torch.float32)
 
 
 @torch.library.custom_op("samattn::flash_attn_backward", mutates_args=())
@@ -198,117 +188,28 @@ def _flash_attn_backward(
     dropout_p: float = 0.0,
     dropout_seed: Optional[Tensor] = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    params = AttentionParams(
+        softmax_scale, causal, window_left, window_right, softcap, deterministic, alibi_slopes,
+        sinks, dropout_p, dropout_seed,
+    )  # fmt: skip
     dq, dk, dv, dsinks = _cuda.flash_attn_backward(
-        dout,
-        q,
-        k,
-        v,
-        out,
-        softmax_lse,
-        cu_seqlens_q,
-        cu_seqlens_k,
-        max_seqlen_q,
+        dout, q, k, v, out, softmax_lse, params, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
         max_seqlen_k,
-        softmax_scale,
-        causal,
-        window_left,
-        window_right,
-        softcap,
-        deterministic,
-        alibi_slopes,
-        sinks,
-        dropout_p=dropout_p,
-        dropout_seed=dropout_seed,
-    )
+    )  # fmt: skip
     if dsinks is None:  # no sinks: an empty gradient, so that the op has one schema
         dsinks = q.new_empty((0,), dtype=torch.float32)
     return dq, dk, dv, dsinks
 
 
 @_flash_attn_backward.register_fake
-def _flash_attn_backward_fake(
-    dout: Tensor,
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    out: Tensor,
-    softmax_lse: Tensor,
-    cu_seqlens_q: Optional[Tensor],
-    cu_seqlens_k: Optional[Tensor],
-    max_seqlen_q: int,
-    max_seqlen_k: int,
-    softmax_scale: float,
-    causal: bool,
-    window_left: int,
-    window_right: int,
-    softcap: float,
-    deterministic: bool,
-    alibi_slopes: Optional[Tensor] = None,
-    sinks: Optional[Tensor] = None,
-    dropout_p: float = 0.0,
-    dropout_seed: Optional[Tensor] = None,
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    sizes = _checks.attention_sizes(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+def _flash_attn_backward_fake(*inputs: object) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    dout, q, k, v, out, softmax_lse = inputs[:6]
+    sizes = _checks.attention_sizes(q, k, v, *inputs[6:10])
     _checks.flash_attn_backward(dout, out, softmax_lse, q, sizes)
-    _checks.attention_dropout("samattn.flash_attn_backward", dropout_p, dropout_seed, q)
-    if alibi_slopes is not None or sinks is not None:
-        _checks.attention_terms(
-            "samattn.flash_attn_backward", alibi_slopes, sinks, sizes.batch, sizes.nheads, q
-        )
-    dsinks = q.new_empty((0 if sinks is None else sizes.nheads,), dtype=torch.float32)
+    params = AttentionParams.from_op_inputs(inputs, *_BACKWARD_PARAMS)
+    _checks.attention_extras("samattn.flash_attn_backward", params, sizes, q)
+    dsinks = q.new_empty((0 if params.sinks is None else sizes.nheads,), dtype=torch.float32)
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), dsinks
-
-
-# flash_attn_forward's inputs: q, k, v, cu_seqlens_q, cu_seqlens_k, then the 8 scalars
-# (max_seqlen_q ... deterministic), block_table, alibi_slopes, sinks, dropout_p,
-# dropout_seed.
-_SCALARS = slice(5, 13)
-_BLOCK_TABLE, _ALIBI, _SINKS, _DROPOUT_P, _DROPOUT_SEED = 13, 14, 15, 16, 17
-
-
-def _input(inputs: tuple, index: int) -> Optional[Tensor]:
-    """An optional trailing input of flash_attn_forward (callers may leave them out)."""
-    return inputs[index] if len(inputs) > index else None
-
-
-def _forward_setup_context(ctx, inputs, output) -> None:
-    q, k, v, cu_seqlens_q, cu_seqlens_k = inputs[:5]
-    out, lse = output
-    alibi_slopes, sinks = _input(inputs, _ALIBI), _input(inputs, _SINKS)
-    seed = _input(inputs, _DROPOUT_SEED)
-    ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, sinks, seed)
-    ctx.dropout_p = _input(inputs, _DROPOUT_P) or 0.0
-    ctx.scalars = inputs[_SCALARS]
-    ctx.paged = _input(inputs, _BLOCK_TABLE) is not None
-    ctx.family = _family.requested_family()
-
-
-@_family.replays_family
-def _forward_grad(ctx, grad_out: Tensor, grad_lse: Optional[Tensor]):
-    # softmax_lse is an output for the backward's use; its gradient is ignored
-    # (flash-attn's convention, documented in the module docstring). alibi_slopes gets no
-    # gradient (as in flash-attn); sinks one when it requires grad.
-    if ctx.paged:
-        raise NotImplementedError(_PAGED_BACKWARD)
-    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, sinks, seed = ctx.saved_tensors
-    needs = ctx.needs_input_grad
-    if sinks is not None and not (len(needs) > _SINKS and needs[_SINKS]):
-        sinks = None  # no gradient asked for: dq, dk and dv do not need the sinks
-    inputs = (grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, *ctx.scalars)
-    # The dropout arguments only with dropout: plain calls keep the op's short form.
-    dropout = (ctx.dropout_p, seed) if ctx.dropout_p else ()
-    if _eager.route(grad_out, q, k, v, out, alibi_slopes, sinks) == _eager.DIRECT:
-        dq, dk, dv, dsinks = _cuda.flash_attn_backward(
-            *inputs, alibi_slopes, sinks, None, None, None, *dropout
-        )
-    else:
-        dq, dk, dv, dsinks = torch.ops.samattn.flash_attn_backward(
-            *inputs, alibi_slopes, sinks, *dropout
-        )
-    if sinks is None:
-        dsinks = None
-    grads = (dq, dk, dv) + (None,) * (_SINKS - 3) + (dsinks,)
-    return grads + (None,) * (len(needs) - len(grads))
 
 
 _PAGED_BACKWARD = (
@@ -317,25 +218,92 @@ _PAGED_BACKWARD = (
     "tensors that do not require grad)"
 )
 
+
+def _save_forward(
+    ctx: Any,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    varlen: tuple,
+    params: AttentionParams,
+    output: tuple[Tensor, Tensor],
+    paged: bool,
+) -> None:
+    """What the backward of a forward (q, k, v; varlen = (cu_seqlens_q, cu_seqlens_k,
+    max_seqlen_q, max_seqlen_k)) needs: its tensors saved, its scalars and family kept."""
+    cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k = varlen
+    out, lse = output
+    ctx.save_for_backward(
+        q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, params.alibi_slopes, params.sinks,
+        params.dropout_seed,
+    )  # fmt: skip
+    ctx.scalars, ctx.dropout_p = params[:6], params.dropout_p
+    ctx.max_seqlens = (max_seqlen_q, max_seqlen_k)
+    ctx.paged = paged
+    ctx.family = _family.requested_family()
+
+
+def _gradients(ctx: Any, grad_out: Tensor, wants_dsinks: bool) -> tuple:
+    """(dq, dk, dv, dsinks) of a forward saved by _save_forward; dsinks None unless the
+    forward had sinks and `wants_dsinks`. softmax_lse's gradient is ignored (flash-attn's
+    convention, documented in the module docstring); alibi_slopes gets none (as in
+    flash-attn)."""
+    if ctx.paged:
+        raise NotImplementedError(_PAGED_BACKWARD)
+    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, sinks, seed = ctx.saved_tensors
+    if not wants_dsinks:
+        sinks = None  # no gradient asked for: dq, dk and dv do not need the sinks
+    params = AttentionParams(*ctx.scalars, alibi_slopes, sinks, ctx.dropout_p, seed)
+    if _eager.route(grad_out, q, k, v, out, alibi_slopes, sinks) == _eager.DIRECT:
+        dq, dk, dv, dsinks = _cuda.flash_attn_backward(
+            grad_out, q, k, v, out, lse, params, cu_seqlens_q, cu_seqlens_k, *ctx.max_seqlens
+        )
+    else:
+        # The dropout arguments only with dropout: plain calls keep the op's short form.
+        dropout = (ctx.dropout_p, seed) if ctx.dropout_p else ()
+        dq, dk, dv, dsinks = torch.ops.samattn.flash_attn_backward(
+            grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, *ctx.max_seqlens,
+            *ctx.scalars, alibi_slopes, sinks, *dropout,
+        )  # fmt: skip
+    return dq, dk, dv, dsinks if sinks is not None else None
+
+
+def _forward_setup_context(ctx: Any, inputs: tuple, output: tuple[Tensor, Tensor]) -> None:
+    params = AttentionParams.from_op_inputs(inputs, *_FORWARD_PARAMS)
+    paged = _input(inputs, _BLOCK_TABLE) is not None
+    _save_forward(ctx, *inputs[:3], inputs[3:7], params, output, paged)
+
+
+@_family.replays_family
+def _forward_grad(ctx: Any, grad_out: Tensor, grad_lse: Optional[Tensor]) -> tuple:
+    needs = ctx.needs_input_grad
+    wants_dsinks = len(needs) > _FORWARD_SINKS and needs[_FORWARD_SINKS]
+    dq, dk, dv, dsinks = _gradients(ctx, grad_out, wants_dsinks)
+    grads = (dq, dk, dv) + (None,) * (_FORWARD_SINKS - 3) + (dsinks,)
+    return grads + (None,) * (len(needs) - len(grads))
+
+
 _flash_attn_forward.register_autograd(_forward_grad, setup_context=_forward_setup_context)
 
 
 class _FlashAttnFunction(torch.autograd.Function):
-    """The eager route with a gradient: flash_attn_forward's own forward, setup and
-    backward, without the dispatcher (see ops._GemmFunction). Takes the op's inputs
-    (13 to 18: the optional trailing ones may be left out)."""
+    """The eager route with a gradient: flash_attn_forward's own forward and backward,
+    without the dispatcher (see ops._GemmFunction). Takes q, k, v, cu_seqlens_q,
+    cu_seqlens_k, max_seqlen_q, max_seqlen_k, block_table, alibi_slopes, sinks and the
+    params (whose tensors are these: inputs of their own, so that autograd sees them)."""
 
     @staticmethod
-    def forward(ctx, *inputs):
-        output = _cuda.flash_attn_forward(
-            *inputs[:12], None, _input(inputs, _BLOCK_TABLE), _input(inputs, _ALIBI),
-            _input(inputs, _SINKS), None, _input(inputs, _DROPOUT_P) or 0.0,
-            _input(inputs, _DROPOUT_SEED),
-        )  # fmt: skip
-        _forward_setup_context(ctx, inputs, output)
+    def forward(ctx, q, k, v, cu_q, cu_k, max_q, max_k, block_table, alibi, sinks, params):
+        varlen = (cu_q, cu_k, max_q, max_k)
+        output = _cuda.flash_attn_forward(q, k, v, params, *varlen, block_table=block_table)
+        _save_forward(ctx, q, k, v, varlen, params, output, block_table is not None)
         return output
 
-    backward = staticmethod(_forward_grad)
+    @staticmethod
+    @_family.replays_family
+    def backward(ctx, grad_out, grad_lse):
+        dq, dk, dv, dsinks = _gradients(ctx, grad_out, ctx.needs_input_grad[9])
+        return dq, dk, dv, None, None, None, None, None, None, dsinks, None
 
 
 # ----------------------------------------------------------- masked ops ----
@@ -359,36 +327,21 @@ def _flash_attn_masked_forward(
     dropout_p: float = 0.0,
     dropout_seed: Optional[Tensor] = None,
 ) -> tuple[Tensor, Tensor]:
-    return _cuda.flash_attn_forward(
-        q, k, v, None, None, 0, 0, softmax_scale, causal, window_left, window_right, softcap,
-        alibi_slopes=alibi_slopes, sinks=sinks, attn_mask=attn_mask, dropout_p=dropout_p,
-        dropout_seed=dropout_seed,
+    params = AttentionParams(
+        softmax_scale, causal, window_left, window_right, softcap, deterministic, alibi_slopes,
+        sinks, dropout_p, dropout_seed,
     )  # fmt: skip
+    return _cuda.flash_attn_forward(q, k, v, params, attn_mask=attn_mask)
 
 
 @_flash_attn_masked_forward.register_fake
-def _flash_attn_masked_forward_fake(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    attn_mask: Tensor,
-    softmax_scale: float,
-    causal: bool,
-    window_left: int,
-    window_right: int,
-    softcap: float,
-    deterministic: bool,
-    alibi_slopes: Optional[Tensor] = None,
-    sinks: Optional[Tensor] = None,
-    dropout_p: float = 0.0,
-    dropout_seed: Optional[Tensor] = None,
-) -> tuple[Tensor, Tensor]:
+def _flash_attn_masked_forward_fake(*inputs: object) -> tuple[Tensor, Tensor]:
+    q, k, v, attn_mask = inputs[:4]
     op = "samattn.flash_attn_func"
     sizes = _checks.attention_sizes(q, k, v, None, None, 0, 0, op)
     _checks.attention_mask(op, attn_mask, sizes, q)
-    _checks.attention_dropout(op, dropout_p, dropout_seed, q)
-    if alibi_slopes is not None or sinks is not None:
-        _checks.attention_terms(op, alibi_slopes, sinks, sizes.batch, sizes.nheads, q)
+    params = AttentionParams.from_op_inputs(inputs, *_MASKED_FORWARD_PARAMS)
+    _checks.attention_extras(op, params, sizes, q)
     return q.new_empty(sizes.out_shape), q.new_empty(sizes.lse_shape, dtype=torch.float32)
 
 
@@ -413,11 +366,13 @@ def _flash_attn_masked_backward(
     dropout_p: float = 0.0,
     dropout_seed: Optional[Tensor] = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    dq, dk, dv, dsinks, dmask = _cuda.flash_attn_masked_backward(
-        dout, q, k, v, out, softmax_lse, attn_mask, softmax_scale, causal, window_left,
-        window_right, softcap, deterministic, alibi_slopes, sinks, mask_grad,
-        dropout_p=dropout_p, dropout_seed=dropout_seed,
+    params = AttentionParams(
+        softmax_scale, causal, window_left, window_right, softcap, deterministic, alibi_slopes,
+        sinks, dropout_p, dropout_seed,
     )  # fmt: skip
+    dq, dk, dv, dsinks, dmask = _cuda.flash_attn_masked_backward(
+        dout, q, k, v, out, softmax_lse, attn_mask, params, mask_grad
+    )
     # Gradients not asked for: empty, so that the op has one schema.
     if dsinks is None:
         dsinks = q.new_empty((0,), dtype=torch.float32)
@@ -426,35 +381,20 @@ def _flash_attn_masked_backward(
     return dq, dk, dv, dsinks, dmask
 
 
+_MASK_GRAD = 15  # flash_attn_masked_backward's mask_grad
+
+
 @_flash_attn_masked_backward.register_fake
-def _flash_attn_masked_backward_fake(
-    dout: Tensor,
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    out: Tensor,
-    softmax_lse: Tensor,
-    attn_mask: Tensor,
-    softmax_scale: float,
-    causal: bool,
-    window_left: int,
-    window_right: int,
-    softcap: float,
-    deterministic: bool,
-    alibi_slopes: Optional[Tensor] = None,
-    sinks: Optional[Tensor] = None,
-    mask_grad: bool = False,
-    dropout_p: float = 0.0,
-    dropout_seed: Optional[Tensor] = None,
-) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+def _flash_attn_masked_backward_fake(*inputs: object) -> tuple[Tensor, ...]:
+    dout, q, k, v, out, softmax_lse, attn_mask = inputs[:7]
+    mask_grad = bool(_input(inputs, _MASK_GRAD))
     op = "samattn.flash_attn_backward"
     sizes = _checks.attention_sizes(q, k, v, None, None, 0, 0, op)
     _checks.flash_attn_backward(dout, out, softmax_lse, q, sizes)
-    _checks.attention_dropout(op, dropout_p, dropout_seed, q)
     _checks.attention_mask(op, attn_mask, sizes, q, grad=mask_grad)
-    if alibi_slopes is not None or sinks is not None:
-        _checks.attention_terms(op, alibi_slopes, sinks, sizes.batch, sizes.nheads, q)
-    dsinks = q.new_empty((0 if sinks is None else sizes.nheads,), dtype=torch.float32)
+    params = AttentionParams.from_op_inputs(inputs, *_MASKED_BACKWARD_PARAMS)
+    _checks.attention_extras(op, params, sizes, q)
+    dsinks = q.new_empty((0 if params.sinks is None else sizes.nheads,), dtype=torch.float32)
     if mask_grad:
         dmask = attn_mask.new_empty(attn_mask.shape)
     else:
@@ -462,47 +402,50 @@ def _flash_attn_masked_backward_fake(
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), dsinks, dmask
 
 
-# flash_attn_masked_forward's inputs: q, k, v, attn_mask, the 6 scalars (softmax_scale ...
-# deterministic), alibi_slopes, sinks, dropout_p, dropout_seed.
-_MASK = 3
-_MASKED_SCALARS = slice(4, 10)
-_MASKED_ALIBI, _MASKED_SINKS, _MASKED_DROPOUT_P, _MASKED_DROPOUT_SEED = 10, 11, 12, 13
-
-
-def _masked_setup_context(ctx, inputs, output) -> None:
-    q, k, v, attn_mask = inputs[:4]
+def _save_masked(ctx: Any, q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor,
+                 params: AttentionParams, output: tuple[Tensor, Tensor]) -> None:  # fmt: skip
+    """_save_forward for a forward under attn_mask."""
     out, lse = output
-    alibi_slopes, sinks = _input(inputs, _MASKED_ALIBI), _input(inputs, _MASKED_SINKS)
-    seed = _input(inputs, _MASKED_DROPOUT_SEED)
-    ctx.save_for_backward(q, k, v, out, lse, attn_mask, alibi_slopes, sinks, seed)
-    ctx.dropout_p = _input(inputs, _MASKED_DROPOUT_P) or 0.0
-    ctx.scalars = inputs[_MASKED_SCALARS]
+    ctx.save_for_backward(
+        q, k, v, out, lse, attn_mask, params.alibi_slopes, params.sinks, params.dropout_seed
+    )
+    ctx.scalars, ctx.dropout_p = params[:6], params.dropout_p
     ctx.family = _family.requested_family()
 
 
-@_family.replays_family
-def _masked_grad(ctx, grad_out: Tensor, grad_lse: Optional[Tensor]):
-    # As _forward_grad; and a float attn_mask that requires grad gets its gradient (the
-    # kernels' per-pair gradient summed to the mask's shape, in its dtype).
+def _masked_gradients(ctx: Any, grad_out: Tensor, wants_dmask: bool, wants_dsinks: bool) -> tuple:
+    """(dq, dk, dv, dsinks, dmask) of a forward saved by _save_masked, as _gradients; and a
+    float attn_mask whose gradient is asked for gets it (the kernels' per-pair gradient
+    summed to the mask's shape, in its dtype), else dmask is None."""
     q, k, v, out, lse, attn_mask, alibi_slopes, sinks, seed = ctx.saved_tensors
-    needs = ctx.needs_input_grad
-    if sinks is not None and not (len(needs) > _MASKED_SINKS and needs[_MASKED_SINKS]):
+    if not wants_dsinks:
         sinks = None
-    mask_grad = bool(needs[_MASK]) and attn_mask.is_floating_point()
-    inputs = (grad_out, q, k, v, out, lse, attn_mask, *ctx.scalars, alibi_slopes, sinks)
-    dropout = (ctx.dropout_p, seed) if ctx.dropout_p else ()
+    mask_grad = wants_dmask and attn_mask.is_floating_point()
+    params = AttentionParams(*ctx.scalars, alibi_slopes, sinks, ctx.dropout_p, seed)
     if _eager.route(grad_out, q, k, v, out, attn_mask, alibi_slopes, sinks) == _eager.DIRECT:
         dq, dk, dv, dsinks, dmask = _cuda.flash_attn_masked_backward(
-            *inputs, mask_grad, None, *dropout
+            grad_out, q, k, v, out, lse, attn_mask, params, mask_grad
         )
     else:
+        dropout = (ctx.dropout_p, seed) if ctx.dropout_p else ()
         dq, dk, dv, dsinks, dmask = torch.ops.samattn.flash_attn_masked_backward(
-            *inputs, mask_grad, *dropout
-        )
-    grads = (
-        dq, dk, dv, dmask if mask_grad else None, *(None,) * (_MASKED_ALIBI - _MASK),
-        dsinks if sinks is not None else None,
-    )  # fmt: skip
+            grad_out, q, k, v, out, lse, attn_mask, *ctx.scalars, alibi_slopes, sinks,
+            mask_grad, *dropout,
+        )  # fmt: skip
+    return dq, dk, dv, dsinks if sinks is not None else None, dmask if mask_grad else None
+
+
+def _masked_setup_context(ctx: Any, inputs: tuple, output: tuple[Tensor, Tensor]) -> None:
+    params = AttentionParams.from_op_inputs(inputs, *_MASKED_FORWARD_PARAMS)
+    _save_masked(ctx, *inputs[:4], params, output)
+
+
+@_family.replays_family
+def _masked_grad(ctx: Any, grad_out: Tensor, grad_lse: Optional[Tensor]) -> tuple:
+    needs = ctx.needs_input_grad
+    wants_dsinks = len(needs) > _MASKED_SINKS and needs[_MASKED_SINKS]
+    dq, dk, dv, dsinks, dmask = _masked_gradients(ctx, grad_out, bool(needs[_MASK]), wants_dsinks)
+    grads = (dq, dk, dv, dmask) + (None,) * (_MASKED_SINKS - 4) + (dsinks,)
     return grads + (None,) * (len(needs) - len(grads))
 
 
@@ -511,22 +454,20 @@ _flash_attn_masked_forward.register_autograd(_masked_grad, setup_context=_masked
 
 class _MaskedAttnFunction(torch.autograd.Function):
     """The eager route with a gradient under an attn_mask (see _FlashAttnFunction): takes
-    flash_attn_masked_forward's 12 to 14 inputs."""
+    q, k, v, attn_mask, alibi_slopes, sinks and the params."""
 
     @staticmethod
-    def forward(ctx, *inputs):
-        q, k, v, attn_mask = inputs[:4]
-        scale, causal, left, right, softcap, _ = inputs[_MASKED_SCALARS]
-        output = _cuda.flash_attn_forward(
-            q, k, v, None, None, 0, 0, scale, causal, left, right, softcap,
-            alibi_slopes=inputs[_MASKED_ALIBI], sinks=inputs[_MASKED_SINKS],
-            attn_mask=attn_mask, dropout_p=_input(inputs, _MASKED_DROPOUT_P) or 0.0,
-            dropout_seed=_input(inputs, _MASKED_DROPOUT_SEED),
-        )  # fmt: skip
-        _masked_setup_context(ctx, inputs, output)
+    def forward(ctx, q, k, v, attn_mask, alibi_slopes, sinks, params):
+        output = _cuda.flash_attn_forward(q, k, v, params, attn_mask=attn_mask)
+        _save_masked(ctx, q, k, v, attn_mask, params, output)
         return output
 
-    backward = staticmethod(_masked_grad)
+    @staticmethod
+    @_family.replays_family
+    def backward(ctx, grad_out, grad_lse):
+        needs = ctx.needs_input_grad
+        dq, dk, dv, dsinks, dmask = _masked_gradients(ctx, grad_out, needs[3], needs[5])
+        return dq, dk, dv, dmask, None, dsinks, None
 
 
 # ------------------------------------------------------ flash-attn API ----
@@ -577,66 +518,64 @@ def _attention(
             _checks.attention_terms(op, alibi_slopes, sinks, sizes.batch, sizes.nheads, q)
     if block_table is not None and _checks.needs_grad(q, k, v, sinks):
         raise NotImplementedError(_PAGED_BACKWARD)
-    scale, left, right = _checks.attention_scalars(
-        op, softmax_scale, window_size, softcap, q.shape[-1]
-    )
-    causal, softcap = bool(causal), float(softcap)
-    # Dropout draws a fresh seed on q's device per call (samattn/_dropout.py).
-    seed = _dropout.new_seed(q.device) if dropout_p > 0.0 else None
+    params = _checks.attention_params(
+        op, softmax_scale, causal, window_size, softcap, q.shape[-1], deterministic,
+        alibi_slopes, sinks, dropout_p, q,
+    )  # fmt: skip
+    # Positional arguments: a call with *args or keywords costs a microsecond more.
     if route == _eager.DIRECT:
         out, lse = _cuda.flash_attn_forward(
-            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal,
-            left, right, softcap, op, block_table, alibi_slopes, sinks, None, dropout_p, seed,
-            want_lse=return_attn_probs,
+            q, k, v, params, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, op,
+            block_table, None, return_attn_probs,
+        )  # fmt: skip
+    elif route == _eager.AUTOGRAD:
+        out, lse = _FlashAttnFunction.apply(
+            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, block_table,
+            alibi_slopes, sinks, params,
         )  # fmt: skip
     else:
-        apply = (
-            _FlashAttnFunction.apply
-            if route == _eager.AUTOGRAD
-            else torch.ops.samattn.flash_attn_forward
-        )
         # The optional inputs only when one is given: plain calls keep the op's short form.
         optional = ()
-        if (
-            block_table is not None
-            or alibi_slopes is not None
-            or sinks is not None
-            or seed is not None
-        ):
+        if block_table is not None or alibi_slopes is not None or sinks is not None:
             optional = (block_table, alibi_slopes, sinks)
-        if seed is not None:
-            optional += (dropout_p, seed)
-        out, lse = apply(
-            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal,
-            left, right, softcap, bool(deterministic), *optional,
+        if params.dropout_seed is not None:
+            optional = (block_table, alibi_slopes, sinks, dropout_p, params.dropout_seed)
+        out, lse = torch.ops.samattn.flash_attn_forward(
+            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *params[:6],
+            *optional,
         )  # fmt: skip
     if not return_attn_probs:
         return out
-    s_dmask = None
-    if seed is not None:
-        with torch.no_grad():
-            if cu_seqlens_q is None:
-                probs = _dropout.attention_probs(
-                    q, k, lse, scale, causal, left, right, softcap, alibi_slopes
-                )
-            else:
-                probs = _dropout.varlen_probs(
-                    q, k, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale,
-                    causal, left, right, softcap, alibi_slopes,
-                )  # fmt: skip
-            s_dmask = _dropped_probs(probs, seed, dropout_p, q.dtype)
-    return out, lse, s_dmask
+    varlen = (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    return out, lse, _attention_probs(q, k, lse, params, varlen)
 
 
-def _dropped_probs(probs: Tensor, seed: Tensor, dropout_p: float, dtype: torch.dtype) -> Tensor:
-    """flash-attn's S_dmask of a call with dropout: the attention probabilities (batch,
-    nheads, seqlen_q, seqlen_k) (varlen: each sequence in its corner) in q's dtype, negated
-    where dropout dropped them (computed with torch ops on the device from the call's seed
-    tensor and lse, no host synchronization: for small problems, as a check)."""
+def _attention_probs(
+    q: Tensor,
+    k: Tensor,
+    lse: Tensor,
+    params: AttentionParams,
+    varlen: tuple = (None, None, 0, 0),
+    attn_mask: Optional[Tensor] = None,
+) -> Optional[Tensor]:
+    """flash-attn's S_dmask of a call (None without dropout): the attention probabilities
+    (batch, nheads, seqlen_q, seqlen_k) (varlen: each sequence in its corner) in q's dtype,
+    negated where dropout dropped them (computed with torch ops on the device from the
+    call's seed tensor and lse, no host synchronization: for small problems, as a check)."""
+    seed = params.dropout_seed
+    if seed is None:
+        return None
     with torch.no_grad():
+        if varlen[0] is None:
+            mask = None if attn_mask is None else attn_mask.detach()
+            probs = _dropout.attention_probs(q, k, lse, params, attn_mask=mask)
+        else:
+            probs = _dropout.varlen_probs(q, k, lse, *varlen, params)
         batch, nheads, seqlen_q, seqlen_k = probs.shape
-        kept = _dropout.keep_mask(seed, dropout_p, batch, nheads, seqlen_q, seqlen_k, probs.device)
-        return torch.where(kept, probs, -probs).to(dtype)
+        kept = _dropout.keep_mask(
+            seed, params.dropout_p, batch, nheads, seqlen_q, seqlen_k, probs.device
+        )
+        return torch.where(kept, probs, -probs).to(q.dtype)
 
 
 def _masked_attention(
@@ -665,38 +604,22 @@ def _masked_attention(
         _checks.attention_mask(op, attn_mask, sizes, q)
         if alibi_slopes is not None or sinks is not None:
             _checks.attention_terms(op, alibi_slopes, sinks, sizes.batch, sizes.nheads, q)
-    scale, left, right = _checks.attention_scalars(
-        op, softmax_scale, window_size, softcap, q.shape[-1]
-    )
-    causal, softcap = bool(causal), float(softcap)
-    seed = _dropout.new_seed(q.device) if dropout_p > 0.0 else None
+    params = _checks.attention_params(
+        op, softmax_scale, causal, window_size, softcap, q.shape[-1], deterministic,
+        alibi_slopes, sinks, dropout_p, q,
+    )  # fmt: skip
     if route == _eager.DIRECT:
-        out, lse = _cuda.flash_attn_forward(
-            q, k, v, None, None, 0, 0, scale, causal, left, right, softcap, op, None,
-            alibi_slopes, sinks, attn_mask, dropout_p, seed,
-        )  # fmt: skip
+        out, lse = _cuda.flash_attn_forward(q, k, v, params, op=op, attn_mask=attn_mask)
+    elif route == _eager.AUTOGRAD:
+        out, lse = _MaskedAttnFunction.apply(q, k, v, attn_mask, alibi_slopes, sinks, params)
     else:
-        apply = (
-            _MaskedAttnFunction.apply
-            if route == _eager.AUTOGRAD
-            else torch.ops.samattn.flash_attn_masked_forward
+        dropout = () if params.dropout_seed is None else (dropout_p, params.dropout_seed)
+        out, lse = torch.ops.samattn.flash_attn_masked_forward(
+            q, k, v, attn_mask, *params[:6], alibi_slopes, sinks, *dropout
         )
-        dropout = () if seed is None else (dropout_p, seed)
-        out, lse = apply(
-            q, k, v, attn_mask, scale, causal, left, right, softcap, bool(deterministic),
-            alibi_slopes, sinks, *dropout,
-        )  # fmt: skip
     if not return_attn_probs:
         return out
-    s_dmask = None
-    if seed is not None:
-        with torch.no_grad():
-            probs = _dropout.attention_probs(
-                q, k, lse, scale, causal, left, right, softcap, alibi_slopes,
-                attn_mask=attn_mask.detach(),
-            )  # fmt: skip
-            s_dmask = _dropped_probs(probs, seed, dropout_p, q.dtype)
-    return out, lse, s_dmask
+    return out, lse, _attention_probs(q, k, lse, params, attn_mask=attn_mask)
 
 
 def flash_attn_func(
@@ -1022,40 +945,22 @@ def _flash_attn_with_kvcache(
     alibi_slopes: Optional[Tensor] = None,
     sinks: Optional[Tensor] = None,
 ) -> tuple[Tensor, Tensor]:
+    params = AttentionParams(
+        softmax_scale, causal, window_left, window_right, softcap, False, alibi_slopes, sinks
+    )
     return _cuda.flash_attn_kvcache(
         q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
-        cache_leftpad, block_table, softmax_scale, causal, window_left, window_right, softcap,
-        rotary_interleaved, num_splits, alibi_slopes, sinks,
+        cache_leftpad, block_table, params, rotary_interleaved, num_splits,
     )  # fmt: skip
 
 
 @_flash_attn_with_kvcache.register_fake
-def _flash_attn_with_kvcache_fake(
-    q: Tensor,
-    k_cache: Tensor,
-    v_cache: Tensor,
-    k: Optional[Tensor],
-    v: Optional[Tensor],
-    rotary_cos: Optional[Tensor],
-    rotary_sin: Optional[Tensor],
-    cache_seqlens: Optional[Tensor],
-    cache_batch_idx: Optional[Tensor],
-    cache_leftpad: Optional[Tensor],
-    block_table: Optional[Tensor],
-    softmax_scale: float,
-    causal: bool,
-    window_left: int,
-    window_right: int,
-    softcap: float,
-    rotary_interleaved: bool,
-    num_splits: int,
-    alibi_slopes: Optional[Tensor] = None,
-    sinks: Optional[Tensor] = None,
-) -> tuple[Tensor, Tensor]:
+def _flash_attn_with_kvcache_fake(*inputs: object) -> tuple[Tensor, Tensor]:
+    q = inputs[0]
+    params = AttentionParams.from_op_inputs(inputs, *_KVCACHE_PARAMS)
     sizes = _checks.kvcache(
-        q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
-        cache_leftpad, block_table, num_splits, alibi_slopes=alibi_slopes, sinks=sinks,
-    )  # fmt: skip
+        *inputs[:11], inputs[17], alibi_slopes=params.alibi_slopes, sinks=params.sinks
+    )
     return q.new_empty(sizes.out_shape), q.new_empty(sizes.lse_shape, dtype=torch.float32)
 
 
@@ -1158,8 +1063,10 @@ def flash_attn_with_kvcache(
     op = "samattn.flash_attn_with_kvcache"
     _checks.require_tensor(q, f"{op}: q")
     headdim = q.shape[-1] if q.dim() == 4 else 1  # for the default scale; shapes checked below
-    scale, left, right = _checks.attention_scalars(op, softmax_scale, window_size, softcap, headdim)
-    causal, softcap, interleaved = bool(causal), float(softcap), bool(rotary_interleaved)
+    params = _checks.attention_params(
+        op, softmax_scale, causal, window_size, softcap, headdim, False, alibi_slopes, sinks
+    )
+    interleaved = bool(rotary_interleaved)
     seqlens_tensor = cache_seqlens if isinstance(cache_seqlens, Tensor) else None
     route = _eager.route(
         q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, seqlens_tensor, cache_batch_idx,
@@ -1169,8 +1076,8 @@ def flash_attn_with_kvcache(
         # The CUDA implementation records no autograd graph (inference only).
         out, lse = _cuda.flash_attn_kvcache(
             q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
-            cache_leftpad, block_table, scale, causal, left, right, softcap, interleaved,
-            num_splits, alibi_slopes, sinks, op, want_lse=bool(return_softmax_lse),
+            cache_leftpad, block_table, params, interleaved, num_splits, op,
+            want_lse=bool(return_softmax_lse),
         )  # fmt: skip
     else:
         sizes = _checks.kvcache(
@@ -1184,8 +1091,8 @@ def flash_attn_with_kvcache(
         with torch.no_grad():  # the op has no autograd formula: inference only
             out, lse = torch.ops.samattn.flash_attn_with_kvcache(
                 q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
-                cache_batch_idx, cache_leftpad, block_table, scale, causal, left, right,
-                softcap, interleaved, int(num_splits), *terms,
+                cache_batch_idx, cache_leftpad, block_table, *params[:5], interleaved,
+                int(num_splits), *terms,
             )  # fmt: skip
     return (out, lse) if return_softmax_lse else out
 

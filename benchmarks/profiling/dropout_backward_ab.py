@@ -15,6 +15,7 @@ import torch
 
 import samattn
 from samattn import _cuda, _dropout
+from samattn._checks import AttentionParams
 from samattn.bench.timing import gpu_ms
 
 SHAPES = [  # batch, seqlen, heads, head dim, causal
@@ -29,16 +30,11 @@ def backward_ms(family: str, p: float, shape: tuple) -> float:
     b, s, h, d, causal = shape
     q, k, v, dout = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
     seed = _dropout.new_seed(q.device) if p else None
-    scale = d**-0.5
-    out, lse = _cuda.flash_attn_forward(
-        q, k, v, None, None, 0, 0, scale, causal, -1, -1, 0.0, dropout_p=p, dropout_seed=seed
-    )
+    params = AttentionParams(d**-0.5, causal, -1, -1, 0.0, dropout_p=p, dropout_seed=seed)
+    out, lse = _cuda.flash_attn_forward(q, k, v, params)
 
     def call():
-        return _cuda.flash_attn_backward(
-            dout, q, k, v, out, lse, None, None, 0, 0, scale, causal, -1, -1, 0.0, False,
-            dropout_p=p, dropout_seed=seed,
-        )  # fmt: skip
+        return _cuda.flash_attn_backward(dout, q, k, v, out, lse, params)
 
     with samattn.use_family(family):
         ms = gpu_ms(call)

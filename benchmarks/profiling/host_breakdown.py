@@ -36,7 +36,7 @@ WRAPPED = [
     (_checks, "gemm_quick"),
     (_checks, "softmax_quick"),
     (_checks, "attention_sizes"),
-    (_checks, "attention_scalars"),
+    (_checks, "attention_params"),
     (_checks, "flash_attn_backward"),
     (_cuda, "gemm"),
     (_cuda, "_gemm_args"),

@@ -80,7 +80,9 @@ qd, kd = torch.randn(1, 1, 32, 128, **bf16), torch.randn(1, 512, 32, 128, **bf16
 vd = torch.randn_like(kd)
 qt, kt, vt = (t.transpose(1, 2) for t in (qd, kd, vd))
 samattn.flash_attn_func(qd, kd, vd)
-akey = _cuda._attention_key(qd, kd, vd, 128**-0.5, False, -1, -1, 0.0)
+params = _checks.AttentionParams(128**-0.5, False, -1, -1, 0.0)
+pointers = (qd.data_ptr(), kd.data_ptr(), vd.data_ptr())
+akey = _cuda._attention_key(qd, kd, vd, params, pointers)
 aentry = _cuda._ATTENTION.get(akey)
 print(
     "decode entry",
@@ -109,11 +111,11 @@ decode = {
     "samattn.flash_attn_func": lambda: samattn.flash_attn_func(qd, kd, vd),
     "sdpa": lambda: F.scaled_dot_product_attention(qt, kt, vt),
     "_cuda.flash_attn_forward": lambda: _cuda.flash_attn_forward(
-        qd, kd, vd, None, None, 0, 0, 128**-0.5, False, -1, -1, 0.0, want_lse=False
+        qd, kd, vd, params, want_lse=False
     ),
     "route(8)": lambda: _eager.route(qd, kd, vd, None, None, None, None, None),
-    "attention_scalars": lambda: _checks.attention_scalars("x", None, (-1, -1), 0.0, 128),
-    "attention_key": lambda: _cuda._attention_key(qd, kd, vd, 128**-0.5, False, -1, -1, 0.0),
+    "attention_params": lambda: _checks.attention_params("x", None, False, (-1, -1), 0.0, 128),
+    "attention_key": lambda: _cuda._attention_key(qd, kd, vd, params, pointers),
     "empty_like(q)": lambda: torch.empty_like(qd),
     "Calls.run": lambda: _cuda._ATTENTION.run(akey, aentry, aargs, qd),
     "raw C call (launch, workspace given)": lambda: afwd(aref, famref),

@@ -178,6 +178,7 @@ def test_varlen_probs_are_each_sequences_probs():
     torch.manual_seed(0)
     lengths_q, lengths_k = [5, 0, 12, 7], [9, 4, 12, 3]
     h, d, scale = 2, 16, 0.25
+    params = _checks.AttentionParams(scale, True, -1, -1, 0.0)
     cu_q = torch.tensor([0, *torch.tensor(lengths_q).cumsum(0).tolist()], dtype=torch.int32)
     cu_k = torch.tensor([0, *torch.tensor(lengths_k).cumsum(0).tolist()], dtype=torch.int32)
     q = torch.randn(sum(lengths_q), h, d)
@@ -189,10 +190,8 @@ def test_varlen_probs_are_each_sequences_probs():
         ks = k[cu_k[b] : cu_k[b] + lk][None]
         seq_lse = reference_lse(qs, ks, scale, causal=True)[0].float()  # (h, lq)
         lse[:, cu_q[b] : cu_q[b] + lq] = seq_lse
-        singles.append(_dropout.attention_probs(qs, ks, seq_lse[None], scale, True, -1, -1, 0.0,
-                                                None)[0])  # fmt: skip
-    probs = _dropout.varlen_probs(q, k, lse, cu_q, cu_k, max(lengths_q), max(lengths_k), scale,
-                                  True, -1, -1, 0.0, None)  # fmt: skip
+        singles.append(_dropout.attention_probs(qs, ks, seq_lse[None], params)[0])
+    probs = _dropout.varlen_probs(q, k, lse, cu_q, cu_k, max(lengths_q), max(lengths_k), params)
     assert probs.shape == (4, h, max(lengths_q), max(lengths_k))
     for b, (lq, lk) in enumerate(zip(lengths_q, lengths_k)):
         torch.testing.assert_close(probs[b, :, :lq, :lk], singles[b])
@@ -224,7 +223,11 @@ def test_probs_apply_the_mask_as_the_kernels_do(mask_kind):
         masked = scores + mask.double()
     lse = torch.logsumexp(masked, -1)
     probs = _dropout.attention_probs(
-        q, k, lse.float(), scale, False, -1, -1, 0.0, slopes, attn_mask=mask
+        q,
+        k,
+        lse.float(),
+        _checks.AttentionParams(scale, False, -1, -1, 0.0, alibi_slopes=slopes),
+        attn_mask=mask,
     )
     expected = torch.exp(masked - lse.unsqueeze(-1)).nan_to_num(0.0)  # -inf - inf rows: NaN
     torch.testing.assert_close(probs.double(), expected, atol=1e-5, rtol=1e-4)

@@ -286,18 +286,17 @@ class References:
     def __init__(self) -> None:
         self.mask_grads: list[bool] = []
 
-    def forward(self, q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, left, right,
-                softcap, op=None, block_table=None, alibi_slopes=None, sinks=None,
-                attn_mask=None, dropout_p=0.0, dropout_seed=None):  # fmt: skip
-        assert attn_mask is not None and not causal and left == right == -1 and softcap == 0
-        assert dropout_p == 0.0 and dropout_seed is None
-        return reference_attention(q, k, v, scale, attn_mask, sinks)
+    def forward(self, q, k, v, params, cu_q=None, cu_k=None, max_q=0, max_k=0, op=None,
+                block_table=None, attn_mask=None, want_lse=True):  # fmt: skip
+        assert attn_mask is not None and cu_q is None and block_table is None
+        assert params[1:5] == (False, -1, -1, 0.0)  # not causal, no window, no softcap
+        assert params.dropout_p == 0.0 and params.dropout_seed is None
+        return reference_attention(q, k, v, params.softmax_scale, attn_mask, params.sinks)
 
-    def backward(self, dout, q, k, v, out, lse, attn_mask, scale, causal, left, right, softcap,
-                 deterministic, alibi_slopes=None, sinks=None, mask_grad=False, op=None,
-                 dropout_p=0.0, dropout_seed=None):  # fmt: skip
-        assert dropout_p == 0.0 and dropout_seed is None
+    def backward(self, dout, q, k, v, out, lse, attn_mask, params, mask_grad=False, op=None):
+        assert params.dropout_p == 0.0 and params.dropout_seed is None
         self.mask_grads.append(mask_grad)
+        scale, sinks = params.softmax_scale, params.sinks
         hk, group = k.shape[2], q.shape[2] // k.shape[2]
         probs, lse, kt, vt = reference_probs(q, k, v, scale, attn_mask, sinks)
         do, o = dout.transpose(1, 2), out.transpose(1, 2)  # (b, h, sq, d)
@@ -436,8 +435,9 @@ def test_attention_args_carry_the_mask(monkeypatch):
     k = v = torch.zeros(2, 10, 2, 64, dtype=BF16)
     out, lse = torch.empty_like(q), torch.empty(SIZES.lse_shape)
     mask = (0x5000, _lib.F32, 0, 60, 0, 10, 1, 0x6000)
+    params = _checks.AttentionParams(1.0, False, -1, -1, 0.0)
     args, _ = _cuda._attention_args(
-        None, SIZES, q, k, v, out, lse, None, None, 0, 0, 1.0, False, -1, -1, 0.0, mask=mask
+        None, SIZES, q, k, v, out, lse, None, None, 0, 0, params, mask=mask
     )
     fields = ("attn_mask", "mask_dtype", "mask_reserved", "mask_batch_stride",
               "mask_head_stride", "mask_q_stride", "mask_k_stride", "dmask")  # fmt: skip
@@ -491,18 +491,19 @@ def library(monkeypatch) -> StandInLibrary:
 def test_odd_head_dims_with_terms_run_padded(library):
     q, k, v = qkv(d=37)
     sinks, mask = meta(4, dtype=F32), meta(17, 33, dtype=torch.bool)
-    for terms in (dict(sinks=sinks), dict(alibi_slopes=sinks), dict(attn_mask=mask)):
+    params = _checks.AttentionParams(37**-0.5, True, -1, 0, 0.0)
+    for terms in (dict(sinks=sinks), dict(alibi_slopes=sinks), {}):
         out, lse = _cuda.flash_attn_forward(
-            q, k, v, None, None, 0, 0, 37**-0.5, True, -1, 0, 0.0, **terms
+            q, k, v, params._replace(**terms), attn_mask=None if terms else mask
         )
         assert library.calls[-1]["headdim"] == 40
         assert out.shape == q.shape and out.is_contiguous() and lse.shape == (2, 4, 17)
     # Without a term the kernels take the head dim as it is (element by element).
-    _cuda.flash_attn_forward(q, k, v, None, None, 0, 0, 0.1, False, -1, -1, 0.0)
+    _cuda.flash_attn_forward(q, k, v, _checks.AttentionParams(0.1, False, -1, -1, 0.0))
     assert library.calls[-1]["headdim"] == 37
     # A multiple of 8: no padding.
     q, k, v = qkv(d=40)
-    _cuda.flash_attn_forward(q, k, v, None, None, 0, 0, 0.1, False, -1, -1, 0.0, sinks=sinks)
+    _cuda.flash_attn_forward(q, k, v, _checks.AttentionParams(0.1, False, -1, -1, 0.0, sinks=sinks))
     assert library.calls[-1]["headdim"] == 40
 
 
@@ -511,8 +512,8 @@ def test_odd_head_dim_backward_runs_padded(library):
     out, lse = torch.empty_like(q), meta(2, 4, 17, dtype=F32)
     sinks, mask = meta(4, dtype=F32), meta(2, 1, 17, 33, dtype=F32)
     dq, dk, dv, dsinks, dmask = _cuda.flash_attn_masked_backward(
-        torch.empty_like(q), q, k, v, out, lse, mask, 0.2, False, -1, -1, 0.0, True, None,
-        sinks, True,
+        torch.empty_like(q), q, k, v, out, lse, mask,
+        _checks.AttentionParams(0.2, False, -1, -1, 0.0, True, None, sinks), True,
     )  # fmt: skip
     call = library.calls[-1]
     assert call == dict(kind="backward", headdim=24, sinks=False, mask=True, dmask=False)
@@ -520,9 +521,14 @@ def test_odd_head_dim_backward_runs_padded(library):
     assert dq.is_contiguous() and dk.is_contiguous() and dv.is_contiguous()
     assert dsinks.shape == (4,) and dmask.shape == mask.shape
     dq, *_ = _cuda.flash_attn_backward(
-        torch.empty_like(q), q, k, v, out, lse, None, None, 0, 0, 0.2, False, -1, -1, 0.0,
-        False, None, sinks,
-    )  # fmt: skip
+        torch.empty_like(q),
+        q,
+        k,
+        v,
+        out,
+        lse,
+        _checks.AttentionParams(0.2, False, -1, -1, 0.0, sinks=sinks),
+    )
     assert library.calls[-1]["headdim"] == 24 and dq.shape == q.shape
 
 
@@ -530,7 +536,14 @@ def test_odd_head_dim_varlen_with_terms_runs_padded(library):
     q, k, v = meta(40, 4, 12), meta(50, 2, 12), meta(50, 2, 12)
     cu = torch.empty(3, dtype=torch.int32, device="meta")
     out, lse = _cuda.flash_attn_forward(
-        q, k, v, cu, cu, 30, 30, 0.3, True, -1, 0, 0.0, alibi_slopes=meta(4, dtype=F32)
+        q,
+        k,
+        v,
+        _checks.AttentionParams(0.3, True, -1, 0, 0.0, alibi_slopes=meta(4, dtype=F32)),
+        cu,
+        cu,
+        30,
+        30,
     )
     assert library.calls[-1]["headdim"] == 16 and out.shape == q.shape
     assert lse.shape == (4, 40)

@@ -58,8 +58,8 @@ def test_attention_args_fields(monkeypatch):
     lse = torch.empty(sizes.lse_shape)
     dout, dq, dk, dv = (torch.empty_like(t) for t in (out, q, k, v))
     args, keep = _cuda._attention_args(
-        None, sizes, q, k, v, out, lse, None, None, 0, 0, 0.25, True, 9, 0, 3.5,
-        (dout, dq, dk, dv), True,
+        None, sizes, q, k, v, out, lse, None, None, 0, 0,
+        _checks.AttentionParams(0.25, True, 9, 0, 3.5, True), (dout, dq, dk, dv),
     )  # fmt: skip
     expected = dict(
         struct_size=ctypes.sizeof(_lib.AttentionArgs), dtype=_lib.BF16,
@@ -119,8 +119,9 @@ def test_attention_args_carry_the_score_terms(monkeypatch):
     sizes = _checks.AttentionShape(2, 4, 4, 5, 5, 64, False)
     out, lse = torch.empty_like(q), torch.empty(sizes.lse_shape)
     terms = (0x1000, 4, 0x2000, 0x3000)
+    params = _checks.AttentionParams(1.0, False, -1, -1, 0.0)
     args, _ = _cuda._attention_args(
-        None, sizes, q, q, q, out, lse, None, None, 0, 0, 1.0, False, -1, -1, 0.0, terms=terms
+        None, sizes, q, q, q, out, lse, None, None, 0, 0, params, terms=terms
     )
     assert (args.alibi_slopes, args.alibi_batch_stride, args.sinks, args.dsinks) == terms
     assert args.attn_mask is None and args.num_splits == 0
@@ -131,9 +132,8 @@ def test_size_one_modes_get_stride_zero(monkeypatch):
     q = _plain(1, 1, 8, 64)  # batch and seq of size 1: never stepped over
     sizes = _checks.AttentionShape(1, 8, 8, 1, 1, 64, False)
     out, lse = torch.empty_like(q), torch.empty(sizes.lse_shape)
-    args, _ = _cuda._attention_args(
-        None, sizes, q, q, q, out, lse, None, None, 0, 0, 1.0, False, -1, -1, 0.0
-    )
+    params = _checks.AttentionParams(1.0, False, -1, -1, 0.0)
+    args, _ = _cuda._attention_args(None, sizes, q, q, q, out, lse, None, None, 0, 0, params)
     assert (args.q_batch_stride, args.q_seq_stride, args.q_head_stride) == (0, 0, 64)
     assert args.dout is None and args.dq_seq_stride == 0
 

@@ -567,8 +567,8 @@ def test_kvcache_fields_are_packed(monkeypatch):
     lens = torch.tensor([5, 40], dtype=I32)
     table = torch.tensor([[0, 1, 2], [3, 4, 5]], dtype=I32)
     out, lse = _cuda.flash_attn_kvcache(
-        q, k_cache, v_cache, k, v, cos, sin, lens, None, None, table, 0.125, True, -1, 0,
-        0.0, False, 7,
+        q, k_cache, v_cache, k, v, cos, sin, lens, None, None, table,
+        _checks.AttentionParams(0.125, True, -1, 0, 0.0), False, 7,
     )  # fmt: skip
     assert out.shape == q.shape and lse.shape == (2, 8, 3)
     args = captured["args"]
@@ -611,8 +611,8 @@ def test_kvcache_score_terms_are_packed(monkeypatch):
     slopes = wide[:, ::2]  # (2, 4), head stride 2
     sinks = torch.tensor([0.5, -1.0, 2.0, 0.0])
     _cuda.flash_attn_kvcache(
-        q, cache, cache, None, None, None, None, 7, None, None, None, 0.125, True, -1, 0,
-        0.0, True, 0, slopes, sinks,
+        q, cache, cache, None, None, None, None, 7, None, None, None,
+        _checks.AttentionParams(0.125, True, -1, 0, 0.0, False, slopes, sinks), True, 0,
     )  # fmt: skip
     args = captured["args"]
     assert args.alibi_batch_stride == 4 and args.sinks == sinks.data_ptr()
@@ -631,8 +631,8 @@ def test_kvcache_values_are_checked_before_the_launch(monkeypatch):
     monkeypatch.setattr(_cuda, "_checking_values", lambda: True)
     with pytest.raises(ValueError, match=r"block_table\[1\]\[1\] = 10 is outside \[0, 10\)"):
         _cuda.flash_attn_kvcache(
-            q, cache, cache, None, None, None, None, lens, None, None, table, 1.0, False, -1,
-            -1, 0.0, True, 0,
+            q, cache, cache, None, None, None, None, lens, None, None, table,
+            _checks.AttentionParams(1.0, False, -1, -1, 0.0), True, 0,
         )  # fmt: skip
 
 
@@ -672,8 +672,8 @@ def test_prepared_kvcache_calls(monkeypatch):
         cos, sin = (torch.zeros(96, 16, dtype=BF16) for _ in "cs")
         table = torch.tensor([[0, 1, 2], [3, 4, 5]], dtype=I32)
         out, lse = _cuda.flash_attn_kvcache(
-            q, k_cache, v_cache, k, v, cos, sin, lens, None, None, table, 0.125, True, -1, 0,
-            0.0, True, num_splits, want_lse=want_lse,
+            q, k_cache, v_cache, k, v, cos, sin, lens, None, None, table,
+            _checks.AttentionParams(0.125, True, -1, 0, 0.0), True, num_splits, want_lse=want_lse,
         )  # fmt: skip
         args = launched[-1]
         pointers = (q, k_cache, v_cache, out, k, v, cos, sin, table)

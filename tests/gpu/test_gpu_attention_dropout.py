@@ -35,6 +35,7 @@ from gpu_checks import (
 import samattn
 from samattn import _dropout
 from samattn import attention as attention_module
+from samattn._checks import AttentionParams
 
 F16, BF16 = torch.float16, torch.bfloat16
 
@@ -241,7 +242,8 @@ def test_kept_fraction_and_expectation():
     mean = sum(samattn.flash_attn_func(q, k, v, p).double() for _ in range(calls)) / calls
     # Each output element averages `calls` independent draws: its standard error is about
     # sqrt(p / (1 - p) * sum_j P_ij^2 v_j^2 / calls); bound the mean error by 6 of those.
-    probs = _dropout.attention_probs(q, k, lse, d**-0.5, False, -1, -1, 0.0, None).double()
+    params = AttentionParams(d**-0.5, False, -1, -1, 0.0)
+    probs = _dropout.attention_probs(q, k, lse, params).double()
     variance = torch.einsum("bhij,bjhd->bihd", probs**2, v.double() ** 2) * p / (1 - p)
     error = (mean - plain).abs()
     assert (error <= 6 * (variance / calls).sqrt() + 2e-2 * plain.abs().max()).all()
@@ -341,34 +343,11 @@ def test_sm90_runs_dropout_forward_and_backward():
         pytest.skip("sm90 is not built or cannot run on this GPU")
     q, k, v = (randn(1, 128, 2, 64, dtype=BF16) for _ in range(3))
     seed = _dropout.new_seed(q.device)
-    out, lse = call_forced(
-        "sm90",
-        lambda: samattn._cuda.flash_attn_forward(
-            q, k, v, None, None, 0, 0, 0.125, False, -1, -1, 0.0, dropout_p=0.1, dropout_seed=seed
-        ),
-    )
+    params = AttentionParams(0.125, False, -1, -1, 0.0, dropout_p=0.1, dropout_seed=seed)
+    out, lse = call_forced("sm90", lambda: samattn._cuda.flash_attn_forward(q, k, v, params))
     call_forced(
         "sm90",
-        lambda: samattn._cuda.flash_attn_backward(
-            torch.ones_like(out),
-            q,
-            k,
-            v,
-            out,
-            lse,
-            None,
-            None,
-            0,
-            0,
-            0.125,
-            False,
-            -1,
-            -1,
-            0.0,
-            False,
-            dropout_p=0.1,
-            dropout_seed=seed,
-        ),
+        lambda: samattn._cuda.flash_attn_backward(torch.ones_like(out), q, k, v, out, lse, params),
     )
 
 

@@ -18,6 +18,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import samattn
 from samattn import _eager, _lib
+from samattn._checks import AttentionParams
 
 
 class _Passthrough(TorchDispatchMode):
@@ -147,8 +148,8 @@ def _prepared_cases():
         return randn(*out.shape, dtype=out.dtype), q, k, v, out, lse
 
     def attention_backward(*inputs):  # deterministic: bit-identical run to run
-        scalars = (None, None, 0, 0, 64**-0.5, True, -1, -1, 0.0, True)
-        return torch.cat([g.flatten() for g in _cuda.flash_attn_backward(*inputs, *scalars)[:3]])
+        params = AttentionParams(64**-0.5, True, -1, -1, 0.0, True)
+        return torch.cat([g.flatten() for g in _cuda.flash_attn_backward(*inputs, params)[:3]])
 
     def kvcache_inputs():  # a decode step appending one row, causal
         q = randn(2, 1, 8, 128, dtype=torch.bfloat16)
@@ -314,9 +315,8 @@ def test_prepared_calls_without_lse_leave_it_to_the_calls_that_want_it(seqlen_q,
     k, v = (randn(1, seqlen_k, 2, 128, dtype=torch.bfloat16) for _ in "kv")
     first = samattn.flash_attn_func(q, k, v)  # the full path: keeps the signature
     assert len(_cuda._ATTENTION.entries) == 1
-    out, lse = _cuda.flash_attn_forward(
-        q, k, v, None, None, 0, 0, 128**-0.5, False, -1, -1, 0.0, want_lse=False
-    )
+    params = AttentionParams(128**-0.5, False, -1, -1, 0.0)
+    out, lse = _cuda.flash_attn_forward(q, k, v, params, want_lse=False)
     assert lse is None
     with_lse, lse, _ = samattn.flash_attn_func(q, k, v, return_attn_probs=True)
     torch.cuda.synchronize()
