@@ -16,7 +16,7 @@ import math
 
 import pytest
 import torch
-from test_attention_validation import meta, qkv
+from cpu_helpers import meta, qkv
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import samattn

@@ -5,14 +5,14 @@ check, which fails here: no GPU)."""
 from __future__ import annotations
 
 import pytest
-from test_attention_validation import (
+from cpu_helpers import (
     FAKE,
     VARLEN,
-    _has_gpu,
     attention_args,
     backward_args,
     call_backward,
     call_forward,
+    has_gpu,
 )
 
 from samattn import _lib
@@ -64,7 +64,7 @@ def test_backward_refuses(case):
 
 
 # With a GPU these calls would launch kernels on the fake pointers.
-@pytest.mark.skipif(_has_gpu(), reason="checks the no-GPU path")
+@pytest.mark.skipif(has_gpu(), reason="checks the no-GPU path")
 @pytest.mark.parametrize(
     "changes",
     [
@@ -83,7 +83,7 @@ def test_valid_masks_reach_the_device(changes):
     assert status == _lib.CUDA_ERROR and "no CUDA device" in message, message
 
 
-@pytest.mark.skipif(_has_gpu(), reason="checks the no-GPU path")
+@pytest.mark.skipif(has_gpu(), reason="checks the no-GPU path")
 def test_backward_accepts_dmask_of_an_additive_mask():
     status, _, message = call_backward(backward_args(**ADDITIVE, dmask=MASK + 4096))
     assert status == _lib.CUDA_ERROR and "no CUDA device" in message, message

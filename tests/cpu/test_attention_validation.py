@@ -16,6 +16,20 @@ import warnings
 
 import pytest
 import torch
+from cpu_helpers import (
+    FAKE,
+    FAKE2,
+    FAKE3,
+    FAKE5,
+    VARLEN,
+    attention_args,
+    backward_args,
+    call_backward,
+    call_forward,
+    has_gpu,
+    meta,
+    qkv,
+)
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import samattn
@@ -23,18 +37,6 @@ from samattn import _checks, _lib, _warnings
 from samattn import attention as attention_module
 
 F16, BF16 = torch.float16, torch.bfloat16
-
-
-def meta(*shape: int, dtype: torch.dtype = F16, grad: bool = False) -> torch.Tensor:
-    return torch.empty(shape, dtype=dtype, device="meta", requires_grad=grad)
-
-
-def qkv(b=2, sq=17, sk=33, h=4, hk=2, d=64, dtype=F16, grad=False):
-    return (
-        meta(b, sq, h, d, dtype=dtype, grad=grad),
-        meta(b, sk, hk, d, dtype=dtype, grad=grad),
-        meta(b, sk, hk, d, dtype=dtype, grad=grad),
-    )
 
 
 def packed(total_q=40, total_k=50, h=4, hk=2, d=64, dtype=F16, grad=False):
@@ -400,60 +402,6 @@ def test_packed_layouts_rejected(fn, packed_arg, fragment):
 
 
 # ----------------------------------------------------------- the C ABI ----
-FAKE = 0x10000  # never dereferenced; 16-byte aligned
-
-
-def attention_args(**changes) -> _lib.AttentionArgs:
-    """A valid fp16 problem: batch 2, 4 query heads, 2 kv heads, sq 16, sk 32, d 64,
-    contiguous (batch, seq, head, dim) tensors and a (batch, head, seq) lse."""
-    b, h, hk, sq, sk, d = 2, 4, 2, 16, 32, 64
-    args = _lib.AttentionArgs(
-        dtype=_lib.F16,
-        family=_lib.FAMILY_AUTO,
-        device=0,
-        batch=b,
-        nheads=h,
-        nheads_k=hk,
-        seqlen_q=sq,
-        seqlen_k=sk,
-        headdim=d,
-        q=FAKE,
-        q_batch_stride=sq * h * d,
-        q_seq_stride=h * d,
-        q_head_stride=d,
-        k=FAKE,
-        k_batch_stride=sk * hk * d,
-        k_seq_stride=hk * d,
-        k_head_stride=d,
-        v=FAKE,
-        v_batch_stride=sk * hk * d,
-        v_seq_stride=hk * d,
-        v_head_stride=d,
-        o=FAKE,
-        o_batch_stride=sq * h * d,
-        o_seq_stride=h * d,
-        o_head_stride=d,
-        lse=FAKE,
-        lse_batch_stride=h * sq,
-        lse_head_stride=sq,
-        lse_seq_stride=1,
-        softmax_scale=0.125,
-        window_left=-1,
-        window_right=-1,
-    )
-    for field, value in changes.items():
-        setattr(args, field, value)
-    return args
-
-
-VARLEN = dict(cu_seqlens_q=FAKE, cu_seqlens_k=FAKE, max_seqlen_q=8, max_seqlen_k=16, batch=3)
-
-
-def call_forward(args) -> tuple[int, int, str]:
-    used = ctypes.c_int32(-1)
-    pointer = ctypes.byref(args) if args is not None else None
-    status = _lib.lib().samattn_attention_forward(pointer, ctypes.byref(used))
-    return status, used.value, _lib.last_error() if status != _lib.OK else ""
 
 
 BAD_C = {
@@ -536,15 +484,7 @@ def test_c_abi_empty_output_touches_nothing(empty):
     assert call_forward(args)[:2] == (_lib.OK, _lib.FAMILY_AUTO)
 
 
-def _has_gpu() -> bool:
-    try:
-        _lib.device_properties(0)
-    except (RuntimeError, ValueError):
-        return False
-    return True
-
-
-@pytest.mark.skipif(_has_gpu(), reason="checks the no-GPU path")
+@pytest.mark.skipif(has_gpu(), reason="checks the no-GPU path")
 @pytest.mark.parametrize(
     "changes",
     [
@@ -570,29 +510,7 @@ def test_c_abi_valid_arguments_reach_the_device(changes):
 
 
 # ------------------------------------------------------ C ABI backward ----
-FAKE2, FAKE3, FAKE4, FAKE5 = 0x20000, 0x30000, 0x40000, 0x50000  # dout, dq, dk, dv
 FAKE6 = 0x60000  # dsinks
-
-
-def backward_args(**changes) -> _lib.AttentionArgs:
-    """attention_args plus dout, dq (like q), dk, dv (like k), each at its own address,
-    and a large enough workspace."""
-    args = attention_args()
-    args.dout, args.dq, args.dk, args.dv = FAKE2, FAKE3, FAKE4, FAKE5
-    for name, like in (("dout", "q"), ("dq", "q"), ("dk", "k"), ("dv", "k")):
-        for mode in ("batch", "seq", "head"):
-            setattr(args, f"{name}_{mode}_stride", getattr(args, f"{like}_{mode}_stride"))
-    args.workspace, args.workspace_bytes = FAKE, 2**30
-    for field, value in changes.items():
-        setattr(args, field, value)
-    return args
-
-
-def call_backward(args) -> tuple[int, int, str]:
-    used = ctypes.c_int32(-1)
-    pointer = ctypes.byref(args) if args is not None else None
-    status = _lib.lib().samattn_attention_backward(pointer, ctypes.byref(used))
-    return status, used.value, _lib.last_error() if status != _lib.OK else ""
 
 
 def workspace_size(args) -> tuple[int, int, str]:
@@ -723,7 +641,7 @@ def test_backward_workspace_size_validates_sizes():
     assert status == _lib.INVALID_ARGUMENT and "deterministic must be 0 or 1" in message
 
 
-@pytest.mark.skipif(_has_gpu(), reason="checks the no-GPU path")
+@pytest.mark.skipif(has_gpu(), reason="checks the no-GPU path")
 @pytest.mark.parametrize(
     "changes",
     [

@@ -12,10 +12,9 @@ import math
 import threading
 
 import pytest
+from cpu_helpers import FAKE, gemm_args, softmax_args
 
 from samattn import _lib
-
-FAKE = 0x10000  # never dereferenced
 
 
 def _has_gpu() -> bool:
@@ -27,48 +26,6 @@ def _has_gpu() -> bool:
 
 
 needs_no_gpu = pytest.mark.skipif(_has_gpu(), reason="checks the no-GPU path")
-
-
-def gemm_args(**changes) -> _lib.GemmArgs:
-    """A valid (1 x 16 x 16 x 8) fp16 problem on device 0, then `changes`."""
-    args = _lib.GemmArgs(
-        dtype=_lib.F16,
-        family=_lib.FAMILY_AUTO,
-        device=0,
-        allow_tf32=1,
-        batch=1,
-        m=16,
-        n=16,
-        k=8,
-        a=FAKE,
-        a_batch_stride=0,
-        a_row_stride=8,
-        a_col_stride=1,
-        b=FAKE,
-        b_batch_stride=0,
-        b_row_stride=16,
-        b_col_stride=1,
-        c=None,
-        d=FAKE,
-        d_batch_stride=256,
-        d_row_stride=16,
-        d_col_stride=1,
-        alpha=1.0,
-        beta=0.0,
-        stream=None,
-    )
-    for field, value in changes.items():
-        setattr(args, field, value)
-    return args
-
-
-def softmax_args(**changes) -> _lib.SoftmaxArgs:
-    args = _lib.SoftmaxArgs(
-        dtype=_lib.BF16, family=0, device=0, outer=4, dim=100, inner=1, x=FAKE, dy=FAKE, out=FAKE
-    )
-    for field, value in changes.items():
-        setattr(args, field, value)
-    return args
 
 
 def call(function: str, args) -> tuple[int, int, str]:

@@ -7,8 +7,7 @@ from __future__ import annotations
 import ctypes
 
 import pytest
-from test_attention_validation import attention_args
-from test_capi import gemm_args, softmax_args
+from cpu_helpers import attention_args, gemm_args, softmax_args
 
 import samattn
 from samattn import _lib

@@ -225,23 +225,6 @@ def assert_close_to_reference(
     )
 
 
-def stored_output_delta(out: torch.Tensor, dout: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """(b, h, sq) float64: how much a FlashAttention backward's D_i = dout_i . out_i moves
-    when out (b, sq, h, d), float64, is the output stored in `dtype`, as the kernels read it."""
-    stored = out.to(dtype).double()
-    return ((stored - out) * dout.double()).sum(-1).transpose(1, 2)
-
-
-def stored_output_term(scores: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
-    """A scalar whose gradient, subtracted from the loss's, turns the exact softmax backward
-    into the one a FlashAttention kernel computes from the stored output: dS_ij gains
-    -delta_i * P_ij (d lse_i / d S_ij = P_ij). scores (b, h, sq, n) with -inf where blocked
-    (and the sink column, if any); delta from stored_output_delta."""
-    live = torch.isfinite(scores).any(-1, keepdim=True)  # rows with no key: kept finite
-    lse = torch.logsumexp(torch.where(live, scores, torch.zeros_like(scores)), dim=-1)
-    return (delta * lse).sum()
-
-
 # Element-wise softmax bound |out - ref| <= atol + rtol * |ref|: fp32 as the
 # spec asks; fp16 and bf16 one unit in the last place (an fp32 computation
 # rounded once is within half of one), atol at fp16's subnormal spacing.
@@ -272,22 +255,6 @@ def assert_softmax_close(
         )
 
 
-def round_to_tf32(t: torch.Tensor) -> torch.Tensor:
-    """fp32 values rounded to tf32 (10 mantissa bits, ties away from zero, like cvt.rna)."""
-    bits = t.float().contiguous().view(torch.int32)
-    bits = (bits + 0x1000) & ~0x1FFF
-    return bits.view(torch.float32).view(t.shape)
-
-
-def tf32_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """The exact product of tf32-rounded inputs, in fp32: the baseline for tf32 kernels.
-
-    torch.matmul is no baseline there: cuBLAS runs small or batched problems in exact fp32
-    even when tf32 is allowed.
-    """
-    return (round_to_tf32(a).double() @ round_to_tf32(b).double()).float()
-
-
 def gemm_floor(dtype: torch.dtype, k: int, tf32: bool) -> float:
     """Error floor for a GEMM output: one output rounding plus fp32 accumulation."""
     if dtype == torch.float32:
@@ -296,6 +263,15 @@ def gemm_floor(dtype: torch.dtype, k: int, tf32: bool) -> float:
             return TF32_UNIT_ROUNDOFF
         return UNIT_ROUNDOFF[torch.float32] * (4 + math.sqrt(k))
     return 0.5 * UNIT_ROUNDOFF[dtype] + UNIT_ROUNDOFF[torch.float32] * math.sqrt(k)
+
+
+def has_triton() -> bool:
+    """Whether torch's inductor can compile for this machine (triton installed and usable)."""
+    try:
+        from torch.utils._triton import has_triton as usable
+    except ImportError:
+        return False
+    return usable()
 
 
 def randn(*shape: int, dtype: torch.dtype, scale: float = 1.0) -> torch.Tensor:

@@ -24,6 +24,20 @@ import math
 
 import pytest
 import torch
+from attention_checks import (
+    FEATURES,
+    Guarded,
+    check_attention,
+    check_fixed,
+    check_fixed_grads,
+    check_grads,
+    last_dtype,
+    make_qkv,
+    need_dtype,
+    run_c_backward,
+    run_fixed,
+    run_grads,
+)
 from gpu_checks import (
     DEVICE,
     UNIT_ROUNDOFF,
@@ -31,22 +45,18 @@ from gpu_checks import (
     assert_cuda_healthy,
     call_forced,
     forced_runs,
+    has_triton,
     poison_allocator,
     randn,
     runnable_families,
 )
+from reference import allowed_keys, attention, attention_grads
 
 import samattn
 from samattn import _lib
 
 DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16}
 ATTENTION_FAMILIES = ("sm90", "sm80", "sm75")
-# The dtypes each family runs; the others are refused (test_bf16_on_sm75_is_refused).
-FAMILY_DTYPES = {
-    "sm90": (torch.float16, torch.bfloat16),
-    "sm80": (torch.float16, torch.bfloat16),
-    "sm75": (torch.float16,),
-}
 
 
 @pytest.fixture(params=ATTENTION_FAMILIES)
@@ -56,104 +66,7 @@ def attn_family(request) -> str:
     return request.param
 
 
-def need_dtype(family: str, dtype: torch.dtype) -> None:
-    """Skip a case the family does not run (bf16 on sm75)."""
-    if dtype not in FAMILY_DTYPES[family]:
-        pytest.skip(f"{family} has no {dtype} attention kernels")
-
-
-def last_dtype(family: str) -> torch.dtype:
-    """bf16 where the family runs it (the dtype of the large-value tests), else fp16."""
-    return FAMILY_DTYPES[family][-1]
-
-
 # ------------------------------------------------------------ reference ----
-def allowed_keys(sq, sk, causal, window, norm_seqlen_k=None, rows=None):
-    """(sq, sk) bool: key j visible to query i, by flash-attn's documented rule
-    i + sk - sq - left <= j <= i + sk - sq + right, a negative bound unbounded and causal
-    fixing right = 0; taken literally, however far a bound reaches (flash-attn's own code
-    unbounds any bound >= seqlen_k, which differs when sq > sk). norm_seqlen_k is unused:
-    the rule needs no normalisation. rows: only these query indices (a 1-D tensor),
-    giving (len(rows), sk)."""
-    del norm_seqlen_k
-    left, right = (-1 if w < 0 else w for w in window)
-    if causal:
-        right = 0
-    i = (torch.arange(sq, device=DEVICE) if rows is None else rows.to(DEVICE))[:, None]
-    j = torch.arange(sk, device=DEVICE)[None, :]
-    diagonal = i + sk - sq
-    ok = torch.ones(i.shape[0], sk, dtype=torch.bool, device=DEVICE)
-    if left >= 0:
-        ok &= j >= diagonal - left
-    if right >= 0:
-        ok &= j <= diagonal + right
-    return ok
-
-
-def attention(q, k, v, scale, softcap, mask, dtype):
-    """(out, lse) of attention computed in `dtype` (float64: the reference; the input
-    dtype: torch's own computation, the baseline). q (b, sq, h, d), k/v (b, sk, hk, d),
-    mask (sq, sk) or None. Rows that see no key: out 0, lse +inf."""
-    group = q.shape[2] // k.shape[2]
-    qt, kt, vt = (t.to(dtype).transpose(1, 2) for t in (q, k, v))
-    kt = kt.repeat_interleave(group, dim=1)
-    vt = vt.repeat_interleave(group, dim=1)
-    scores = (qt @ kt.transpose(-1, -2)) * scale
-    if softcap > 0:
-        scores = softcap * torch.tanh(scores / softcap)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, -math.inf)
-    lse = torch.logsumexp(scores.to(torch.float64 if dtype == torch.float64 else torch.float32), -1)
-    probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)
-    out = (probs @ vt).transpose(1, 2)
-    empty = torch.isneginf(lse)
-    lse = lse.masked_fill(empty, math.inf)
-    return out, lse
-
-
-def check_attention(out, lse, q, k, v, *, scale, softcap, mask, what):
-    """The accuracy rule for out (b, sq, h, d) and lse (b, h, sq)."""
-    ref_out, ref_lse = attention(q, k, v, scale, softcap, mask, torch.float64)
-    base_out, base_lse = attention(q, k, v, scale, softcap, mask, q.dtype)
-    floor = 0.5 * UNIT_ROUNDOFF[q.dtype]
-    assert_close_to_reference(out, ref_out, base_out, floor, f"{what}: out")
-    assert_close_to_reference(lse, ref_lse, base_lse, 1e-6, f"{what}: lse")
-    empty = torch.isinf(ref_lse).transpose(1, 2)  # (b, sq, h): rows that see no key
-    assert torch.all(out[empty] == 0), f"{what}: rows with nothing to attend are not 0"
-
-
-def run_fixed(family, q, k, v, **kwargs):
-    b, sq, h, d = q.shape
-    poison_allocator((b, sq, h, d), q.dtype)
-    poison_allocator((b, h, sq), torch.float32)
-    out, lse, probs = call_forced(
-        family,
-        lambda: samattn.flash_attn_func(q, k, v, return_attn_probs=True, **kwargs),
-        may_launch_nothing=q.numel() == 0,
-        expected=forced_runs(family),
-    )
-    assert out.shape == q.shape and out.dtype == q.dtype and probs is None
-    assert lse.shape == (b, h, sq) and lse.dtype == torch.float32
-    return out, lse
-
-
-def make_qkv(b, sq, sk, h, hk, d, dtype, scale=1.0):
-    return (
-        randn(b, sq, h, d, dtype=dtype, scale=scale),
-        randn(b, sk, hk, d, dtype=dtype, scale=scale),
-        randn(b, sk, hk, d, dtype=dtype),
-    )
-
-
-def check_fixed(family, b, sq, sk, h, hk, d, dtype, causal=False, window=(-1, -1), softcap=0.0):
-    what = (
-        f"{family} {dtype} b{b} sq{sq} sk{sk} h{h}/{hk} d{d} causal{causal} w{window} cap{softcap}"
-    )
-    # Larger inputs with softcap, so that it bends the scores.
-    q, k, v = make_qkv(b, sq, sk, h, hk, d, dtype, scale=3.0 if softcap else 1.0)
-    out, lse = run_fixed(family, q, k, v, causal=causal, window_size=window, softcap=softcap)
-    mask = allowed_keys(sq, sk, causal, window)
-    check_attention(out, lse, q, k, v, scale=d**-0.5, softcap=softcap, mask=mask, what=what)
 
 
 # -------------------------------------------------------------- fixed ----
@@ -196,20 +109,6 @@ def test_lengths(attn_family, dtype, d, sq, sk, causal):
     need_dtype(attn_family, dtype)
     b, h = (1, 2) if max(sq, sk) > 2000 else (2, 4)
     check_fixed(attn_family, b, sq, sk, h, h, d, dtype, causal=causal)
-
-
-FEATURES = {
-    "causal": dict(causal=True),
-    "window": dict(window=(32, 8)),
-    "window left": dict(window=(64, -1)),
-    "window right": dict(window=(-1, 0)),
-    "window 0": dict(window=(0, 0)),
-    "causal window": dict(causal=True, window=(48, -1)),
-    "softcap": dict(softcap=30.0),
-    "GQA": dict(hk=2),
-    "MQA": dict(hk=1),
-    "everything": dict(causal=True, window=(40, -1), softcap=20.0, hk=2),
-}
 
 
 @pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
@@ -780,19 +679,6 @@ def test_auto_selects_the_newest_family(no_family_env):
 
 
 # --------------------------------------------- C ABI on guarded buffers ----
-class Guarded:
-    """A strided view inside a NaN-filled buffer; everything else must stay NaN."""
-
-    def __init__(self, size, stride, dtype, guard=64):
-        span = 1 + sum((s - 1) * st for s, st in zip(size, stride))
-        self.buffer = torch.full((guard + span + guard,), math.nan, dtype=dtype, device=DEVICE)
-        self.view = self.buffer.as_strided(size, stride, guard)
-        self.owned = torch.zeros(self.buffer.shape, dtype=torch.bool, device=DEVICE)
-        self.owned.as_strided(size, stride, guard).fill_(True)
-
-    def assert_no_stray_writes(self, what):
-        stray = ~self.owned & ~self.buffer.isnan()
-        assert not stray.any(), f"{what}: {int(stray.sum())} elements written outside the output"
 
 
 @pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
@@ -832,71 +718,6 @@ def test_c_abi_writes_every_output_and_nothing_else(attn_family, dtype, d, causa
 
 
 # ========================================================== the backward ====
-def reference_grads(q, k, v, dout, scale, softcap, mask, dtype):
-    """(dq, dk, dv) of sum(attention(q, k, v) * dout) by torch autograd in `dtype`."""
-    leaves = [t.detach().to(dtype).requires_grad_(True) for t in (q, k, v)]
-    out, _ = attention(*leaves, scale, softcap, mask, dtype)
-    return torch.autograd.grad(out, leaves, dout.to(dtype))
-
-
-def check_grads(grads, q, k, v, dout, *, scale, softcap, mask, what):
-    """The accuracy rule for (dq, dk, dv) against float64 autograd, torch's own autograd in
-    the input dtype as the baseline. The floor is one rounding of the gradient."""
-    ref = reference_grads(q, k, v, dout, scale, softcap, mask, torch.float64)
-    base = reference_grads(q, k, v, dout, scale, softcap, mask, q.dtype)
-    floor = UNIT_ROUNDOFF[q.dtype]
-    # dq is exactly 0 where every row's softmax is one-hot (one visible key), yet computed
-    # from dP - D, two sums of the size of dv's terms: its floor is relative to those.
-    magnitude = max(r.abs().max().item() if r.numel() else 0.0 for r in ref)
-    for name, got, r, b, like in zip(("dq", "dk", "dv"), grads, ref, base, (q, k, v)):
-        assert got.shape == like.shape and got.dtype == like.dtype, f"{what}: {name} metadata"
-        assert_close_to_reference(got, r, b, floor, f"{what}: {name}", magnitude=magnitude)
-
-
-def run_grads(family, fn, q, k, v, dout, may_launch_nothing=False):
-    """(dq, dk, dv) of fn(q, k, v) (an attention output) against dout, with `family` forced
-    for the forward and, through autograd, the backward. The gradients' sizes are poisoned
-    in the allocator first (the C ABI test below is the exact check)."""
-    need_dtype(family, q.dtype)
-    leaves = [t.detach().requires_grad_(True) for t in (q, k, v)]
-    for t in leaves:
-        poison_allocator(t.shape, t.dtype)
-    out = call_forced(
-        family,
-        lambda: fn(*leaves),
-        may_launch_nothing=may_launch_nothing,
-        expected=forced_runs(family),
-    )
-    if family == "sm75" and q.shape[-1] > 192:
-        # No sm75 backward tile fits Turing's 64 KB there: a clear refusal, then skip.
-        refused = pytest.raises(samattn.UnsupportedError, match="supports head dims up to 192")
-        with samattn.use_family(family), refused:
-            torch.autograd.grad(out, leaves, dout)
-        pytest.skip("the sm75 backward supports head dims up to 192")
-    # The family of the backward is not checked here: autograd runs it on its device
-    # thread, whose last family this thread cannot see (the C ABI tests check it).
-    with samattn.use_family(family):
-        return torch.autograd.grad(out, leaves, dout)
-
-
-def check_fixed_grads(family, b, sq, sk, h, hk, d, dtype, causal=False, window=(-1, -1),
-                      softcap=0.0, deterministic=False):  # fmt: skip
-    what = (
-        f"grad {family} {dtype} b{b} sq{sq} sk{sk} h{h}/{hk} d{d} causal{causal} w{window} "
-        f"cap{softcap}"
-    )
-    q, k, v = make_qkv(b, sq, sk, h, hk, d, dtype, scale=3.0 if softcap else 1.0)
-    dout = randn(b, sq, h, d, dtype=dtype)
-
-    def forward(q, k, v):
-        return samattn.flash_attn_func(
-            q, k, v, causal=causal, window_size=window, softcap=softcap,
-            deterministic=deterministic,
-        )  # fmt: skip
-
-    grads = run_grads(family, forward, q, k, v, dout)
-    mask = allowed_keys(sq, sk, causal, window)
-    check_grads(grads, q, k, v, dout, scale=d**-0.5, softcap=softcap, mask=mask, what=what)
 
 
 @pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
@@ -1083,8 +904,8 @@ def test_grad_long_sequence(attn_family):
     rows = torch.cat([torch.arange(0, 64, device=DEVICE), torch.arange(n // 2, n // 2 + 64,
                       device=DEVICE), last])  # fmt: skip
     mask = allowed_keys(n, n, True, (-1, -1), rows=rows)
-    ref = reference_grads(q[:, rows], k, v, dout[:, rows], d**-0.5, 0.0, mask, torch.float64)
-    base = reference_grads(q[:, rows], k, v, dout[:, rows], d**-0.5, 0.0, mask, dtype)
+    ref = attention_grads(q[:, rows], k, v, dout[:, rows], d**-0.5, 0.0, mask, torch.float64)
+    base = attention_grads(q[:, rows], k, v, dout[:, rows], d**-0.5, 0.0, mask, dtype)
     floor = UNIT_ROUNDOFF[dtype]
     assert_close_to_reference(dq[:, rows], ref[0], base[0], floor, "128k dq")
     for name, got, r, b in (("dk", dk, ref[1], base[1]), ("dv", dv, ref[2], base[2])):
@@ -1141,17 +962,11 @@ def test_deterministic_varlen(attn_family):
         assert torch.equal(first, again)
 
 
-def _has_triton() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("triton") is not None
-
-
 @pytest.mark.parametrize(
     "backend",
     [
         "aot_eager",
-        pytest.param("inductor", marks=pytest.mark.skipif(not _has_triton(), reason="no triton")),
+        pytest.param("inductor", marks=pytest.mark.skipif(not has_triton(), reason="no triton")),
     ],
 )
 def test_compiled_training_step(attn_family, backend):
@@ -1192,34 +1007,6 @@ def test_backward_in_a_cuda_graph(attn_family):
     torch.cuda.synchronize()
     for a, b in zip(grads, expected):
         assert torch.equal(a, b)
-
-
-def _set_seq_head(args, name, t):
-    setattr(args, name, t.data_ptr())
-    for field, value in zip(("batch", "seq", "head"), t.stride()[:3]):
-        setattr(args, f"{name}_{field}_stride", value)
-
-
-def run_c_backward(args, tensors: dict[str, torch.Tensor], lse: torch.Tensor) -> int:
-    """Point args at tensors (name -> a (batch, seq, head, d) view: q, k, v, o, dout, dq, dk,
-    dv) and lse, run samattn_attention_backward on a workspace of garbage (the library
-    zeroes what it needs) and wait for it. Returns the family code it ran."""
-    for name, t in tensors.items():
-        _set_seq_head(args, name, t)
-    args.lse = lse.data_ptr()
-    args.lse_batch_stride, args.lse_head_stride, args.lse_seq_stride = lse.stride()
-    lib = _lib.lib()
-    size = ctypes.c_int64(-1)
-    assert (
-        lib.samattn_attention_backward_workspace_size(ctypes.byref(args), ctypes.byref(size)) == 0
-    )
-    workspace = torch.full((max(size.value, 1),), 0xFF, dtype=torch.uint8, device=DEVICE)
-    args.workspace, args.workspace_bytes = workspace.data_ptr(), size.value
-    used = ctypes.c_int32(-1)
-    status = lib.samattn_attention_backward(ctypes.byref(args), ctypes.byref(used))
-    assert status == _lib.OK, _lib.last_error()
-    torch.cuda.synchronize()
-    return used.value
 
 
 @pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())

@@ -32,28 +32,34 @@ import warnings
 
 import pytest
 import torch
+from attention_checks import (
+    SM75_BACKWARD_MAX_D,
+    Guarded,
+    alibi_slopes,
+    last_dtype,
+    make_qkv,
+    make_sinks,
+    need_backward,
+    need_dtype,
+    run_c_backward,
+)
 from gpu_checks import (
     DEVICE,
     UNIT_ROUNDOFF,
     assert_close_to_reference,
     call_forced,
     capture_graph,
+    has_triton,
     need_family,
     poison_allocator,
     randn,
-    stored_output_delta,
-    stored_output_term,
 )
-from test_gpu_attention import (
-    Guarded,
-    _has_triton,
+from reference import (
     allowed_keys,
-    last_dtype,
-    make_qkv,
-    need_dtype,
-    run_c_backward,
+    blocked_pairs,
+    masked_attention,
+    masked_attention_grads,
 )
-from test_gpu_attention_terms import SM75_BACKWARD_MAX_D, alibi_slopes, make_sinks, need_backward
 
 import samattn
 from samattn import _lib
@@ -101,59 +107,13 @@ def make_mask(kind: str, shape, dtype: torch.dtype = F32, empty_row: bool = True
 
 
 # ------------------------------------------------------------ reference ----
-def blocked_pairs(attn_mask, window, b, h, sq, sk):
-    """(b, h, sq, sk) bool: the pairs the mask (False, or -inf) or the causal / window
-    mask (window: (sq, sk) bool of the visible keys, or None) remove."""
-    blocked = torch.zeros(b, h, sq, sk, dtype=torch.bool, device=DEVICE)
-    if attn_mask is not None:
-        removed = ~attn_mask if attn_mask.dtype == torch.bool else torch.isneginf(attn_mask)
-        blocked = blocked | removed
-    if window is not None:
-        blocked = blocked | ~window
-    return blocked
-
-
-def reference(q, k, v, *, scale, dtype, attn_mask=None, window=None, softcap=0.0, alibi=None,
-              sinks=None, delta=None):  # fmt: skip
-    """(out (b, sq, h, d), lse (b, h, sq)) of attention computed in `dtype` (float64: the
-    reference; the input dtype: torch's own, the baseline). Differentiable in q, k, v, a
-    float attn_mask and sinks (-inf entries of the mask get gradient 0, as in samattn)."""
-    b, sq, h, _ = q.shape
-    sk = k.shape[1]
-    group = h // k.shape[2]
-    qt, kt, vt = (t.to(dtype).transpose(1, 2) for t in (q, k, v))
-    kt, vt = kt.repeat_interleave(group, dim=1), vt.repeat_interleave(group, dim=1)
-    scores = (qt @ kt.transpose(-1, -2)) * scale
-    if softcap > 0:
-        scores = softcap * torch.tanh(scores / softcap)
-    if alibi is not None:
-        i = torch.arange(sq, device=q.device)[:, None]
-        j = torch.arange(sk, device=q.device)[None, :]
-        distance = (i + sk - sq - j).abs().to(dtype)
-        scores = scores - alibi.to(dtype).reshape(-1, h, 1, 1) * distance
-    blocked = blocked_pairs(attn_mask, window, b, h, sq, sk)
-    if attn_mask is not None and attn_mask.dtype != torch.bool:
-        scores = scores + attn_mask.to(dtype).masked_fill(torch.isneginf(attn_mask), 0.0)
-    scores = scores.masked_fill(blocked, -math.inf)
-    if sinks is not None:
-        sink = sinks.to(dtype).reshape(1, h, 1, 1).expand(b, h, sq, 1)
-        scores = torch.cat([scores, sink], dim=-1)
-    wide = torch.float64 if dtype == torch.float64 else torch.float32
-    lse = torch.logsumexp(scores.to(wide), dim=-1)
-    probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)
-    if sinks is not None:
-        probs = probs[..., :-1]
-    out = (probs @ vt).transpose(1, 2)
-    if delta is not None:  # for reference_grads: the backward from the stored output
-        return out, stored_output_term(scores, delta)
-    return out, lse.masked_fill(torch.isneginf(lse), math.inf)
 
 
 def check_forward(out, lse, q, k, v, *, what, sinks=None, **terms):
     """The accuracy rule for out (b, sq, h, d) and lse (b, h, sq) (None: not checked); rows
     left with no key exactly: out 0, lse the sink (or +inf)."""
-    ref_out, ref_lse = reference(q, k, v, dtype=torch.float64, sinks=sinks, **terms)
-    base_out, base_lse = reference(q, k, v, dtype=q.dtype, sinks=sinks, **terms)
+    ref_out, ref_lse = masked_attention(q, k, v, dtype=torch.float64, sinks=sinks, **terms)
+    base_out, base_lse = masked_attention(q, k, v, dtype=q.dtype, sinks=sinks, **terms)
     floor = 0.5 * UNIT_ROUNDOFF[q.dtype]
     assert_close_to_reference(out, ref_out, base_out, floor, f"{what}: out")
     b, sq, h, _ = q.shape
@@ -175,33 +135,6 @@ def check_forward(out, lse, q, k, v, *, what, sinks=None, **terms):
     )
 
 
-def reference_grads(q, k, v, dout, *, dtype, attn_mask=None, sinks=None, mask_grad=False,
-                    stored_dtype=None, **terms):  # fmt: skip
-    """(dq, dk, dv, dsinks, dmask) of sum(reference(...) * dout) by torch autograd in
-    `dtype` (dsinks None without sinks, dmask None without mask_grad). stored_dtype: the
-    gradients of a FlashAttention backward that reads the output stored in that dtype
-    (test_gpu_attention_terms.reference_grads), exact otherwise."""
-    leaves = [t.detach().to(dtype).requires_grad_(True) for t in (q, k, v)]
-    sink_leaf = None if sinks is None else sinks.detach().to(dtype).requires_grad_(True)
-    mask = attn_mask
-    if mask_grad:
-        mask = attn_mask.detach().to(dtype).requires_grad_(True)
-    inputs = leaves + [t for t in (sink_leaf, mask if mask_grad else None) if t is not None]
-    call = dict(dtype=dtype, attn_mask=mask, sinks=sink_leaf, **terms)
-    if stored_dtype is None:
-        out, _ = reference(*leaves, **call)
-        grads = list(torch.autograd.grad(out, inputs, dout.to(dtype)))
-    else:
-        with torch.no_grad():
-            exact, _ = reference(*leaves, **call)
-        delta = stored_output_delta(exact, dout, stored_dtype).to(dtype)
-        out, term = reference(*leaves, delta=delta, **call)
-        grads = list(torch.autograd.grad((out * dout.to(dtype)).sum() - term, inputs))
-    dsinks = grads.pop(3) if sink_leaf is not None else None
-    dmask = grads.pop(3) if mask_grad else None
-    return (*grads, dsinks, dmask)
-
-
 def check_backward(grads, q, k, v, dout, *, what, **terms):
     """The accuracy rule for (dq, dk, dv, dsinks, dmask) against float64 autograd, torch's
     own autograd in the input dtype the baseline (dsinks or dmask None: not asked for); the
@@ -210,8 +143,8 @@ def check_backward(grads, q, k, v, dout, *, what, **terms):
     row (its last dim 1) has the row sums of dS as its gradient, whose terms cancel (the
     exact sum is the rounding of the stored output): its error counts against the terms'
     size only (max-abs), not against its own ~0 norm."""
-    ref = reference_grads(q, k, v, dout, dtype=torch.float64, stored_dtype=q.dtype, **terms)
-    base = reference_grads(q, k, v, dout, dtype=q.dtype, **terms)
+    ref = masked_attention_grads(q, k, v, dout, dtype=torch.float64, stored_dtype=q.dtype, **terms)
+    base = masked_attention_grads(q, k, v, dout, dtype=q.dtype, **terms)
     floor = UNIT_ROUNDOFF[q.dtype]
     magnitude = max(r.abs().max().item() if r.numel() else 0.0 for r in ref[:3])
     names = ("dq", "dk", "dv", "dsinks", "dmask")
@@ -640,7 +573,7 @@ def test_forward_and_backward_in_cuda_graphs(family):
     "backend",
     [
         "aot_eager",
-        pytest.param("inductor", marks=pytest.mark.skipif(not _has_triton(), reason="no triton")),
+        pytest.param("inductor", marks=pytest.mark.skipif(not has_triton(), reason="no triton")),
     ],
 )
 def test_compiled_training_step(attn_family, backend):

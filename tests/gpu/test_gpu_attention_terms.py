@@ -29,6 +29,20 @@ import math
 
 import pytest
 import torch
+from attention_checks import (
+    FEATURES,
+    Case,
+    Guarded,
+    alibi_slopes,
+    check_caches,
+    last_dtype,
+    make_problem,
+    make_qkv,
+    make_sinks,
+    need_backward,
+    need_dtype,
+    run_c_backward,
+)
 from gpu_checks import (
     DEVICE,
     UNIT_ROUNDOFF,
@@ -37,31 +51,24 @@ from gpu_checks import (
     call_forced,
     capture_graph,
     forced_runs,
+    has_triton,
     need_family,
     poison_allocator,
     randn,
-    stored_output_delta,
-    stored_output_term,
 )
-from test_gpu_attention import (
-    FEATURES,
-    Guarded,
-    _has_triton,
+from reference import (
     allowed_keys,
-    last_dtype,
-    make_qkv,
-    need_dtype,
-    run_c_backward,
+    attention_with_terms,
+    attention_with_terms_grads,
+    empty_rows,
+    slopes_of,
 )
-from test_gpu_kvcache import Case, check_caches, make_problem
 
 import samattn
 from samattn import _lib
 
 F16, BF16, F32 = torch.float16, torch.bfloat16, torch.float32
 DTYPES = {"f16": F16, "bf16": BF16}
-# The largest head dim of the sm75 backward (Turing's 64 KB of shared memory).
-SM75_BACKWARD_MAX_D = 192
 
 
 @pytest.fixture(params=["sm80", "sm75"])
@@ -70,35 +77,7 @@ def attn_family(request) -> str:
     return request.param
 
 
-def need_backward(family: str, d: int) -> None:
-    if family == "sm75" and d > SM75_BACKWARD_MAX_D:
-        pytest.skip(f"the sm75 backward supports head dims up to {SM75_BACKWARD_MAX_D}")
-
-
 # ------------------------------------------------------------ the terms ----
-def alibi_slopes(kind: str, b: int, h: int) -> torch.Tensor | None:
-    """float32 slopes on the GPU: "none"; "head" (h,) ALiBi's geometric slopes; "batch"
-    (b, h) random; "batch view" (b, h) rows of a wider buffer (read through its row
-    stride); "broadcast" (b, h) expanded from (h,) (batch stride 0); "negative" (h,) of
-    both signs (the bias is generic)."""
-    if kind == "none":
-        return None
-    geometric = torch.tensor([2.0 ** (-8.0 * (i + 1) / h) for i in range(h)], device=DEVICE)
-    if kind == "head":
-        return geometric
-    if kind == "batch":
-        return torch.rand(b, h, device=DEVICE) * 0.5 + 0.01
-    if kind == "batch view":
-        return (torch.rand(b, 2 * h + 3, device=DEVICE) * 0.5 + 0.01)[:, 1 : h + 1]
-    if kind == "broadcast":
-        return geometric.expand(b, h)
-    if kind == "negative":
-        return torch.randn(h, device=DEVICE) * 0.2
-    raise ValueError(kind)
-
-
-def make_sinks(h: int, scale: float = 2.0) -> torch.Tensor:
-    return torch.randn(h, device=DEVICE) * scale
 
 
 TERMS = {
@@ -112,64 +91,15 @@ TERMS = {
 MAIN_TERMS = ["alibi", "sinks", "alibi and sinks"]
 
 
-def slopes_of(alibi: torch.Tensor | None, b: int) -> torch.Tensor | None:
-    """The slopes of batch entry b, (h,), or None."""
-    if alibi is None:
-        return None
-    return alibi if alibi.dim() == 1 else alibi[b]
-
-
 # ------------------------------------------------------------ reference ----
-def reference(q, k, v, *, scale, softcap, mask, dtype, alibi=None, sinks=None, delta=None):
-    """(out, lse) of attention with the score terms, computed in `dtype` (float64: the
-    reference; the input dtype: torch's own, the baseline). q (b, sq, h, d), k/v (b, sk,
-    hk, d), mask (sq, sk) bool or None, alibi (h,) or (b, h) and sinks (h,) float32 or
-    None. Rows that see no key: out 0; lse +inf, or the sink."""
-    b, sq, h, _ = q.shape
-    sk = k.shape[1]
-    group = h // k.shape[2]
-    qt, kt, vt = (t.to(dtype).transpose(1, 2) for t in (q, k, v))
-    kt = kt.repeat_interleave(group, dim=1)
-    vt = vt.repeat_interleave(group, dim=1)
-    scores = (qt @ kt.transpose(-1, -2)) * scale
-    if softcap > 0:
-        scores = softcap * torch.tanh(scores / softcap)
-    if alibi is not None:
-        i = torch.arange(sq, device=q.device)[:, None]
-        j = torch.arange(sk, device=q.device)[None, :]
-        distance = (i + sk - sq - j).abs().to(dtype)
-        scores = scores - alibi.to(dtype).reshape(-1, h, 1, 1) * distance
-    if mask is not None:
-        scores = scores.masked_fill(~mask, -math.inf)
-    if sinks is not None:
-        sink = sinks.to(dtype).reshape(1, h, 1, 1).expand(b, h, sq, 1)
-        scores = torch.cat([scores, sink], dim=-1)
-    wide = torch.float64 if dtype == torch.float64 else torch.float32
-    lse = torch.logsumexp(scores.to(wide), dim=-1)
-    probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)
-    if sinks is not None:
-        probs = probs[..., :-1]
-    out = (probs @ vt).transpose(1, 2)
-    if delta is not None:  # for reference_grads: the backward from the stored output
-        return out, stored_output_term(scores, delta)
-    return out, lse.masked_fill(torch.isneginf(lse), math.inf)
-
-
-def empty_rows(mask: torch.Tensor | None, sq: int, sk: int) -> torch.Tensor:
-    """(sq,) bool: the query rows that see no key."""
-    if sk == 0:
-        return torch.ones(sq, dtype=torch.bool, device=DEVICE)
-    if mask is None:
-        return torch.zeros(sq, dtype=torch.bool, device=DEVICE)
-    return ~mask.any(dim=-1)
 
 
 def check_forward(out, lse, q, k, v, *, scale, softcap, mask, alibi, sinks, what):
     """The accuracy rule for out (b, sq, h, d) and lse (b, h, sq); rows that see no key
     exactly: out 0, lse the sink (or +inf)."""
     terms = dict(scale=scale, softcap=softcap, mask=mask, alibi=alibi, sinks=sinks)
-    ref_out, ref_lse = reference(q, k, v, dtype=torch.float64, **terms)
-    base_out, base_lse = reference(q, k, v, dtype=q.dtype, **terms)
+    ref_out, ref_lse = attention_with_terms(q, k, v, dtype=torch.float64, **terms)
+    base_out, base_lse = attention_with_terms(q, k, v, dtype=q.dtype, **terms)
     floor = 0.5 * UNIT_ROUNDOFF[q.dtype]
     assert_close_to_reference(out, ref_out, base_out, floor, f"{what}: out")
     assert_close_to_reference(lse, ref_lse, base_lse, 1e-6, f"{what}: lse")
@@ -183,29 +113,6 @@ def check_forward(out, lse, q, k, v, *, scale, softcap, mask, alibi, sinks, what
     )
 
 
-def reference_grads(q, k, v, dout, *, dtype, sinks=None, stored_dtype=None, **terms):
-    """(dq, dk, dv, dsinks) of sum(reference(...) * dout) by torch autograd in `dtype`
-    (dsinks None without sinks); the slopes are constants. stored_dtype: the gradients a
-    FlashAttention backward computes when the output is stored in that dtype (its
-    D = rowsum(dout * out) reads the rounded output; with sinks, or a row's keys few, that
-    rounding is a visible part of every gradient), exact otherwise."""
-    leaves = [t.detach().to(dtype).requires_grad_(True) for t in (q, k, v)]
-    sink_leaf = None
-    if sinks is not None:
-        sink_leaf = sinks.detach().to(dtype).requires_grad_(True)
-    inputs = leaves + ([sink_leaf] if sink_leaf is not None else [])
-    if stored_dtype is None:
-        out, _ = reference(*leaves, dtype=dtype, sinks=sink_leaf, **terms)
-        grads = torch.autograd.grad(out, inputs, dout.to(dtype))
-    else:
-        with torch.no_grad():
-            exact, _ = reference(*leaves, dtype=dtype, sinks=sink_leaf, **terms)
-        delta = stored_output_delta(exact, dout, stored_dtype).to(dtype)
-        out, term = reference(*leaves, dtype=dtype, sinks=sink_leaf, delta=delta, **terms)
-        grads = torch.autograd.grad((out * dout.to(dtype)).sum() - term, inputs)
-    return (*grads[:3], grads[3] if sink_leaf is not None else None)
-
-
 def check_backward(grads, q, k, v, dout, *, what, sinks=None, **terms):
     """The accuracy rule for (dq, dk, dv, dsinks) against float64 autograd (of the backward
     from the output as stored, see reference_grads), torch's own
@@ -213,9 +120,9 @@ def check_backward(grads, q, k, v, dout, *, what, sinks=None, **terms):
     relative to the largest gradient of q, k, v (dq is computed from terms that size).
     grads[3] None with sinks: dsinks is the caller's to check (a sum over sequences);
     returns the (reference, baseline) sinks' gradients, float64, or (None, None)."""
-    ref = reference_grads(q, k, v, dout, dtype=torch.float64, sinks=sinks,
+    ref = attention_with_terms_grads(q, k, v, dout, dtype=torch.float64, sinks=sinks,
                           stored_dtype=q.dtype, **terms)  # fmt: skip
-    base = reference_grads(q, k, v, dout, dtype=q.dtype, sinks=sinks, **terms)
+    base = attention_with_terms_grads(q, k, v, dout, dtype=q.dtype, sinks=sinks, **terms)
     floor = UNIT_ROUNDOFF[q.dtype]
     magnitude = max(r.abs().max().item() if r.numel() else 0.0 for r in ref[:3])
     for name, got, r, b, like in zip(("dq", "dk", "dv"), grads, ref, base, (q, k, v)):
@@ -843,7 +750,7 @@ def test_forward_and_backward_in_cuda_graphs(attn_family):
     "backend",
     [
         "aot_eager",
-        pytest.param("inductor", marks=pytest.mark.skipif(not _has_triton(), reason="no triton")),
+        pytest.param("inductor", marks=pytest.mark.skipif(not has_triton(), reason="no triton")),
     ],
 )
 def test_compiled_training_step(attn_family, backend):

@@ -24,8 +24,8 @@ from gpu_checks import (
     assert_softmax_close,
     gemm_floor,
     randn,
-    tf32_matmul,
 )
+from reference import tf32_matmul
 
 from samattn import _lib
 

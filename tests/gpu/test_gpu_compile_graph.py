@@ -9,17 +9,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from gpu_checks import COMPLETE_FAMILIES, call_forced, capture_graph, randn
+from gpu_checks import COMPLETE_FAMILIES, call_forced, capture_graph, has_triton, randn
 
 import samattn
-
-
-def _has_triton() -> bool:
-    try:
-        from torch.utils._triton import has_triton
-    except ImportError:
-        return False
-    return has_triton()
 
 
 def attention_like(q, k, v, bias):
@@ -36,7 +28,7 @@ def _inputs(batch, seq, dim, dtype, requires_grad=False):
 
 BACKENDS = [
     "aot_eager",
-    pytest.param("inductor", marks=pytest.mark.skipif(not _has_triton(), reason="no triton")),
+    pytest.param("inductor", marks=pytest.mark.skipif(not has_triton(), reason="no triton")),
 ]
 
 

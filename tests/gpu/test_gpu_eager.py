@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 from gpu_checks import expected_gemm_family, randn, runnable_families
-from test_gpu_attention import attention
+from reference import attention
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import samattn

@@ -21,8 +21,8 @@ from gpu_checks import (
     gemm_floor,
     poison_allocator,
     randn,
-    tf32_matmul,
 )
+from reference import tf32_matmul
 
 import samattn
 

@@ -16,8 +16,8 @@ from gpu_checks import (
     poison_allocator,
     randn,
     runnable_families,
-    tf32_matmul,
 )
+from reference import tf32_matmul
 
 import samattn
 

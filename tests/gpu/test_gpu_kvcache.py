@@ -26,29 +26,33 @@ import ctypes
 import dataclasses
 import math
 import random
-from dataclasses import dataclass
 
 import pytest
 import torch
+from attention_checks import (
+    Case,
+    Guarded,
+    Problem,
+    _ints,
+    check_attention,
+    check_caches,
+    check_fixed,
+    check_fixed_grads,
+    make_problem,
+)
 from gpu_checks import (
     DEVICE,
-    UNIT_ROUNDOFF,
     assert_cuda_healthy,
     call_forced,
     capture_graph,
     forced_runs,
+    has_triton,
     need_family,
     poison_allocator,
     randn,
     runnable_families,
 )
-from test_gpu_attention import (
-    Guarded,
-    allowed_keys,
-    check_attention,
-    check_fixed,
-    check_fixed_grads,
-)
+from reference import allowed_keys, rotate
 
 import samattn
 from samattn import _lib
@@ -73,46 +77,6 @@ def run(family: str, fn):
 
 
 # ------------------------------------------------------------ the cases ----
-@dataclass(frozen=True)
-class Case:
-    dtype: torch.dtype
-    batch: int
-    seqlen_q: int
-    nheads: int
-    nheads_k: int
-    d: int
-    layout: str  # "contiguous", "batch_idx", "leftpad", "int lengths", "paged16", ...
-    append: bool
-    rotary: str  # "none", or "interleaved" / "neox" + " full" / " half"
-    mask: str  # "none", "causal", "window", "causal window"
-    softcap: float
-    num_splits: int
-
-    @property
-    def page_size(self) -> int:
-        return int(self.layout[5:]) if self.layout.startswith("paged") else 0
-
-    @property
-    def window(self) -> tuple[int, int]:
-        return {"window": (40, 8), "causal window": (48, -1)}.get(self.mask, (-1, -1))
-
-    @property
-    def causal(self) -> bool:
-        return self.mask.startswith("causal")
-
-    @property
-    def rotary_dim(self) -> int:
-        if self.rotary == "none":
-            return 0
-        return self.d if self.rotary.endswith("full") else self.d // 2
-
-    def __str__(self) -> str:
-        dtype = "f16" if self.dtype == F16 else "bf16"
-        return (
-            f"{dtype}-b{self.batch}-sq{self.seqlen_q}-h{self.nheads}/{self.nheads_k}-d{self.d}-"
-            f"{self.layout}-{'append' if self.append else 'read'}-rot:{self.rotary}-"
-            f"{self.mask}-cap{self.softcap:g}-splits{self.num_splits}"
-        )
 
 
 def _sample_cases(count: int, seed: int) -> list[Case]:
@@ -181,168 +145,6 @@ AUTO_CASES = CASES[::5]
 
 
 # ------------------------------------------------------------ reference ----
-def rotate(
-    x: torch.Tensor,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    positions: torch.Tensor,
-    interleaved: bool,
-) -> torch.Tensor:
-    """Rotary embedding of the first 2 * cos.shape[1] channels of x (b, s, h, d), in
-    float64; positions (b, s) index cos and sin (seqlen_ro, rotary_dim / 2)."""
-    half = cos.shape[1]
-    c = cos.double()[positions][:, :, None, :]
-    s = sin.double()[positions][:, :, None, :]
-    x = x.double()
-    rotated = x[..., : 2 * half]
-    if interleaved:
-        x1, x2 = rotated[..., 0::2], rotated[..., 1::2]
-        rotated = torch.stack([x1 * c - x2 * s, x1 * s + x2 * c], dim=-1).flatten(-2)
-    else:
-        x1, x2 = rotated[..., :half], rotated[..., half:]
-        rotated = torch.cat([x1 * c - x2 * s, x1 * s + x2 * c], dim=-1)
-    return torch.cat([rotated, x[..., 2 * half :]], dim=-1)
-
-
-@dataclass
-class Problem:
-    """A flash_attn_with_kvcache call's inputs, and where each sequence's rows live."""
-
-    case: Case
-    q: torch.Tensor
-    k_cache: torch.Tensor
-    v_cache: torch.Tensor
-    k: torch.Tensor | None
-    v: torch.Tensor | None
-    cos: torch.Tensor | None
-    sin: torch.Tensor | None
-    lengths: list[int]  # cache_seqlens
-    leftpad: list[int] | None
-    batch_idx: list[int] | None
-    block_table: torch.Tensor | None
-
-    def kwargs(self) -> dict:
-        c = self.case
-        lengths = self.lengths[0] if c.layout == "int lengths" else _ints(*self.lengths)
-        return dict(
-            k=self.k,
-            v=self.v,
-            rotary_cos=self.cos,
-            rotary_sin=self.sin,
-            cache_seqlens=lengths,
-            cache_batch_idx=_ints_or_none(self.batch_idx),
-            cache_leftpad=_ints_or_none(self.leftpad),
-            block_table=self.block_table,
-            causal=c.causal,
-            window_size=c.window,
-            softcap=c.softcap,
-            rotary_interleaved=c.rotary.startswith("interleaved"),
-            num_splits=c.num_splits,
-        )
-
-    def rows(self, b: int, end: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(page or sequence index, row in it) of sequence b's logical rows 0..end-1."""
-        j = torch.arange(end, device=DEVICE)
-        if self.block_table is not None:
-            ps = self.case.page_size
-            return self.block_table[b].long()[j // ps], j % ps
-        seq = b if self.batch_idx is None else self.batch_idx[b]
-        return torch.full_like(j, seq), j
-
-
-def _ints(*values: int) -> torch.Tensor:
-    return torch.tensor(values, dtype=torch.int32, device=DEVICE)
-
-
-def _ints_or_none(values: list[int] | None) -> torch.Tensor | None:
-    return None if values is None else _ints(*values)
-
-
-def make_problem(case: Case, dtype: torch.dtype, seed: int, capacity: int | None = None) -> Problem:
-    """Random inputs of a case; `capacity` fixes a contiguous cache's rows."""
-    torch.manual_seed(seed)
-    rng = random.Random(seed)
-    b, sq, h, hk, d = case.batch, case.seqlen_q, case.nheads, case.nheads_k, case.d
-    new = sq if case.append else 0
-    scale = 3.0 if case.softcap else 1.0
-    block_table = batch_idx = leftpad = None
-    if case.page_size:
-        width = rng.randint(2, 5) if case.page_size < 256 else 2
-        capacity = width * case.page_size
-        num_blocks = b * width + 3  # spare pages no sequence uses
-        pages = torch.randperm(num_blocks, device=DEVICE)[: b * width].view(b, width)
-        block_table = pages.to(torch.int32)
-        cache_shape = (num_blocks, case.page_size, hk, d)
-    else:
-        capacity = capacity or rng.choice([64, 200, 513, 1000])
-        batch_cache = b + 2 if case.layout == "batch_idx" else b
-        cache_shape = (batch_cache, capacity, hk, d)
-        if case.layout == "batch_idx":
-            batch_idx = rng.sample(range(batch_cache), b)  # distinct: appends do not collide
-    k_cache = randn(*cache_shape, dtype=dtype, scale=scale)
-    v_cache = randn(*cache_shape, dtype=dtype)
-    # Lengths from empty to full (the last sequence fills the cache when appending).
-    lengths = [rng.randint(0, capacity - new) for _ in range(b)]
-    lengths[-1] = capacity - new
-    if case.layout == "int lengths":
-        lengths = [lengths[0]] * b
-    if case.layout == "leftpad":
-        leftpad = [rng.randint(0, n + new) for n in lengths]
-        leftpad[0] = 0
-    k = v = cos = sin = None
-    if case.append:
-        k = randn(b, new, hk, d, dtype=dtype, scale=scale)
-        v = randn(b, new, hk, d, dtype=dtype)
-    if case.rotary_dim:
-        angles = torch.rand(capacity + rng.randint(0, 7), case.rotary_dim // 2, device=DEVICE)
-        angles = angles * 2 * math.pi
-        cos, sin = angles.cos().to(dtype), angles.sin().to(dtype)
-    q = randn(b, sq, h, d, dtype=dtype, scale=scale)
-    return Problem(
-        case, q, k_cache, v_cache, k, v, cos, sin, lengths, leftpad, batch_idx, block_table
-    )
-
-
-def expected_caches(p: Problem) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(k_cache, v_cache, appended): the caches after the reference's append (rotated new
-    keys rounded to the dtype) and a bool mask of the cache rows it wrote."""
-    k_cache, v_cache = p.k_cache.clone(), p.v_cache.clone()
-    appended = torch.zeros(k_cache.shape[:2], dtype=torch.bool, device=DEVICE)
-    if p.k is None:
-        return k_cache, v_cache, appended
-    new = p.k.shape[1]
-    k_new = p.k
-    if p.cos is not None:
-        positions = torch.tensor(p.lengths, device=DEVICE)[:, None] + torch.arange(
-            new, device=DEVICE
-        )
-        k_new = rotate(p.k, p.cos, p.sin, positions, p.case.rotary.startswith("interleaved"))
-        k_new = k_new.to(p.k.dtype)
-    for b, start in enumerate(p.lengths):
-        seq, row = p.rows(b, start + new)
-        seq, row = seq[start:], row[start:]
-        k_cache[seq, row] = k_new[b]
-        v_cache[seq, row] = p.v[b]
-        appended[seq, row] = True
-    return k_cache, v_cache, appended
-
-
-def check_caches(p: Problem, k_cache: torch.Tensor, v_cache: torch.Tensor, what: str) -> None:
-    want_k, want_v, appended = expected_caches(p)
-    assert torch.equal(v_cache, want_v), f"{what}: v_cache differs from the reference's append"
-    assert torch.equal(k_cache[~appended], want_k[~appended]), f"{what}: k_cache rows changed"
-    if p.cos is None:
-        assert torch.equal(k_cache, want_k), f"{what}: appended k rows differ"
-    else:
-        # Rotated in fp32 by the kernels, in float64 here: one rounding apart at most.
-        u = UNIT_ROUNDOFF[k_cache.dtype]
-        torch.testing.assert_close(
-            k_cache[appended].float(),
-            want_k[appended].float(),
-            rtol=2 * u,
-            atol=2 * u,
-            msg=lambda m: f"{what}: rotated k rows: {m}",
-        )
 
 
 def check_outputs(p: Problem, out, lse, k_cache, v_cache, what: str) -> None:
@@ -685,19 +487,11 @@ def test_decode_step_in_a_cuda_graph(kv_family):
             p.lengths = [n + 1 for n in p.lengths]
 
 
-def _has_triton() -> bool:
-    try:
-        from torch.utils._triton import has_triton
-    except ImportError:
-        return False
-    return has_triton()
-
-
 @pytest.mark.parametrize(
     "backend",
     [
         "aot_eager",
-        pytest.param("inductor", marks=pytest.mark.skipif(not _has_triton(), reason="no triton")),
+        pytest.param("inductor", marks=pytest.mark.skipif(not has_triton(), reason="no triton")),
     ],
 )
 def test_compiled_decode_step(kv_family, backend):

@@ -24,7 +24,7 @@ import threading
 import pytest
 import torch
 from gpu_checks import COMPLETE_FAMILIES, UNIT_ROUNDOFF, runnable_families
-from test_gpu_attention import allowed_keys, attention
+from reference import allowed_keys, attention
 
 import samattn
 
