@@ -12,7 +12,11 @@ import pytest
 
 # The optional packages that some tests skip without (ci/requirements-test.txt installs
 # them in CI): {distribution: what needs it}.
-OPTIONAL_PACKAGES = {"transformers": "samattn.integrations.transformers", "pyyaml": "workflows"}
+OPTIONAL_PACKAGES = {
+    "transformers": "samattn.integrations.transformers",
+    "pyyaml": "workflows",
+    "hypothesis": "quick checks",
+}
 
 
 def _optional_packages() -> str:
