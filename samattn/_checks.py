@@ -509,8 +509,11 @@ def window_bounds(op: str, window_size: object) -> tuple[int, int]:
     Bounds beyond int32 are capped: the C ABI's int32 cannot carry them, and a bound that
     large already reaches every key of any sequence, so the cap changes nothing.
     """
-    if type(window_size) is tuple and window_size == (-1, -1):
-        return -1, -1
+    if type(window_size) is tuple and len(window_size) == 2:
+        left, right = window_size
+        if type(left) is int and type(right) is int:  # plain ints (no bools): at once
+            left = -1 if left < 0 else min(left, _INT32_MAX)
+            return left, -1 if right < 0 else min(right, _INT32_MAX)
     try:
         left, right = window_size
     except (TypeError, ValueError):
@@ -614,7 +617,8 @@ def attention_params(
             raise TypeError(f"{op}: softcap must be a float, got {type(softcap).__name__}")
         if not math.isfinite(softcap) or softcap < 0:
             raise ValueError(f"{op}: softcap must be finite and >= 0 (0 = off), got {softcap}")
-        softcap = float(softcap)
+        if type(softcap) is not float:
+            softcap = float(softcap)
     seed = None
     if dropout_p > 0.0:
         seed = _dropout.new_seed(like.device)
