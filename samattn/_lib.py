@@ -355,6 +355,8 @@ class _ThreadState(threading.local):
 
 
 _thread_state = _ThreadState()
+# The same, for the prepared calls' hot path: `thread_state.family_ref` without a call.
+thread_state = _thread_state
 
 
 def family_out():  # a ctypes byref, which has no public type

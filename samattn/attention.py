@@ -1066,7 +1066,7 @@ def flash_attn_with_kvcache(
     params = _checks.attention_params(
         op, softmax_scale, causal, window_size, softcap, headdim, False, alibi_slopes, sinks
     )
-    interleaved = bool(rotary_interleaved)
+    interleaved = True if rotary_interleaved else False  # noqa: SIM210 (bool() without a call)
     seqlens_tensor = cache_seqlens if isinstance(cache_seqlens, Tensor) else None
     route = _eager.route(
         q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, seqlens_tensor, cache_batch_idx,
@@ -1074,10 +1074,11 @@ def flash_attn_with_kvcache(
     )  # fmt: skip
     if route != _eager.DISPATCH:
         # The CUDA implementation records no autograd graph (inference only).
+        # Positional arguments: a call with keywords costs more.
         out, lse = _cuda.flash_attn_kvcache(
             q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
             cache_leftpad, block_table, params, interleaved, num_splits, op,
-            want_lse=bool(return_softmax_lse),
+            bool(return_softmax_lse),
         )  # fmt: skip
     else:
         sizes = _checks.kvcache(
