@@ -755,7 +755,8 @@ def flash_attn_forward(
         terms, _keep_terms = _score_terms(alibi_slopes, sinks)
         if attn_mask is not None:
             mask, _keep_mask = _mask_fields(attn_mask, sizes)
-        dropout = _dropout_fields(dropout_p, params.dropout_seed)
+        if dropout_p:
+            dropout = _dropout_fields(dropout_p, params.dropout_seed)
     # out has q's shape (fixed length and varlen alike) and is contiguous.
     out = torch.empty_like(q) if q.is_contiguous() else q.new_empty(sizes.out_shape)
     lse = q.new_empty(sizes.lse_shape, dtype=torch.float32)
@@ -1157,7 +1158,8 @@ def flash_attn_backward(
         terms, _keep_terms = _score_terms(alibi_slopes, sinks, dsinks)
         if attn_mask is not None:
             mask, _keep_mask = _mask_fields(attn_mask, sizes, dmask)
-        dropout = _dropout_fields(dropout_p, params.dropout_seed)
+        if dropout_p:
+            dropout = _dropout_fields(dropout_p, params.dropout_seed)
     # Varlen: the library leaves rows of dq, dk, dv outside every sequence alone; their
     # gradient is 0.
     if sizes.varlen:
