@@ -16,7 +16,9 @@
 namespace samattn::gemm {
 
 // Values of SAMATTN_ACTIVATION_*. A runtime value: one kernel serves every
-// activation, at the cost of a uniform branch per element in the epilogue.
+// activation. A kernel that applies it to a register fragment should branch
+// on it once, not per element: a switch per element of an unrolled loop
+// becomes an indirect branch per element (gemm_tensor_core_kernel.cuh).
 enum class Activation : int32_t { none = 0, relu = 1, gelu = 2, gelu_tanh = 3, silu = 4 };
 constexpr int32_t kActivationCount = 5;
 

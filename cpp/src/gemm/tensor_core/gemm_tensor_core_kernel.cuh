@@ -160,66 +160,120 @@ __device__ inline void round_to_tf32(Fragment&& fragment) {
   }
 }
 
+// Stores act(scale * v) for the values v of a tile's fragment with bounds
+// checks (see store_tile), the activation a template argument.
+template <Activation kActivation, class Out, class Coords, class Values>
+__device__ __forceinline__ void store_activated(Out* d, int64_t d_m, int64_t d_n, bool paired_d,
+                                                int m, int n, float scale, Coords const& tCcD,
+                                                Values const& values) {
+  using namespace cute;
+  using Pair = cute::array_aligned<Out, 2>;
+  CUTE_UNROLL
+  for (int i = 0; i < size(values); i += 2) {
+    const int row = get<0>(tCcD(i));
+    const int col = get<1>(tCcD(i));
+    if (row >= m) continue;
+    const float v0 = activate(kActivation, scale * values(i));
+    const float v1 = activate(kActivation, scale * values(i + 1));
+    if (paired_d && col + 1 < n) {
+      Pair d_pair;
+      d_pair[0] = static_cast<Out>(v0);
+      d_pair[1] = static_cast<Out>(v1);
+      *reinterpret_cast<Pair*>(d + row * d_m + col) = d_pair;
+    } else {
+      if (col < n) d[row * d_m + col * d_n] = static_cast<Out>(v0);
+      if (col + 1 < n) d[row * d_m + (col + 1) * d_n] = static_cast<Out>(v1);
+    }
+  }
+}
+
 // D = act(alpha * accum + beta * C + bias) with bounds checks, D and C of
 // type Out, the bias of type Bias (the input type); raw: D = accum (a
-// split's partial sums, in fp32). `d` is this job's D (batch and rows
-// applied) with its strides. Accumulator elements 2i and 2i+1 are adjacent
-// columns of one row (the mma.sync C layout), so a row-major D takes them as
-// one paired store. Forced inline: a call that is not inlined takes the
-// accumulator by reference, which moves it from registers to the stack.
+// split's partial sums, in fp32); terms = false: D = alpha * accum (no C,
+// bias or activation; a compile-time false leaves their code out). `d` is
+// this job's D (batch and rows applied) with its strides. Accumulator
+// elements 2i and 2i+1 are adjacent columns of one row (the mma.sync C
+// layout), so a row-major D takes them as one paired store. Forced inline: a
+// call that is not inlined takes the accumulator by reference, which moves it
+// from registers to the stack. The accumulator is overwritten.
+//
+// The activation is chosen once per tile, by one switch around the whole
+// store loop: a switch per element (activate() with a run-time activation)
+// compiled to an indirect branch through a jump table of its own for each of
+// a thread's 128 accumulators (a constant-bank load and a BRX each, taken
+// with or without an activation), and the sm80 GEMM fell to half its speed
+// on the H100 (issue 53).
 template <class Out, class Bias, int BM, int BN, class ThrMma, class Accum>
 __device__ __forceinline__ void store_tile(TensorCoreParams const& p, TileJob const& job, Out* d,
-                                           int64_t d_m, int64_t d_n, bool raw,
-                                           ThrMma const& thr_mma, Accum const& accum) {
+                                           int64_t d_m, int64_t d_n, bool raw, bool terms,
+                                           ThrMma const& thr_mma, Accum& accum) {
   using namespace cute;
   Tensor cD = make_identity_tensor(make_shape(job.m, p.n));
   Tensor gcD = local_tile(cD, Shape<Int<BM>, Int<BN>>{}, make_coord(job.tile_m, job.tile_n));
   Tensor tCcD = thr_mma.partition_C(gcD);
-  Out const* c = raw ? nullptr : static_cast<Out const*>(p.c);
+  const bool plain = raw || !terms;
+  Out const* c = plain ? nullptr : static_cast<Out const*>(p.c);
   if (c != nullptr) c += job.batch * p.c_batch + job.row_begin * p.c_m;
-  Bias const* bias = raw ? nullptr : static_cast<Bias const*>(p.bias);
+  Bias const* bias = plain ? nullptr : static_cast<Bias const*>(p.bias);
   if (bias != nullptr && p.bias_per_row) bias += job.row_begin;
-  const Activation activation = raw ? Activation::none : p.activation;
+  const Activation activation = plain ? Activation::none : p.activation;
   const float alpha = raw ? 1.0f : p.alpha;
   const float beta = p.beta;
   using Pair = cute::array_aligned<Out, 2>;
   const bool paired_d =
       d_n == 1 && d_m % 2 == 0 && reinterpret_cast<uintptr_t>(d) % sizeof(Pair) == 0;
-  const bool paired_c = c == nullptr || (p.c_n == 1 && p.c_m % 2 == 0 &&
-                                         reinterpret_cast<uintptr_t>(c) % sizeof(Pair) == 0);
-  CUTE_UNROLL
-  for (int i = 0; i < size(accum); i += 2) {
-    const int row = get<0>(tCcD(i));
-    const int col = get<1>(tCcD(i));
-    if (row >= job.m) continue;
-    float v0 = alpha * accum(i);
-    float v1 = alpha * accum(i + 1);
-    if (paired_d && paired_c && col + 1 < p.n) {
+  const bool paired_c =
+      p.c_n == 1 && p.c_m % 2 == 0 && reinterpret_cast<uintptr_t>(c) % sizeof(Pair) == 0;
+
+  // alpha * accum + beta * C + bias in place, in this order (as the split
+  // reduction adds them). Without C and bias, alpha is applied as D is
+  // stored: one pass over the accumulator (two cost the element-wise unit
+  // 28 more bytes of spills).
+  float scale = alpha;
+  if (c != nullptr || bias != nullptr) {
+    scale = 1.0f;
+    CUTE_UNROLL
+    for (int i = 0; i < size(accum); i += 2) {
+      const int row = get<0>(tCcD(i));
+      const int col = get<1>(tCcD(i));
+      accum(i) = alpha * accum(i);
+      accum(i + 1) = alpha * accum(i + 1);
+      if (row >= job.m) continue;
       if (c != nullptr) {
-        Pair c_pair = *reinterpret_cast<Pair const*>(c + row * p.c_m + col);
-        v0 += beta * static_cast<float>(c_pair[0]);
-        v1 += beta * static_cast<float>(c_pair[1]);
+        if (paired_c && col + 1 < p.n) {
+          Pair c_pair = *reinterpret_cast<Pair const*>(c + row * p.c_m + col);
+          accum(i) += beta * static_cast<float>(c_pair[0]);
+          accum(i + 1) += beta * static_cast<float>(c_pair[1]);
+        } else {
+          if (col < p.n) accum(i) += beta * static_cast<float>(c[row * p.c_m + col * p.c_n]);
+          if (col + 1 < p.n) {
+            accum(i + 1) += beta * static_cast<float>(c[row * p.c_m + (col + 1) * p.c_n]);
+          }
+        }
       }
       if (bias != nullptr) {
-        v0 += static_cast<float>(bias[p.bias_per_row ? row : col]);
-        v1 += static_cast<float>(bias[p.bias_per_row ? row : col + 1]);
-      }
-      Pair d_pair;
-      d_pair[0] = static_cast<Out>(activate(activation, v0));
-      d_pair[1] = static_cast<Out>(activate(activation, v1));
-      *reinterpret_cast<Pair*>(d + row * d_m + col) = d_pair;
-    } else {
-      if (col < p.n) {
-        if (c != nullptr) v0 += beta * static_cast<float>(c[row * p.c_m + col * p.c_n]);
-        if (bias != nullptr) v0 += static_cast<float>(bias[p.bias_per_row ? row : col]);
-        d[row * d_m + col * d_n] = static_cast<Out>(activate(activation, v0));
-      }
-      if (col + 1 < p.n) {
-        if (c != nullptr) v1 += beta * static_cast<float>(c[row * p.c_m + (col + 1) * p.c_n]);
-        if (bias != nullptr) v1 += static_cast<float>(bias[p.bias_per_row ? row : col + 1]);
-        d[row * d_m + (col + 1) * d_n] = static_cast<Out>(activate(activation, v1));
+        if (col < p.n) accum(i) += static_cast<float>(bias[p.bias_per_row ? row : col]);
+        if (col + 1 < p.n) accum(i + 1) += static_cast<float>(bias[p.bias_per_row ? row : col + 1]);
       }
     }
+  }
+
+  switch (activation) {
+    case Activation::none:
+      store_activated<Activation::none>(d, d_m, d_n, paired_d, job.m, p.n, scale, tCcD, accum);
+      break;
+    case Activation::relu:
+      store_activated<Activation::relu>(d, d_m, d_n, paired_d, job.m, p.n, scale, tCcD, accum);
+      break;
+    case Activation::gelu:
+      store_activated<Activation::gelu>(d, d_m, d_n, paired_d, job.m, p.n, scale, tCcD, accum);
+      break;
+    case Activation::gelu_tanh:
+      store_activated<Activation::gelu_tanh>(d, d_m, d_n, paired_d, job.m, p.n, scale, tCcD, accum);
+      break;
+    case Activation::silu:
+      store_activated<Activation::silu>(d, d_m, d_n, paired_d, job.m, p.n, scale, tCcD, accum);
+      break;
   }
 }
 
@@ -260,7 +314,9 @@ __device__ inline bool find_job(TensorCoreParams const& p, TileJob& job) {
 
 // One CTA's tile: the K loop and the epilogue. Forced inline into both
 // kernels, so that the plain kernel reads `p` from its parameters as before.
-template <class Traits>
+// kTerms = false: `p` has no C, bias, activation or split (a list's GEMMs),
+// and the epilogue is compiled without them.
+template <class Traits, bool kTerms = true>
 __device__ __forceinline__ void gemm_tile(TensorCoreParams const& p, TileJob const& job) {
   using namespace cute;
   using Element = typename Traits::Element;
@@ -388,10 +444,10 @@ __device__ __forceinline__ void gemm_tile(TensorCoreParams const& p, TileJob con
 
   // A split stores its raw sums, (batch, m, n) row-major; the reduction
   // applies the epilogue.
-  if (p.splits > 1) {
+  if (kTerms && p.splits > 1) {
     float* partial = p.partial + blockIdx.z * p.partial_split_stride +
                      static_cast<int64_t>(job.batch) * p.m * p.n;
-    store_tile<float, Output, BM, BN>(p, job, partial, p.n, 1, true, thr_mma, accum);
+    store_tile<float, Output, BM, BN>(p, job, partial, p.n, 1, true, false, thr_mma, accum);
     return;
   }
 
@@ -399,10 +455,10 @@ __device__ __forceinline__ void gemm_tile(TensorCoreParams const& p, TileJob con
   const int64_t d_offset = job.batch * p.d_batch + job.row_begin * p.d_m;
   if (std::is_same_v<Output, float> || p.out_f32) {
     float* d = static_cast<float*>(p.d) + d_offset;
-    store_tile<float, Output, BM, BN>(p, job, d, p.d_m, p.d_n, false, thr_mma, accum);
+    store_tile<float, Output, BM, BN>(p, job, d, p.d_m, p.d_n, false, kTerms, thr_mma, accum);
   } else {
     Output* d = static_cast<Output*>(p.d) + d_offset;
-    store_tile<Output, Output, BM, BN>(p, job, d, p.d_m, p.d_n, false, thr_mma, accum);
+    store_tile<Output, Output, BM, BN>(p, job, d, p.d_m, p.d_n, false, kTerms, thr_mma, accum);
   }
 }
 
@@ -448,7 +504,7 @@ __global__ void __launch_bounds__(Traits::kThreads)
   job.m = g.m;
   job.k_begin = 0;
   job.k_extent = g.k;  // 0: D = 0
-  gemm_tile<Traits>(q, job);
+  gemm_tile<Traits, /*kTerms=*/false>(q, job);
 }
 
 }  // namespace samattn::gemm
