@@ -160,12 +160,41 @@ __device__ inline void round_to_tf32(Fragment&& fragment) {
   }
 }
 
+// v = act(scale * v) for the values of a fragment, the activation chosen
+// once: one unrolled loop per activation.
+template <class Values>
+__device__ __forceinline__ void activate_in_place(Activation activation, float scale,
+                                                  Values& values) {
+  using namespace cute;
+  auto each = [&](auto act) {
+    CUTE_UNROLL
+    for (int i = 0; i < size(values); ++i)
+      values(i) = activate(decltype(act)::value, scale * values(i));
+  };
+  switch (activation) {
+    case Activation::relu:
+      each(std::integral_constant<Activation, Activation::relu>{});
+      break;
+    case Activation::gelu:
+      each(std::integral_constant<Activation, Activation::gelu>{});
+      break;
+    case Activation::gelu_tanh:
+      each(std::integral_constant<Activation, Activation::gelu_tanh>{});
+      break;
+    case Activation::silu:
+      each(std::integral_constant<Activation, Activation::silu>{});
+      break;
+    case Activation::none:
+      break;
+  }
+}
+
 // Stores act(scale * v) for the values v of a tile's fragment with bounds
 // checks (see store_tile), the activation a template argument.
 template <Activation kActivation, class Out, class Coords, class Values>
-__device__ __forceinline__ void store_activated(Out* d, int64_t d_m, int64_t d_n, bool paired_d,
-                                                int m, int n, float scale, Coords const& tCcD,
-                                                Values const& values) {
+__device__ __forceinline__ void store_scaled(Out* d, int64_t d_m, int64_t d_n, bool paired_d, int m,
+                                             int n, float scale, Coords const& tCcD,
+                                             Values const& values) {
   using namespace cute;
   using Pair = cute::array_aligned<Out, 2>;
   CUTE_UNROLL
@@ -197,13 +226,13 @@ __device__ __forceinline__ void store_activated(Out* d, int64_t d_m, int64_t d_n
 // call that is not inlined takes the accumulator by reference, which moves it
 // from registers to the stack. The accumulator is overwritten.
 //
-// The activation is chosen once per tile, by one switch around the whole
-// store loop: a switch per element (activate() with a run-time activation)
-// compiled to an indirect branch through a jump table of its own for each of
-// a thread's 128 accumulators (a constant-bank load and a BRX each, taken
-// with or without an activation), and the sm80 GEMM fell to half its speed
-// on the H100 (issue 53).
-template <class Out, class Bias, int BM, int BN, class ThrMma, class Accum>
+// The activation is chosen once per tile (activate_in_place): a switch per
+// element (activate() with a run-time activation) compiled to an indirect
+// branch through a jump table of its own for each of a thread's 128
+// accumulators (a constant-bank load and a BRX each, taken with or without
+// an activation), and the sm80 GEMM fell to half its speed on the H100
+// (issue 53).
+template <class Out, class Bias, int BM, int BN, bool kActivationPass, class ThrMma, class Accum>
 __device__ __forceinline__ void store_tile(TensorCoreParams const& p, TileJob const& job, Out* d,
                                            int64_t d_m, int64_t d_n, bool raw, bool terms,
                                            ThrMma const& thr_mma, Accum& accum) {
@@ -258,22 +287,38 @@ __device__ __forceinline__ void store_tile(TensorCoreParams const& p, TileJob co
     }
   }
 
-  switch (activation) {
-    case Activation::none:
-      store_activated<Activation::none>(d, d_m, d_n, paired_d, job.m, p.n, scale, tCcD, accum);
-      break;
-    case Activation::relu:
-      store_activated<Activation::relu>(d, d_m, d_n, paired_d, job.m, p.n, scale, tCcD, accum);
-      break;
-    case Activation::gelu:
-      store_activated<Activation::gelu>(d, d_m, d_n, paired_d, job.m, p.n, scale, tCcD, accum);
-      break;
-    case Activation::gelu_tanh:
-      store_activated<Activation::gelu_tanh>(d, d_m, d_n, paired_d, job.m, p.n, scale, tCcD, accum);
-      break;
-    case Activation::silu:
-      store_activated<Activation::silu>(d, d_m, d_n, paired_d, job.m, p.n, scale, tCcD, accum);
-      break;
+  // The activation, its switch taken once per tile: in one more pass over the
+  // accumulator, then one store loop for every activation (half the code and
+  // compile time of a store loop per activation); the element-wise kernel,
+  // which keeps more addressing state live, spilled 152 bytes with that pass
+  // and applies the activation as it stores instead.
+  if constexpr (kActivationPass) {
+    if (activation != Activation::none) {
+      activate_in_place(activation, scale, accum);
+      scale = 1.0f;
+    }
+    store_scaled<Activation::none>(d, d_m, d_n, paired_d, job.m, p.n, scale, tCcD, accum);
+  } else {
+    auto store = [&](auto act) {
+      store_scaled<decltype(act)::value>(d, d_m, d_n, paired_d, job.m, p.n, scale, tCcD, accum);
+    };
+    switch (activation) {
+      case Activation::none:
+        store(std::integral_constant<Activation, Activation::none>{});
+        break;
+      case Activation::relu:
+        store(std::integral_constant<Activation, Activation::relu>{});
+        break;
+      case Activation::gelu:
+        store(std::integral_constant<Activation, Activation::gelu>{});
+        break;
+      case Activation::gelu_tanh:
+        store(std::integral_constant<Activation, Activation::gelu_tanh>{});
+        break;
+      case Activation::silu:
+        store(std::integral_constant<Activation, Activation::silu>{});
+        break;
+    }
   }
 }
 
@@ -447,7 +492,8 @@ __device__ __forceinline__ void gemm_tile(TensorCoreParams const& p, TileJob con
   if (kTerms && p.splits > 1) {
     float* partial = p.partial + blockIdx.z * p.partial_split_stride +
                      static_cast<int64_t>(job.batch) * p.m * p.n;
-    store_tile<float, Output, BM, BN>(p, job, partial, p.n, 1, true, false, thr_mma, accum);
+    store_tile<float, Output, BM, BN, Traits::kVectorized>(p, job, partial, p.n, 1, true, false,
+                                                           thr_mma, accum);
     return;
   }
 
@@ -455,10 +501,12 @@ __device__ __forceinline__ void gemm_tile(TensorCoreParams const& p, TileJob con
   const int64_t d_offset = job.batch * p.d_batch + job.row_begin * p.d_m;
   if (std::is_same_v<Output, float> || p.out_f32) {
     float* d = static_cast<float*>(p.d) + d_offset;
-    store_tile<float, Output, BM, BN>(p, job, d, p.d_m, p.d_n, false, kTerms, thr_mma, accum);
+    store_tile<float, Output, BM, BN, Traits::kVectorized>(p, job, d, p.d_m, p.d_n, false, kTerms,
+                                                           thr_mma, accum);
   } else {
     Output* d = static_cast<Output*>(p.d) + d_offset;
-    store_tile<Output, Output, BM, BN>(p, job, d, p.d_m, p.d_n, false, kTerms, thr_mma, accum);
+    store_tile<Output, Output, BM, BN, Traits::kVectorized>(p, job, d, p.d_m, p.d_n, false, kTerms,
+                                                            thr_mma, accum);
   }
 }
 
