@@ -703,8 +703,9 @@ def flash_attn_func(
         softmax_lse = +inf, or sinks[h] with sinks.
 
     Raises:
-        ValueError / TypeError for bad arguments, samattn.UnsupportedError when this GPU,
-        kernel family or build cannot run it.
+        samattn.ArgumentError (a ValueError and a RuntimeError) / TypeError for bad
+        arguments, samattn.UnsupportedError when this GPU, kernel family or build cannot
+        run it.
     """
     return _attention(
         "samattn.flash_attn_func",
@@ -809,7 +810,9 @@ def _unpack(packed: Tensor, dim: int, count: int, what: str, layout: str) -> tup
     _checks.require_tensor(packed, what)
     rank = len(layout.split(","))
     if packed.dim() != rank or packed.shape[dim] != count:
-        raise ValueError(f"{what} must be {rank}-D {layout}, got shape {tuple(packed.shape)}")
+        raise _checks.ArgumentError(
+            f"{what} must be {rank}-D {layout}, got shape {tuple(packed.shape)}"
+        )
     return packed.unbind(dim)
 
 
@@ -1005,7 +1008,7 @@ def flash_attn_with_kvcache(
             nheads_k (GQA / MQA). They are read and updated in place, never copied, so
             they must allow the kernels' 16-byte vectors: headdim a multiple of 8 (at
             most 256), head dim contiguous, other strides multiples of 8 elements,
-            16-byte aligned (ValueError otherwise).
+            16-byte aligned (samattn.ArgumentError otherwise).
         k, v: None, or the new keys and values (batch, seqlen_new, nheads_k, headdim),
             appended to the caches in place; they need cache_seqlens.
         rotary_cos, rotary_sin: None, or (seqlen_ro, rotary_dim / 2) in q's dtype,
@@ -1057,8 +1060,9 @@ def flash_attn_with_kvcache(
         with sinks).
 
     Raises:
-        ValueError / TypeError for bad arguments (naming the argument),
-        samattn.UnsupportedError when this GPU, kernel family or build cannot run it.
+        samattn.ArgumentError (a ValueError and a RuntimeError) / TypeError for bad
+        arguments (naming the argument), samattn.UnsupportedError when this GPU, kernel
+        family or build cannot run it.
     """
     op = "samattn.flash_attn_with_kvcache"
     _checks.require_tensor(q, f"{op}: q")
