@@ -593,15 +593,28 @@ def test_paged_prefill(attn_family, dtype, batch, feature):
         )
 
 
-def test_paged_prefill_refuses_gradients(attn_family):
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_paged_prefill_runs_under_autograd_without_a_backward(attn_family, compiled):
+    # As in flash-attn: the forward runs on inputs that require grad (the same output as
+    # without), only the backward through the paged cache is missing, and says so.
     q = randn(8, 2, 64, dtype=F16).requires_grad_(True)
     cache = randn(4, 16, 2, 64, dtype=F16)
     cu = _ints(0, 8)
     table = _ints(2, 0).view(1, 2)
-    with pytest.raises(NotImplementedError, match="paged cache is not supported"):
-        samattn.flash_attn_varlen_func(q, cache, cache, cu, cu, 8, 8, block_table=table)
-    with torch.no_grad(), samattn.use_family(attn_family):
-        samattn.flash_attn_varlen_func(q, cache, cache, cu, cu, 8, 8, block_table=table)
+
+    def prefill(q):
+        return samattn.flash_attn_varlen_func(q, cache, cache, cu, cu, 8, 8, block_table=table)
+
+    torch._dynamo.reset()
+    run = torch.compile(prefill, fullgraph=True, backend="aot_eager") if compiled else prefill
+    with samattn.use_family(attn_family):
+        out = run(q)
+        with torch.no_grad():
+            expected = prefill(q)
+        assert out.requires_grad and torch.equal(out.detach(), expected)
+        with pytest.raises(NotImplementedError, match="no backward through a paged KV cache"):
+            out.sum().backward()
+    torch._dynamo.reset()
     assert_cuda_healthy()
 
 
