@@ -1396,9 +1396,15 @@ def kvcache_values(
             end = used + new
             if end > sizes.capacity:
                 plus = f" plus the {new} new rows" if new else ""
+                pages = ""
+                if sizes.page_size:  # flash-attn's message names block_table too
+                    pages = (
+                        f" (block_table's {sizes.block_table_width} pages of "
+                        f"{sizes.page_size} rows)"
+                    )
                 raise ArgumentError(
                     f"{op}: cache_seqlens[{b}] = {used}{plus} exceeds the {sizes.capacity} rows "
-                    "a cache sequence holds"
+                    f"a cache sequence holds{pages}"
                 )
         if cache_leftpad is not None and not 0 <= cache_leftpad[b] <= end:
             raise ArgumentError(
