@@ -342,6 +342,12 @@ BAD_VALUES = {
         dict(cache_seqlens=[3, 64]),
         r"cache_seqlens\[1\] = 64 plus the 1 new rows",
     ),
+    "block_table too short for cache_seqlens": (
+        True,
+        dict(cache_seqlens=[3, 32], block_table=[[0, 1], [2, 3]]),
+        r"cache_seqlens\[1\] = 32 plus the 1 new rows exceeds the 32 rows a cache sequence "
+        r"holds \(block_table's 2 pages of 16 rows\)",
+    ),
     "negative cache_seqlens": (False, dict(cache_seqlens=[-4, 3]), r"cache_seqlens\[0\] = -4"),
     "cache_batch_idx beyond the cache": (
         False,
@@ -372,8 +378,10 @@ def _bad_call(paged: bool, lists: dict):
 @pytest.mark.parametrize("case", BAD_VALUES)
 def test_bad_values_are_refused_before_the_launch(case):
     paged, kwargs, fragment = BAD_VALUES[case]
-    with pytest.raises(ValueError, match=fragment):
-        _bad_call(paged, kwargs)
+    # samattn.ArgumentError: a ValueError, and a RuntimeError as flash-attn's TORCH_CHECK.
+    for caught in (ValueError, RuntimeError):
+        with pytest.raises(caught, match=fragment):
+            _bad_call(paged, kwargs)
     assert_cuda_healthy()
 
 
