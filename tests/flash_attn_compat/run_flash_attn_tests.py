@@ -232,18 +232,27 @@ class _FamilyRuns:
         path = self.config.getoption("--fa-json")
         if not path:
             return
-        summary = {
-            "collected": self.collected,
-            "selected": len(self.cases),
-            "left_out": self.left_out,
-            "head_dims": self.head_dims,
-            "wall_s": round(time.monotonic() - self.started, 1),
-            "exit_status": int(exitstatus),
-            "families": {
-                family: result.summary(len(self.cases)) for family, result in self.results.items()
-            },
-            "cases": self.cases,
-        }
+        import torch
+
+        summary: dict[str, Any] = {"gpu": None}
+        if torch.cuda.is_available():
+            capability = torch.cuda.get_device_capability()
+            summary["gpu"] = f"{torch.cuda.get_device_name()} (sm_{capability[0]}{capability[1]})"
+        summary.update(
+            {
+                "collected": self.collected,
+                "selected": len(self.cases),
+                "left_out": self.left_out,
+                "head_dims": self.head_dims,
+                "wall_s": round(time.monotonic() - self.started, 1),
+                "exit_status": int(exitstatus),
+                "families": {
+                    family: result.summary(len(self.cases))
+                    for family, result in self.results.items()
+                },
+                "cases": self.cases,
+            }
+        )
         Path(path).write_text(json.dumps(summary, indent=1))
 
 
@@ -310,15 +319,12 @@ def pytest_configure(config: Any) -> None:
 
 # ----------------------------------------------------------- the runner ----
 def _environment() -> dict[str, Any]:
-    """What ran: torch, the GPU, samattn's build (best effort: a dry run has no GPU)."""
+    """What ran: Python, torch, samattn's build (best effort: a dry run has no library)."""
     facts: dict[str, Any] = {"python": sys.version.split()[0]}
     try:
         import torch
 
-        facts["torch"] = torch.__version__
-        if torch.cuda.is_available():
-            facts["gpu"] = torch.cuda.get_device_name()
-            facts["capability"] = list(torch.cuda.get_device_capability())
+        facts["torch"] = torch.__version__  # the GPU: the pytest process's (no CUDA here)
     except Exception as error:  # the summary says so instead
         facts["torch"] = f"unavailable: {error}"
     try:
@@ -336,7 +342,7 @@ def _environment() -> dict[str, Any]:
 def _print_summary(result: dict[str, Any]) -> None:
     print(
         f"{result.get('selected', 0)} cases selected of {result.get('collected', 0)} "
-        f"({result.get('wall_s', '?')} s)"
+        f"({result.get('wall_s', '?')} s) on {result.get('gpu')}"
     )
     for family, summary in result.get("families", {}).items():
         t = summary["totals"]
