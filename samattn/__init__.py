@@ -16,7 +16,7 @@ check_single_variant()
 from ._checks import set_value_checks  # noqa: E402
 from ._family import built_families, use_family  # noqa: E402
 from ._info import info  # noqa: E402
-from ._lib import UnsupportedError  # noqa: E402
+from ._lib import ArgumentError, UnsupportedError  # noqa: E402
 from ._version import __version__  # noqa: E402
 from .attention import (  # noqa: E402
     flash_attn_func,
@@ -31,6 +31,7 @@ from .attention import (  # noqa: E402
 from .ops import gemm, grouped_gemm, grouped_gemm_list, linear, softmax  # noqa: E402
 
 __all__ = [
+    "ArgumentError",
     "UnsupportedError",
     "__version__",
     "built_families",

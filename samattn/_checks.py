@@ -17,6 +17,7 @@ import torch
 from torch._subclasses.fake_tensor import is_fake
 
 from . import _dropout, _lib
+from ._lib import ArgumentError
 
 DTYPE_CODES = {torch.float16: _lib.F16, torch.bfloat16: _lib.BF16, torch.float32: _lib.F32}
 _SUPPORTED = "torch.float16, torch.bfloat16 or torch.float32"
@@ -52,12 +53,12 @@ def _check_devices(op: str, tensors: dict[str, torch.Tensor]) -> None:
     first_name, first = next(iter(tensors.items()))
     for name, t in tensors.items():
         if t.device.type not in _DEVICE_TYPES:
-            raise ValueError(
+            raise ArgumentError(
                 f"{op}: samattn ops need CUDA tensors, but {name} is on {t.device}; "
                 f"move it with {name}.cuda()"
             )
         if t.device != first.device:
-            raise ValueError(
+            raise ArgumentError(
                 f"{op}: all tensors must be on the same CUDA device, but {first_name} is on "
                 f"{first.device} and {name} is on {t.device}"
             )
@@ -65,7 +66,7 @@ def _check_devices(op: str, tensors: dict[str, torch.Tensor]) -> None:
 
 def _check_finite(value: float, what: str) -> None:
     if not math.isfinite(value):
-        raise ValueError(f"samattn.gemm: {what} must be finite, got {value}")
+        raise ArgumentError(f"samattn.gemm: {what} must be finite, got {value}")
 
 
 class GemmShape(NamedTuple):
@@ -90,7 +91,7 @@ def activation_code(activation: str | None, op: str) -> int:
         code = _lib.ACTIVATION_CODES.get(activation)
     if code is None:
         names = ", ".join(repr(name) for name in _lib.ACTIVATION_CODES if name is not None)
-        raise ValueError(f"{op}: activation must be None or one of {names}, got {activation!r}")
+        raise ArgumentError(f"{op}: activation must be None or one of {names}, got {activation!r}")
     return code
 
 
@@ -104,13 +105,13 @@ def split_k_codes(split_k: int | str, split_k_mode: str, op: str) -> tuple[int, 
             f"{op}: split_k must be 'auto' or an int in 1..{_lib.MAX_SPLIT_K}, got {split_k!r}"
         )
     elif not 1 <= split_k <= _lib.MAX_SPLIT_K:
-        raise ValueError(f"{op}: split_k must be 'auto' or 1..{_lib.MAX_SPLIT_K}, got {split_k}")
+        raise ArgumentError(f"{op}: split_k must be 'auto' or 1..{_lib.MAX_SPLIT_K}, got {split_k}")
     else:
         count = split_k
     mode = _lib.SPLIT_K_MODE_CODES.get(split_k_mode) if isinstance(split_k_mode, str) else None
     if mode is None:
         names = ", ".join(repr(name) for name in _lib.SPLIT_K_MODE_CODES)
-        raise ValueError(f"{op}: split_k_mode must be one of {names}, got {split_k_mode!r}")
+        raise ArgumentError(f"{op}: split_k_mode must be one of {names}, got {split_k_mode!r}")
     return count, mode
 
 
@@ -133,20 +134,24 @@ def gemm(
     if c is not None:
         require_tensor(c, f"{op}: c")
     if a.dim() not in (2, 3):
-        raise ValueError(f"{op}: a must be 2-D (M, K) or 3-D (batch, M, K), got shape {_shape(a)}")
+        raise ArgumentError(
+            f"{op}: a must be 2-D (M, K) or 3-D (batch, M, K), got shape {_shape(a)}"
+        )
     if b.dim() not in (2, 3):
-        raise ValueError(f"{op}: b must be 2-D (K, N) or 3-D (batch, K, N), got shape {_shape(b)}")
+        raise ArgumentError(
+            f"{op}: b must be 2-D (K, N) or 3-D (batch, K, N), got shape {_shape(b)}"
+        )
     m, k = a.shape[-2], a.shape[-1]
     k_b, n = b.shape[-2], b.shape[-1]
     if k != k_b:
-        raise ValueError(
+        raise ArgumentError(
             f"{op}: inner sizes differ: a has K = {k} (shape {_shape(a)}) but b has K = {k_b} "
             f"(shape {_shape(b)})"
         )
     batch_a = a.shape[0] if a.dim() == 3 else 1
     batch_b = b.shape[0] if b.dim() == 3 else 1
     if batch_a != batch_b and batch_a != 1 and batch_b != 1:
-        raise ValueError(
+        raise ArgumentError(
             f"{op}: batch sizes {batch_a} (a) and {batch_b} (b) differ; they must be equal, "
             "or one of them 1 (or a 2-D operand) to broadcast"
         )
@@ -164,7 +169,7 @@ def gemm(
     if bias is not None:
         require_tensor(bias, f"{op}: bias")
         if _shape(bias) != (n,):
-            raise ValueError(
+            raise ArgumentError(
                 f"{op}: bias must have shape (N,) = ({n},), one value per output column, "
                 f"got {_shape(bias)}"
             )
@@ -176,13 +181,13 @@ def gemm(
                 "output's dtype"
             )
         if c.dim() > len(out_shape) or _broadcast(_shape(c), out_shape) != out_shape:
-            raise ValueError(
+            raise ArgumentError(
                 f"{op}: c of shape {_shape(c)} does not broadcast to the output shape {out_shape}"
             )
     _check_finite(alpha, "alpha")
     _check_finite(beta, "beta")
     if c is None and beta != 0.0:
-        raise ValueError(f"{op}: beta is {beta} but c is None; pass c, or leave beta at 0")
+        raise ArgumentError(f"{op}: beta is {beta} but c is None; pass c, or leave beta at 0")
     tensors = {"a": a, "b": b}
     if c is not None:
         tensors["c"] = c
@@ -215,7 +220,7 @@ def _check_offsets(offsets: torch.Tensor, groups: int, limit: int, op: str) -> N
     if offsets.dtype != torch.int32:
         raise TypeError(f"{op}: offsets must be torch.int32, got {offsets.dtype}")
     if _shape(offsets) != (groups,):
-        raise ValueError(
+        raise ArgumentError(
             f"{op}: offsets must have shape ({groups},), one cumulative end per group, got "
             f"{_shape(offsets)}"
         )
@@ -223,12 +228,12 @@ def _check_offsets(offsets: torch.Tensor, groups: int, limit: int, op: str) -> N
         ends = offsets.tolist()
         bad = next((g for g in range(groups) if ends[g] < (ends[g - 1] if g else 0)), None)
         if bad is not None:
-            raise ValueError(
+            raise ArgumentError(
                 f"{op}: offsets must be non-decreasing from 0, but offsets[{bad}] = {ends[bad]} "
                 f"follows {ends[bad - 1] if bad else 0}"
             )
         if ends[-1] > limit:
-            raise ValueError(
+            raise ArgumentError(
                 f"{op}: offsets[-1] = {ends[-1]} exceeds the {limit} rows of the input"
             )
 
@@ -239,25 +244,25 @@ def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> Gro
     require_tensor(x, f"{op}: x")
     require_tensor(w, f"{op}: w")
     if x.dim() != 2:
-        raise ValueError(f"{op}: x must be 2-D (tokens, K), got shape {_shape(x)}")
+        raise ArgumentError(f"{op}: x must be 2-D (tokens, K), got shape {_shape(x)}")
     if w.dim() != 3:
-        raise ValueError(f"{op}: w must be 3-D (experts, K, N), got shape {_shape(w)}")
+        raise ArgumentError(f"{op}: w must be 3-D (experts, K, N), got shape {_shape(w)}")
     tokens, k = x.shape
     groups, k_w, n = w.shape
     if k != k_w:
-        raise ValueError(
+        raise ArgumentError(
             f"{op}: x has K = {k} (shape {_shape(x)}) but w has K = {k_w} (shape {_shape(w)}); "
             "a weight stored (experts, N, K) is passed as w.mT"
         )
     if not 1 <= groups <= MAX_GROUPS:
-        raise ValueError(f"{op}: w must have 1..{MAX_GROUPS} experts, got {groups}")
+        raise ArgumentError(f"{op}: w must have 1..{MAX_GROUPS} experts, got {groups}")
     if x.dtype not in _GROUPED_DTYPES:
         raise TypeError(f"{op}: x has dtype {x.dtype}; grouped GEMMs take float16 or bfloat16")
     _check_same_dtype(w, f"{op}: w", x, "x")
     _check_offsets(offsets, groups, tokens, op)
     _check_devices(op, {"x": x, "w": w})
     if offsets.device.type != "cpu" and offsets.device != x.device:
-        raise ValueError(
+        raise ArgumentError(
             f"{op}: offsets must be on x's device ({x.device}) or the CPU, got {offsets.device}"
         )
     return GroupedShape((tokens, n), groups, tokens, n, k)
@@ -270,14 +275,16 @@ def grouped_gemm_k(a: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor) -> G
     require_tensor(a, f"{op}: a")
     require_tensor(b, f"{op}: b")
     if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
-        raise ValueError(f"{op}: a (M, K) and b (K, N) expected, got {_shape(a)} and {_shape(b)}")
+        raise ArgumentError(
+            f"{op}: a (M, K) and b (K, N) expected, got {_shape(a)} and {_shape(b)}"
+        )
     if a.dtype not in _GROUPED_DTYPES:
         raise TypeError(f"{op}: a has dtype {a.dtype}; grouped GEMMs take float16 or bfloat16")
     _check_same_dtype(b, f"{op}: b", a, "a")
     require_tensor(offsets, f"{op}: offsets")
     groups = offsets.shape[0] if offsets.dim() == 1 else -1
     if not 1 <= groups <= MAX_GROUPS:
-        raise ValueError(f"{op}: offsets must be 1-D with 1..{MAX_GROUPS} ends")
+        raise ArgumentError(f"{op}: offsets must be 1-D with 1..{MAX_GROUPS} ends")
     m, k = a.shape
     n = b.shape[1]
     _check_offsets(offsets, groups, k, op)
@@ -327,16 +334,16 @@ def grouped_gemm_list(
         if not isinstance(value, (list, tuple)):
             raise TypeError(f"{op}: {name} must be a list of tensors, got {type(value).__name__}")
     if len(as_) != len(bs):
-        raise ValueError(f"{op}: one b per a: as_ has {len(as_)} tensors, bs {len(bs)}")
+        raise ArgumentError(f"{op}: one b per a: as_ has {len(as_)} tensors, bs {len(bs)}")
     if not 1 <= len(as_) <= MAX_GROUPS:
-        raise ValueError(f"{op}: 1..{MAX_GROUPS} GEMMs, got {len(as_)}")
+        raise ArgumentError(f"{op}: 1..{MAX_GROUPS} GEMMs, got {len(as_)}")
     sizes = []
     tensors: dict[str, torch.Tensor] = {}
     for i, (a, b) in enumerate(zip(as_, bs)):
         require_tensor(a, f"{op}: as_[{i}]")
         require_tensor(b, f"{op}: bs[{i}]")
         if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
-            raise ValueError(
+            raise ArgumentError(
                 f"{op}: as_[{i}] (M, K) and bs[{i}] (K, N) expected, got {_shape(a)} and "
                 f"{_shape(b)}"
             )
@@ -442,7 +449,7 @@ def softmax_backward(y: torch.Tensor, dy: torch.Tensor, dim: int) -> SoftmaxShap
     require_tensor(dy, f"{op}: dy")
     axis = softmax_dim(y, dim, op)
     if _shape(dy) != _shape(y):
-        raise ValueError(f"{op}: dy has shape {_shape(dy)} but y has {_shape(y)}")
+        raise ArgumentError(f"{op}: dy has shape {_shape(dy)} but y has {_shape(y)}")
     _check_dtype(y, f"{op}: y")
     _check_same_dtype(dy, f"{op}: dy", y, "y")
     _check_devices(op, {"y": y, "dy": dy})
@@ -519,7 +526,7 @@ def window_bounds(op: str, window_size: object) -> tuple[int, int]:
     except (TypeError, ValueError):
         left = right = None
     if not (_is_int(left) and _is_int(right)):
-        raise ValueError(
+        raise ArgumentError(
             f"{op}: window_size must be a pair of ints (left, right), -1 meaning unbounded; "
             f"got {window_size!r}"
         )
@@ -605,7 +612,7 @@ def attention_params(
             f"{op}: softmax_scale must be a float or None, got {type(softmax_scale).__name__}"
         )
     elif not math.isfinite(softmax_scale):
-        raise ValueError(f"{op}: softmax_scale must be finite, got {softmax_scale}")
+        raise ArgumentError(f"{op}: softmax_scale must be finite, got {softmax_scale}")
     else:
         softmax_scale = float(softmax_scale)
     if type(window_size) is tuple and window_size == (-1, -1):  # the default, at once
@@ -616,7 +623,7 @@ def attention_params(
         if isinstance(softcap, bool) or not isinstance(softcap, (int, float)):
             raise TypeError(f"{op}: softcap must be a float, got {type(softcap).__name__}")
         if not math.isfinite(softcap) or softcap < 0:
-            raise ValueError(f"{op}: softcap must be finite and >= 0 (0 = off), got {softcap}")
+            raise ArgumentError(f"{op}: softcap must be finite and >= 0 (0 = off), got {softcap}")
         if type(softcap) is not float:
             softcap = float(softcap)
     seed = None
@@ -647,14 +654,14 @@ def dropout_value(op: str, dropout_p: float) -> None:
     if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)):
         raise TypeError(f"{op}: dropout_p must be a float, got {type(dropout_p).__name__}")
     if not 0.0 <= dropout_p <= 1.0:
-        raise ValueError(f"{op}: dropout_p must be in [0, 1], got {dropout_p}")
+        raise ArgumentError(f"{op}: dropout_p must be in [0, 1], got {dropout_p}")
 
 
 def check_dropout(op: str, dropout_p: float) -> float:
     """dropout_p checked for the attention kernels, as a float in [0, 1)."""
     dropout_value(op, dropout_p)
     if dropout_p >= 1.0:
-        raise ValueError(
+        raise ArgumentError(
             f"{op}: dropout_p must be < 1 (1 would drop every probability and scale the rest "
             f"by 1 / (1 - dropout_p)), got {dropout_p}"
         )
@@ -673,7 +680,7 @@ def attention_dropout(op: str, dropout_p: float, dropout_seed: object, q: torch.
         or dropout_seed.numel() != 1
         or dropout_seed.device != q.device
     ):
-        raise ValueError(
+        raise ArgumentError(
             f"{op}: dropout_seed must be an int64 tensor of one element on {q.device} "
             f"(samattn._dropout.new_seed draws one), got {dropout_seed.dtype} of shape "
             f"{tuple(dropout_seed.shape)} on {dropout_seed.device}"
@@ -705,7 +712,7 @@ def attention_terms(
     if alibi_slopes is not None:
         _check_float32(op, "alibi_slopes", alibi_slopes, "flash-attn's rule")
         if _shape(alibi_slopes) not in ((nheads,), (batch, nheads)):
-            raise ValueError(
+            raise ArgumentError(
                 f"{op}: alibi_slopes must have shape (nheads,) = ({nheads},) or (batch, "
                 f"nheads) = ({batch}, {nheads}), got {_shape(alibi_slopes)}"
             )
@@ -713,7 +720,7 @@ def attention_terms(
     if sinks is not None:
         _check_float32(op, "sinks", sinks, "one logit per query head")
         if _shape(sinks) != (nheads,):
-            raise ValueError(
+            raise ArgumentError(
                 f"{op}: sinks must have shape (nheads,) = ({nheads},), one logit per query "
                 f"head, got {_shape(sinks)}"
             )
@@ -738,7 +745,7 @@ def attention_mask(
     read."""
     require_tensor(attn_mask, f"{op}: attn_mask")
     if sizes.varlen:
-        raise ValueError(
+        raise ArgumentError(
             f"{op}: attn_mask is for fixed-length calls only (no cu_seqlens, no KV cache)"
         )
     if attn_mask.dtype not in MASK_DTYPES:
@@ -752,12 +759,12 @@ def attention_mask(
     if len(shape) > 4 or any(
         m != 1 and m != t for m, t in zip(reversed(shape), reversed(target))
     ):  # fmt: skip
-        raise ValueError(
+        raise ArgumentError(
             f"{op}: attn_mask of shape {shape} does not broadcast to (batch, nheads, "
             f"seqlen_q, seqlen_k) = {target}"
         )
     if grad and attn_mask.dtype == torch.bool:
-        raise ValueError(
+        raise ArgumentError(
             f"{op}: mask_grad asks for the gradient of attn_mask, which only a float "
             "(additive) mask has; this one is torch.bool"
         )
@@ -766,7 +773,7 @@ def attention_mask(
 
 def _check_head_dim(op: str, headdim: int, what: str) -> None:
     if not 1 <= headdim <= MAX_ATTENTION_HEAD_DIM:
-        raise ValueError(
+        raise ArgumentError(
             f"{op}: head dim must be in 1..{MAX_ATTENTION_HEAD_DIM}, got {headdim} ({what})"
         )
 
@@ -777,7 +784,7 @@ def _check_attention_tensors(
     for name, t in (("q", q), ("k", k), ("v", v)):
         require_tensor(t, f"{op}: {name}")
         if t.dim() != rank:
-            raise ValueError(
+            raise ArgumentError(
                 f"{op}: {name} must be {rank}-D {layout.format(name=name)}, got shape {_shape(t)}"
             )
 
@@ -796,19 +803,19 @@ def _check_heads_and_dims(
     nheads_k = k.shape[-2]
     k_name, v_name = names
     if _shape(v)[:-1] != _shape(k)[:-1]:
-        raise ValueError(
+        raise ArgumentError(
             f"{op}: {k_name} and {v_name} must agree on all but the head dim, got {k_name} "
             f"{_shape(k)} and {v_name} {_shape(v)} ({layout})"
         )
     for name, t in zip(names, (k, v)):
         if t.shape[-1] != headdim:
-            raise ValueError(
+            raise ArgumentError(
                 f"{op}: {name} has head dim {t.shape[-1]} but q has {headdim}; samattn needs "
                 f"one head dim for q, {k_name} and {v_name}"
             )
     _check_head_dim(op, headdim, "q.shape[-1]")
     if nheads_k < 1 or nheads % nheads_k != 0:
-        raise ValueError(
+        raise ArgumentError(
             f"{op}: q has {nheads} heads and {k_name}, {v_name} have {nheads_k}; the number "
             "of query heads must be a multiple of the number of key/value heads (GQA / MQA)"
         )
@@ -833,7 +840,7 @@ def flash_attn(
     batch, seqlen_q = q.shape[0], q.shape[1]
     batch_k, seqlen_k = k.shape[0], k.shape[1]
     if batch_k != batch:
-        raise ValueError(
+        raise ArgumentError(
             f"{op}: q has batch {batch} but k has {batch_k} (layout {_FIXED_LAYOUT}, "
             f"q {_shape(q)}, k {_shape(k)})"
         )
@@ -878,21 +885,21 @@ def cu_seqlens_values(
     tensor's `total` rows (None: they index no tensor, only their lengths count), no
     sequence longer than max_seqlen."""
     if values and values[0] < 0:
-        raise ValueError(f"{op}: {name}[0] must be >= 0, got {values[0]}")
+        raise ArgumentError(f"{op}: {name}[0] must be >= 0, got {values[0]}")
     lengths = [end - start for start, end in zip(values, values[1:])]
     for b, length in enumerate(lengths):
         if length < 0:
-            raise ValueError(
+            raise ArgumentError(
                 f"{op}: {name} must be non-decreasing, but {name}[{b + 1}] = {values[b + 1]} < "
                 f"{name}[{b}] = {values[b]}"
             )
     if values and total is not None and values[-1] > total:
-        raise ValueError(
+        raise ArgumentError(
             f"{op}: {name}[-1] = {values[-1]} exceeds the {total} tokens of the packed tensor"
         )
     for b, length in enumerate(lengths):
         if length > max_seqlen:
-            raise ValueError(
+            raise ArgumentError(
                 f"{op}: sequence {b} has {length} tokens ({name}[{b + 1}] - {name}[{b}]) but "
                 f"{max_name} is {max_seqlen}"
             )
@@ -945,11 +952,11 @@ def _varlen_offsets(
         if cu.dtype != torch.int32:
             raise TypeError(f"{op}: {name} must have dtype torch.int32, got {cu.dtype}")
         if cu.dim() != 1 or cu.shape[0] < 1:
-            raise ValueError(
+            raise ArgumentError(
                 f"{op}: {name} must be 1-D with batch + 1 offsets, got shape {_shape(cu)}"
             )
     if cu_seqlens_k.shape[0] != cu_seqlens_q.shape[0]:
-        raise ValueError(
+        raise ArgumentError(
             f"{op}: cu_seqlens_q has {cu_seqlens_q.shape[0]} offsets but cu_seqlens_k has "
             f"{cu_seqlens_k.shape[0]}; both must have batch + 1"
         )
@@ -961,9 +968,9 @@ def _varlen_offsets(
         if not _is_int(value):
             raise TypeError(f"{op}: {name} must be an int, got {type(value).__name__}")
         if value < 0:
-            raise ValueError(f"{op}: {name} must be >= 0, got {value}")
+            raise ArgumentError(f"{op}: {name} must be >= 0, got {value}")
         if value > bound:
-            raise ValueError(f"{op}: {name} = {value} exceeds {what}")
+            raise ArgumentError(f"{op}: {name} = {value} exceeds {what}")
     for name, cu, total, max_seqlen in (
         ("cu_seqlens_q", cu_seqlens_q, total_q, max_seqlen_q),
         ("cu_seqlens_k", cu_seqlens_k, None if paged else limit_k[0], max_seqlen_k),
@@ -993,11 +1000,11 @@ def flash_attn_varlen_paged(
     seqlen_k is a sequence's capacity, max_blocks * page_block_size."""
     require_tensor(q, f"{op}: q")
     if q.dim() != 3:
-        raise ValueError(f"{op}: q must be 3-D {_PACKED_LAYOUT}, got shape {_shape(q)}")
+        raise ArgumentError(f"{op}: q must be 3-D {_PACKED_LAYOUT}, got shape {_shape(q)}")
     for name, t in (("k", k), ("v", v)):
         require_tensor(t, f"{op}: {name}")
         if t.dim() != 4:
-            raise ValueError(
+            raise ArgumentError(
                 f"{op}: with block_table, {name} must be a 4-D paged cache {_PAGED_LAYOUT}, "
                 f"got shape {_shape(t)}"
             )
@@ -1010,7 +1017,7 @@ def flash_attn_varlen_paged(
          f"(block_table's {width} pages of {page_size})"), paged=True,
     )  # fmt: skip
     if batch_table != batch:
-        raise ValueError(
+        raise ArgumentError(
             f"{op}: block_table has {batch_table} rows but cu_seqlens_q describes {batch} "
             "sequences; block_table must be (batch, max_blocks)"
         )
@@ -1049,7 +1056,7 @@ def attention_sizes(
         sizes = flash_attn_quick(q, k, v)
         return sizes or flash_attn(q, k, v, op or "samattn.flash_attn_func")
     if cu_seqlens_q is None:  # (cu_seqlens_k None: flash_attn_varlen names it below)
-        raise ValueError(
+        raise ArgumentError(
             f"{op or 'samattn.flash_attn_forward'}: cu_seqlens_q and cu_seqlens_k must both be "
             "given (varlen) or both be None (fixed length)"
         )
@@ -1074,13 +1081,13 @@ def flash_attn_backward(
         require_tensor(t, f"{op}: {name}")
     for name, t in (("dout", dout), ("out", out)):
         if _shape(t) != sizes.out_shape:
-            raise ValueError(
+            raise ArgumentError(
                 f"{op}: {name} must have the attention output's shape {sizes.out_shape}, "
                 f"got {_shape(t)}"
             )
         _check_same_dtype(t, f"{op}: {name}", q, "q")
     if _shape(softmax_lse) != sizes.lse_shape:
-        raise ValueError(
+        raise ArgumentError(
             f"{op}: softmax_lse must have shape {sizes.lse_shape} (the forward's), got "
             f"{_shape(softmax_lse)}"
         )
@@ -1107,12 +1114,12 @@ def set_value_checks(enabled: bool) -> None:
     With them on (the default, unless ``SAMATTN_VALUE_CHECKS=0`` is in the environment at
     import), an eager call that takes device integer tensors (cu_seqlens, cache_seqlens,
     cache_leftpad, cache_batch_idx, block_table) copies their values to the host once
-    and raises ValueError for a value outside the cache or the packed tensors. A check
-    that passed is not repeated for the same tensor objects (and bounds) until torch
-    records a write to one of them (its version counter): the layers of a model, and the
-    backward, then share one copy per step. Writes that bypass the version counter
-    (through ``.data``, DLPack or raw pointers) go unseen. The copy synchronizes with
-    the GPU, which a serving loop may not afford: turned off, bad
+    and raises samattn.ArgumentError (a ValueError) for a value outside the cache or the
+    packed tensors. A check that passed is not repeated for the same tensor objects (and
+    bounds) until torch records a write to one of them (its version counter): the layers
+    of a model, and the backward, then share one copy per step. Writes that bypass the
+    version counter (through ``.data``, DLPack or raw pointers) go unseen. The copy
+    synchronizes with the GPU, which a serving loop may not afford: turned off, bad
     values are not reported, but the kernels still clamp every index into the tensors
     (no out-of-bounds access; the results of the bad sequences are then meaningless).
     Never done while a CUDA graph is being captured, nor on fake tensors under
@@ -1139,7 +1146,7 @@ PAGE_SIZE_MULTIPLE = 16
 def _check_page_size(op: str, cache: torch.Tensor) -> int:
     page_size = cache.shape[1]
     if page_size < 1 or page_size % PAGE_SIZE_MULTIPLE != 0:
-        raise ValueError(
+        raise ArgumentError(
             f"{op}: a paged cache's page_block_size (k_cache.shape[1]) must be a positive "
             f"multiple of {PAGE_SIZE_MULTIPLE}, got {page_size}"
         )
@@ -1152,7 +1159,7 @@ def _check_block_table(op: str, block_table: torch.Tensor) -> tuple[int, int]:
     if block_table.dtype != torch.int32:
         raise TypeError(f"{op}: block_table must have dtype torch.int32, got {block_table.dtype}")
     if block_table.dim() != 2:
-        raise ValueError(
+        raise ArgumentError(
             f"{op}: block_table must be 2-D (batch, max_blocks), got shape {_shape(block_table)}"
         )
     return block_table.shape[0], block_table.shape[1]
@@ -1164,7 +1171,7 @@ def _check_cache_layout(op: str, caches: dict[str, torch.Tensor]) -> None:
     for name, t in caches.items():
         headdim = t.shape[-1]
         if headdim % _CACHE_VECTOR != 0:
-            raise ValueError(
+            raise ArgumentError(
                 f"{op}: {name} has head dim {headdim}; a KV cache needs a head dim that is a "
                 f"multiple of {_CACHE_VECTOR} (rows of 16-byte vectors)"
             )
@@ -1173,7 +1180,7 @@ def _check_cache_layout(op: str, caches: dict[str, torch.Tensor]) -> None:
         if strides[-1] != 1 or any(
             s % _CACHE_VECTOR != 0 and n != 1 for n, s in zip(t.shape[:-1], strides[:-1])
         ):
-            raise ValueError(
+            raise ArgumentError(
                 f"{op}: {name} has strides {tuple(strides)}; a KV cache is used in place, so "
                 f"its head dim must be contiguous and its other strides multiples of "
                 f"{_CACHE_VECTOR} elements (16 bytes)"
@@ -1213,7 +1220,7 @@ def _check_per_sequence(op: str, name: str, t: torch.Tensor, batch: int) -> None
     if t.dtype != torch.int32:
         raise TypeError(f"{op}: {name} must have dtype torch.int32, got {t.dtype}")
     if _shape(t) != (batch,):
-        raise ValueError(f"{op}: {name} must have shape (batch,) = ({batch},), got {_shape(t)}")
+        raise ArgumentError(f"{op}: {name} must have shape (batch,) = ({batch},), got {_shape(t)}")
 
 
 def kvcache(
@@ -1243,7 +1250,7 @@ def kvcache(
     ):  # fmt: skip
         require_tensor(t, f"{op}: {name}")
         if t.dim() != 4:
-            raise ValueError(f"{op}: {name} must be 4-D {t_layout}, got shape {_shape(t)}")
+            raise ArgumentError(f"{op}: {name} must be 4-D {t_layout}, got shape {_shape(t)}")
     batch, seqlen_q, nheads, headdim = q.shape
     _, nheads_k, _ = _check_heads_and_dims(
         op, q, k_cache, v_cache, layout, names=("k_cache", "v_cache")
@@ -1254,74 +1261,76 @@ def kvcache(
         page_size = _check_page_size(op, k_cache)
         batch_table, width = _check_block_table(op, block_table)
         if batch_table != batch:
-            raise ValueError(
+            raise ArgumentError(
                 f"{op}: block_table has {batch_table} rows but q has batch {batch}; "
                 "block_table must be (batch, max_blocks)"
             )
         capacity = width * page_size
         for name, t in (("cache_batch_idx", cache_batch_idx), ("cache_leftpad", cache_leftpad)):
             if t is not None:
-                raise ValueError(
+                raise ArgumentError(
                     f"{op}: {name} cannot be combined with block_table (a paged cache's "
                     "sequences are its block_table rows, starting at row 0)"
                 )
     else:
         capacity = k_cache.shape[1]
         if cache_batch_idx is None and kv_cache_batch < batch:
-            raise ValueError(
+            raise ArgumentError(
                 f"{op}: k_cache holds {kv_cache_batch} sequences but q has batch {batch}; "
                 "without cache_batch_idx, batch entry b uses cache sequence b"
             )
     seqlen_new = 0
     if (k is None) != (v is None):
-        raise ValueError(f"{op}: k and v (the new keys and values) must both be given or both None")
+        raise ArgumentError(
+            f"{op}: k and v (the new keys and values) must both be given or both None"
+        )
     if k is not None:
         for name, t in (("k", k), ("v", v)):
             require_tensor(t, f"{op}: {name}")
             expected = (batch, t.shape[1] if t.dim() == 4 else -1, nheads_k, headdim)
             if t.dim() != 4 or _shape(t) != expected:
-                raise ValueError(
+                raise ArgumentError(
                     f"{op}: {name} must be 4-D {_NEW_LAYOUT} = ({batch}, seqlen_new, {nheads_k}, "
                     f"{headdim}), got shape {_shape(t)}"
                 )
             _check_same_dtype(t, f"{op}: {name}", q, "q")
         if k.shape[1] != v.shape[1]:
-            raise ValueError(
+            raise ArgumentError(
                 f"{op}: k has {k.shape[1]} new rows but v has {v.shape[1]}; they must agree"
             )
         seqlen_new = k.shape[1]
         if seqlen_new > capacity:
-            raise ValueError(
+            raise ArgumentError(
                 f"{op}: k has {seqlen_new} new rows but a cache sequence holds {capacity}"
             )
         if cache_seqlens is None:
-            raise ValueError(
+            raise ArgumentError(
                 f"{op}: appending k and v needs cache_seqlens (where each sequence's new rows go)"
             )
     rotary_dim = rotary_seqlen = 0
     if (rotary_cos is None) != (rotary_sin is None):
-        raise ValueError(f"{op}: rotary_cos and rotary_sin must both be given or both None")
+        raise ArgumentError(f"{op}: rotary_cos and rotary_sin must both be given or both None")
     if rotary_cos is not None:
         if k is None:
-            raise ValueError(
+            raise ArgumentError(
                 f"{op}: rotary_cos / rotary_sin apply to q and the new k: they need k and v"
             )
         for name, t in (("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin)):
             require_tensor(t, f"{op}: {name}")
             if t.dim() != 2 or _shape(t) != _shape(rotary_cos):
-                raise ValueError(
+                raise ArgumentError(
                     f"{op}: rotary_cos and rotary_sin must be 2-D (seqlen_ro, rotary_dim / 2) of "
                     f"one shape, got {_shape(rotary_cos)} and {_shape(rotary_sin)}"
                 )
             _check_same_dtype(t, f"{op}: {name}", q, "q")
         rotary_seqlen, rotary_dim = rotary_cos.shape[0], 2 * rotary_cos.shape[1]
         if not 0 < rotary_dim <= headdim:
-            raise ValueError(
+            raise ArgumentError(
                 f"{op}: rotary_dim (2 * rotary_cos.shape[1]) must be in 2..{headdim} (the head "
                 f"dim), got {rotary_dim}"
             )
         if rotary_seqlen < capacity:
-            raise ValueError(
+            raise ArgumentError(
                 f"{op}: rotary_cos has {rotary_seqlen} positions but a cache sequence holds "
                 f"{capacity}; seqlen_ro must cover the cache"
             )
@@ -1346,7 +1355,7 @@ def kvcache(
     if isinstance(num_splits, bool) or not _is_int(num_splits):
         raise TypeError(f"{op}: num_splits must be an int, got {type(num_splits).__name__}")
     if not 0 <= num_splits <= _INT32_MAX:
-        raise ValueError(f"{op}: num_splits must be >= 0 (0: chosen for you), got {num_splits}")
+        raise ArgumentError(f"{op}: num_splits must be >= 0 (0: chosen for you), got {num_splits}")
     caches = {"k_cache": k_cache, "v_cache": v_cache}
     _check_cache_layout(op, caches)
     tensors = {"q": q, **caches}
@@ -1383,21 +1392,27 @@ def kvcache_values(
         else:
             used = cache_seqlens[b]
             if used < 0:
-                raise ValueError(f"{op}: cache_seqlens[{b}] = {used} is negative")
+                raise ArgumentError(f"{op}: cache_seqlens[{b}] = {used} is negative")
             end = used + new
             if end > sizes.capacity:
                 plus = f" plus the {new} new rows" if new else ""
-                raise ValueError(
+                pages = ""
+                if sizes.page_size:  # flash-attn's message names block_table too
+                    pages = (
+                        f" (block_table's {sizes.block_table_width} pages of "
+                        f"{sizes.page_size} rows)"
+                    )
+                raise ArgumentError(
                     f"{op}: cache_seqlens[{b}] = {used}{plus} exceeds the {sizes.capacity} rows "
-                    "a cache sequence holds"
+                    f"a cache sequence holds{pages}"
                 )
         if cache_leftpad is not None and not 0 <= cache_leftpad[b] <= end:
-            raise ValueError(
+            raise ArgumentError(
                 f"{op}: cache_leftpad[{b}] = {cache_leftpad[b]} is outside [0, {end}] (the "
                 "sequence's rows in use)"
             )
         if cache_batch_idx is not None and not 0 <= cache_batch_idx[b] < sizes.kv_cache_batch:
-            raise ValueError(
+            raise ArgumentError(
                 f"{op}: cache_batch_idx[{b}] = {cache_batch_idx[b]} is outside "
                 f"[0, {sizes.kv_cache_batch}) (the cache's sequences)"
             )
@@ -1410,7 +1425,7 @@ def kvcache_values(
 def _check_pages(op: str, b: int, pages: list[int], num_blocks: int) -> None:
     for j, page in enumerate(pages):
         if not 0 <= page < num_blocks:
-            raise ValueError(
+            raise ArgumentError(
                 f"{op}: block_table[{b}][{j}] = {page} is outside [0, {num_blocks}) (the "
                 "cache's pages); the entries of the pages in use must index the cache"
             )

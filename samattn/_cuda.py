@@ -861,7 +861,7 @@ def _cache_pointers(op: str, caches: dict[str, torch.Tensor]) -> None:
     was checked by _checks, which has no pointers on fake tensors)."""
     for name, t in caches.items():
         if t.data_ptr() % _VECTOR_BYTES != 0:
-            raise ValueError(
+            raise _lib.ArgumentError(
                 f"{op}: {name} starts at an address that is not 16-byte aligned (a view at an "
                 "odd offset?); a KV cache is used in place, so it must allow 16-byte vectors"
             )

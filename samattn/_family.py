@@ -51,7 +51,7 @@ class use_family:
             self._code = _lib.FAMILY_CODES[name]
         else:
             allowed = ", ".join(repr(n) for n in _lib.FAMILY_CODES)
-            raise ValueError(
+            raise _lib.ArgumentError(
                 f"samattn.use_family: unknown family {name!r}; use {allowed} or None (automatic)"
             )
         self._saved: list[int] = []

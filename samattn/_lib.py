@@ -53,6 +53,15 @@ LIBRARY_ENV = "SAMATTN_LIBRARY"
 PACKAGED_LIBRARY = Path(__file__).resolve().parent / "lib" / "libsamattn.so"
 
 
+class ArgumentError(ValueError, RuntimeError):
+    """An argument's value, shape, stride, device or layout is invalid; the message names it.
+
+    Both a ValueError and a RuntimeError: ``except ValueError`` catches it, and so does
+    ``except RuntimeError`` in code written for flash-attn, whose checks raise RuntimeError.
+    A wrong type or dtype is a TypeError instead.
+    """
+
+
 class UnsupportedError(RuntimeError):
     """The arguments are valid, but this GPU, kernel family or build cannot run them."""
 
@@ -421,12 +430,12 @@ def last_error() -> str:
 
 
 def check(status: int) -> None:
-    """Raise the Python exception for a library status (ValueError, UnsupportedError, ...)."""
+    """Raise ArgumentError, UnsupportedError or RuntimeError for a failed library status."""
     if status == OK:
         return
     message = last_error() or f"samattn: the library returned status {status}"
     if status in (INVALID_ARGUMENT, NEEDS_WORKSPACE):
-        raise ValueError(message)
+        raise ArgumentError(message)
     if status == UNSUPPORTED:
         raise UnsupportedError(message)
     raise RuntimeError(message)

@@ -16,6 +16,8 @@ Ops (namespace ``samattn``)::
         int max_seqlen_k, float softmax_scale, bool causal, int window_left,
         int window_right, float softcap, bool deterministic, Tensor? alibi_slopes=None,
         Tensor? sinks=None) -> (Tensor dq, Tensor dk, Tensor dv, Tensor dsinks)
+    flash_attn_paged_backward(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor? sinks=None)
+        -> (Tensor dq, Tensor dk, Tensor dv, Tensor dsinks)  (raises NotImplementedError)
     flash_attn_with_kvcache(Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor? k,
         Tensor? v, Tensor? rotary_cos, Tensor? rotary_sin, Tensor? cache_seqlens,
         Tensor? cache_batch_idx, Tensor? cache_leftpad, Tensor? block_table,
@@ -32,8 +34,8 @@ Ops (namespace ``samattn``)::
         Tensor? alibi_slopes=None, Tensor? sinks=None, bool mask_grad=False)
         -> (Tensor dq, Tensor dk, Tensor dv, Tensor dsinks, Tensor dmask)
 
-block_table in flash_attn_forward: paged prefill (varlen, k and v paged caches, forward
-only). alibi_slopes (float32 (nheads,) or (batch, nheads)) and sinks (float32 (nheads,)):
+block_table in flash_attn_forward: paged prefill (varlen, k and v paged caches, no
+backward). alibi_slopes (float32 (nheads,) or (batch, nheads)) and sinks (float32 (nheads,)):
 the score terms, None = off. The backward takes the forward's; its dsinks is the gradient
 of sinks, (nheads,) float32, when sinks is given, else an empty (0,) tensor (autograd
 passes sinks to it only when sinks requires grad: dq, dk, dv do not depend on it).
@@ -66,7 +68,11 @@ gpt-oss's attention sinks, not in flash-attn. The kernels run ALiBi, sinks and m
 q, k, v (and out, dout) padded with zeros to the next multiple of 8, the outputs and
 gradients cut back (KV caches, used in place, need such a head dim anyway).
 
-Inference (docs/inference.md): flash_attn_with_kvcache and paged prefill are forward only.
+Inference (docs/inference.md): flash_attn_with_kvcache and paged prefill have no backward.
+flash_attn_with_kvcache records no graph (its outputs never require grad, as in flash-attn);
+a paged flash_attn_forward (block_table) on inputs that require grad runs, and its backward
+raises NotImplementedError: eagerly at once, in a compiled graph through
+flash_attn_paged_backward (an op that exists so that the graph traces, and raises when run).
 Their integer arguments' values are checked in eager mode with one device-to-host copy,
 kept for unmodified tensors (samattn.set_value_checks turns that off); unchecked, the
 kernels clamp every cache index.
@@ -78,6 +84,7 @@ import math
 from typing import Any, Optional, Union
 
 import torch
+from torch._subclasses.fake_tensor import is_fake
 
 from . import _checks, _cuda, _dropout, _eager, _family
 from ._checks import AttentionParams
@@ -213,10 +220,32 @@ def _flash_attn_backward_fake(*inputs: object) -> tuple[Tensor, Tensor, Tensor, 
 
 
 _PAGED_BACKWARD = (
-    "samattn.flash_attn_varlen_func: block_table (paged KV cache) is forward only; the "
-    "backward through a paged cache is not supported (call it under torch.no_grad(), or on "
-    "tensors that do not require grad)"
+    "samattn.flash_attn_varlen_func: no backward through a paged KV cache (block_table): "
+    "paged prefill's forward runs on inputs that require grad, but its gradient is not "
+    "supported (flash-attn has none either); for gradients pass k and v packed, without "
+    "block_table, or run the forward under torch.no_grad()"
 )
+
+
+@torch.library.custom_op("samattn::flash_attn_paged_backward", mutates_args=())
+def _flash_attn_paged_backward(
+    dout: Tensor, q: Tensor, k: Tensor, v: Tensor, sinks: Optional[Tensor] = None
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The backward of a paged forward in a traced graph (torch.compile): it exists so that
+    the graph compiles, and raises when the backward runs. Eager backwards raise at once."""
+    raise NotImplementedError(_PAGED_BACKWARD)
+
+
+@_flash_attn_paged_backward.register_fake
+def _flash_attn_paged_backward_fake(dout, q, k, v, sinks=None):
+    dsinks = q.new_empty((0 if sinks is None else sinks.shape[0],), dtype=torch.float32)
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), dsinks
+
+
+def _tracing(t: Tensor) -> bool:
+    """Whether a backward formula is being traced (torch.compile's joint graph) rather than
+    run: fake tensors, or a dispatch mode such as the tracer's."""
+    return torch.compiler.is_compiling() or _eager._dispatch_modes() > 0 or is_fake(t)
 
 
 def _save_forward(
@@ -231,6 +260,11 @@ def _save_forward(
 ) -> None:
     """What the backward of a forward (q, k, v; varlen = (cu_seqlens_q, cu_seqlens_k,
     max_seqlen_q, max_seqlen_k)) needs: its tensors saved, its scalars and family kept."""
+    ctx.paged = paged
+    if paged:  # no backward: only what the traced graph's error op takes (_paged_gradients)
+        ctx.save_for_backward(q, k, v, params.sinks)
+        ctx.family = _family.requested_family()
+        return
     cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k = varlen
     out, lse = output
     ctx.save_for_backward(
@@ -239,7 +273,6 @@ def _save_forward(
     )  # fmt: skip
     ctx.scalars, ctx.dropout_p = params[:6], params.dropout_p
     ctx.max_seqlens = (max_seqlen_q, max_seqlen_k)
-    ctx.paged = paged
     ctx.family = _family.requested_family()
 
 
@@ -249,7 +282,7 @@ def _gradients(ctx: Any, grad_out: Tensor, wants_dsinks: bool) -> tuple:
     convention, documented in the module docstring); alibi_slopes gets none (as in
     flash-attn)."""
     if ctx.paged:
-        raise NotImplementedError(_PAGED_BACKWARD)
+        return _paged_gradients(ctx, grad_out, wants_dsinks)
     q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, sinks, seed = ctx.saved_tensors
     if not wants_dsinks:
         sinks = None  # no gradient asked for: dq, dk and dv do not need the sinks
@@ -265,6 +298,18 @@ def _gradients(ctx: Any, grad_out: Tensor, wants_dsinks: bool) -> tuple:
             grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, *ctx.max_seqlens,
             *ctx.scalars, alibi_slopes, sinks, *dropout,
         )  # fmt: skip
+    return dq, dk, dv, dsinks if sinks is not None else None
+
+
+def _paged_gradients(ctx: Any, grad_out: Tensor, wants_dsinks: bool) -> tuple:
+    """The backward of a paged forward (block_table): NotImplementedError when it runs. A
+    traced graph gets the op that raises it when the compiled backward runs, so that a
+    paged forward on inputs that require grad compiles (its backward is traced at once)."""
+    if not _tracing(grad_out):
+        raise NotImplementedError(_PAGED_BACKWARD)
+    q, k, v, sinks = ctx.saved_tensors
+    sinks = sinks if wants_dsinks else None
+    dq, dk, dv, dsinks = torch.ops.samattn.flash_attn_paged_backward(grad_out, q, k, v, sinks)
     return dq, dk, dv, dsinks if sinks is not None else None
 
 
@@ -516,8 +561,6 @@ def _attention(
             )
         if alibi_slopes is not None or sinks is not None:
             _checks.attention_terms(op, alibi_slopes, sinks, sizes.batch, sizes.nheads, q)
-    if block_table is not None and _checks.needs_grad(q, k, v, sinks):
-        raise NotImplementedError(_PAGED_BACKWARD)
     params = _checks.attention_params(
         op, softmax_scale, causal, window_size, softcap, q.shape[-1], deterministic,
         alibi_slopes, sinks, dropout_p, q,
@@ -703,8 +746,9 @@ def flash_attn_func(
         softmax_lse = +inf, or sinks[h] with sinks.
 
     Raises:
-        ValueError / TypeError for bad arguments, samattn.UnsupportedError when this GPU,
-        kernel family or build cannot run it.
+        samattn.ArgumentError (a ValueError and a RuntimeError) / TypeError for bad
+        arguments, samattn.UnsupportedError when this GPU, kernel family or build cannot
+        run it.
     """
     return _attention(
         "samattn.flash_attn_func",
@@ -758,7 +802,7 @@ def flash_attn_varlen_func(
             copy per call, skipped while a CUDA graph is captured or when turned off with
             samattn.set_value_checks(False)).
         max_seqlen_q, max_seqlen_k: ints bounding every sequence's length.
-        block_table: None, or paged prefill (forward only): (batch, max_blocks) torch.int32,
+        block_table: None, or paged prefill (no backward): (batch, max_blocks) torch.int32,
             and then k and v are paged caches (num_blocks, page_block_size, nheads_k,
             headdim), page_block_size a multiple of 16, headdim a multiple of 8, read in
             place (strides multiples of 8 elements, 16-byte aligned). Sequence b's key j
@@ -766,8 +810,10 @@ def flash_attn_varlen_func(
             cu_seqlens_k gives only each sequence's key count (cu_seqlens_k[b + 1] -
             cu_seqlens_k[b]), at most max_blocks * page_block_size. The entries of the
             pages in use are checked like the offsets (samattn.set_value_checks); the
-            kernels clamp page indices into the cache. A gradient through a paged cache
-            is not supported: NotImplementedError when q, k, v or sinks requires grad.
+            kernels clamp page indices into the cache. The forward runs on inputs that
+            require grad, and its output then requires grad, but a gradient through a
+            paged cache is not supported: the backward raises NotImplementedError (a
+            RuntimeError), as flash-attn has none either.
         alibi_slopes: None, (nheads,) or (batch, nheads) torch.float32, batch being the
             number of sequences (len(cu_seqlens_q) - 1); the bias of each sequence uses its
             own lengths.
@@ -809,7 +855,9 @@ def _unpack(packed: Tensor, dim: int, count: int, what: str, layout: str) -> tup
     _checks.require_tensor(packed, what)
     rank = len(layout.split(","))
     if packed.dim() != rank or packed.shape[dim] != count:
-        raise ValueError(f"{what} must be {rank}-D {layout}, got shape {tuple(packed.shape)}")
+        raise _checks.ArgumentError(
+            f"{what} must be {rank}-D {layout}, got shape {tuple(packed.shape)}"
+        )
     return packed.unbind(dim)
 
 
@@ -1005,7 +1053,7 @@ def flash_attn_with_kvcache(
             nheads_k (GQA / MQA). They are read and updated in place, never copied, so
             they must allow the kernels' 16-byte vectors: headdim a multiple of 8 (at
             most 256), head dim contiguous, other strides multiples of 8 elements,
-            16-byte aligned (ValueError otherwise).
+            16-byte aligned (samattn.ArgumentError otherwise).
         k, v: None, or the new keys and values (batch, seqlen_new, nheads_k, headdim),
             appended to the caches in place; they need cache_seqlens.
         rotary_cos, rotary_sin: None, or (seqlen_ro, rotary_dim / 2) in q's dtype,
@@ -1057,8 +1105,9 @@ def flash_attn_with_kvcache(
         with sinks).
 
     Raises:
-        ValueError / TypeError for bad arguments (naming the argument),
-        samattn.UnsupportedError when this GPU, kernel family or build cannot run it.
+        samattn.ArgumentError (a ValueError and a RuntimeError) / TypeError for bad
+        arguments (naming the argument), samattn.UnsupportedError when this GPU, kernel
+        family or build cannot run it.
     """
     op = "samattn.flash_attn_with_kvcache"
     _checks.require_tensor(q, f"{op}: q")

@@ -376,8 +376,9 @@ def gemm(
         else (M, N).
 
     Raises:
-        ValueError / TypeError for bad arguments, samattn.UnsupportedError when this GPU,
-        kernel family or build cannot run them, RuntimeError for CUDA errors.
+        samattn.ArgumentError (a ValueError) / TypeError for bad arguments,
+        samattn.UnsupportedError when this GPU, kernel family or build cannot run them,
+        RuntimeError for CUDA errors.
     """
     alpha, beta = float(alpha), float(beta)
     split = split_k != "auto" or split_k_mode != "auto"
@@ -495,12 +496,12 @@ def linear(
     _checks.require_tensor(x, "samattn.linear: x")
     _checks.require_tensor(weight, "samattn.linear: weight")
     if weight.dim() != 2:
-        raise ValueError(
+        raise _checks.ArgumentError(
             "samattn.linear: weight must be 2-D (out_features, in_features), got shape "
             f"{tuple(weight.shape)}"
         )
     if x.dim() == 0 or x.shape[-1] != weight.shape[1]:
-        raise ValueError(
+        raise _checks.ArgumentError(
             f"samattn.linear: x's last dimension must be in_features = {weight.shape[1]} "
             f"(weight {tuple(weight.shape)}), got x of shape {tuple(x.shape)}"
         )
@@ -522,8 +523,9 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
         A new contiguous tensor of x's shape and dtype. Differentiable.
 
     Raises:
-        IndexError if dim is out of range; ValueError / TypeError for other bad arguments,
-        samattn.UnsupportedError when this GPU, kernel family or build cannot run it.
+        IndexError if dim is out of range; samattn.ArgumentError (a ValueError) /
+        TypeError for other bad arguments, samattn.UnsupportedError when this GPU, kernel
+        family or build cannot run it.
     """
     route = _eager.route(x)
     if route == _eager.DIRECT:

@@ -1,7 +1,8 @@
 """Inference attention without a GPU: flash_attn_with_kvcache's and paged prefill's
 argument validation (on "meta" tensors, through the fake implementations), the checks of
 integer values (pure functions on host lists), the value-check switch, the packing of the
-KV-cache fields of the C struct, and the op under torch.compile.
+KV-cache fields of the C struct, the op under torch.compile, and paged prefill under
+autograd (a forward, and a backward that raises).
 """
 
 from __future__ import annotations
@@ -322,12 +323,17 @@ def test_bad_arguments_raise_naming_them(case):
         call(**changes)
     message = str(info.value)
     assert fragment in message and message.startswith(OP), message
+    if error is ValueError:  # also a RuntimeError, which flash-attn's checks raise
+        assert isinstance(info.value, samattn.ArgumentError), type(info.value)
 
 
 def test_paged_capacity_is_pages_times_page_size():
     # 3 pages of 16 rows: 47 + 1 fits, 48 + 1 does not.
     call(cache_seqlens=47, **paged(), **new_kv(), **rotary(48))
     with pytest.raises(ValueError, match="exceeds the 48 rows a cache sequence holds"):
+        call(cache_seqlens=48, **paged(), **new_kv(), **rotary(48))
+    # flash-attn's TORCH_CHECK raises a RuntimeError naming block_table: so does this.
+    with pytest.raises(RuntimeError, match=r"holds \(block_table's 3 pages of 16 rows\)"):
         call(cache_seqlens=48, **paged(), **new_kv(), **rotary(48))
 
 
@@ -391,6 +397,7 @@ def test_bad_values(case):
     with pytest.raises(ValueError) as info:
         _checks.kvcache_values(OP, *args)
     assert fragment in str(info.value) and str(info.value).startswith(OP), str(info.value)
+    assert isinstance(info.value, RuntimeError)
 
 
 def test_good_values_pass():
@@ -524,11 +531,6 @@ BAD_PAGED_VARLEN = {
         ValueError,
         "a KV cache needs a head dim that is a multiple of 8",
     ),
-    "gradient": (
-        dict(q=meta(40, H, 64).requires_grad_(True)),
-        NotImplementedError,
-        "the backward through a paged cache is not supported",
-    ),
 }
 
 
@@ -542,7 +544,81 @@ def test_paged_prefill_rejects(case):
 
 def test_paged_prefill_without_grad_mode_runs():
     with torch.no_grad():
-        varlen_paged(q=meta(40, H, 64).requires_grad_(True))
+        out = varlen_paged(q=meta(40, H, 64).requires_grad_(True))
+    assert not out.requires_grad
+
+
+PAGED_BACKWARD = r"no backward through a paged KV cache \(block_table\)"
+
+
+@pytest.mark.parametrize("grad", ["q", "k", "q, k, v", "sinks"])
+def test_paged_prefill_forward_runs_under_autograd(grad):
+    # flash-attn runs the forward of a paged call whose inputs require grad; only the
+    # backward through the paged cache is missing. The output requires grad (it depends
+    # on them), and its backward says why there is none.
+    tensors = dict(q=meta(40, H, 64), k=meta(10, 16, HK, 64), v=meta(10, 16, HK, 64))
+    tensors["sinks"] = meta(H, dtype=torch.float32)
+    for name in grad.split(", "):
+        tensors[name].requires_grad_(True)
+    out = varlen_paged(**tensors)
+    assert out.shape == (40, H, 64) and out.requires_grad
+    with pytest.raises(NotImplementedError, match=PAGED_BACKWARD) as info:
+        out.sum().backward()
+    assert isinstance(info.value, RuntimeError)  # flash-attn's fails with a RuntimeError
+
+
+def paged_prefill(q, k_cache, v_cache, cu_q, cu_k, table, sinks):
+    out = samattn.flash_attn_varlen_func(
+        q, k_cache, v_cache, cu_q, cu_k, 30, 48, causal=True, block_table=table, sinks=sinks
+    )
+    return out.float().sum()
+
+
+@pytest.mark.parametrize("sinks", [False, True], ids=["plain", "sinks"])
+def test_compiled_paged_prefill_under_autograd(sinks):
+    # AOTAutograd traces the backward with the forward: the paged one must trace (to the op
+    # that raises when the compiled backward runs), or the forward would not compile.
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    backward_graphs = []
+
+    def keep_backward(graph, example_inputs):
+        backward_graphs.append(graph)
+        return make_boxed_func(graph)
+
+    torch._dynamo.reset()
+    backend = aot_autograd(
+        fw_compiler=lambda graph, _: make_boxed_func(graph), bw_compiler=keep_backward
+    )
+    q = meta(40, H, 64).requires_grad_(True)
+    s = meta(H, dtype=torch.float32).requires_grad_(True) if sinks else None
+    loss = torch.compile(paged_prefill, fullgraph=True, backend=backend)(
+        q, meta(10, 16, HK, 64), meta(10, 16, HK, 64), ints(3), ints(3), ints(2, 3), s
+    )
+    assert loss.requires_grad
+    loss.backward()  # meta tensors run the op's fake; CUDA ones raise (below)
+    assert "samattn.flash_attn_paged_backward" in backward_graphs[-1].code
+    torch._dynamo.reset()
+
+
+def test_paged_backward_op_raises_when_it_runs():
+    tensors = (torch.zeros(4, H, 64), torch.zeros(10, 16, HK, 64), torch.zeros(10, 16, HK, 64))
+    with pytest.raises(NotImplementedError, match=PAGED_BACKWARD):
+        torch.ops.samattn.flash_attn_paged_backward(torch.zeros(4, H, 64), *tensors, None)
+    dq, dk, _, dsinks = torch.ops.samattn.flash_attn_paged_backward(
+        meta(4, H, 64), meta(4, H, 64), meta(10, 16, HK, 64), meta(10, 16, HK, 64),
+        meta(H, dtype=torch.float32),
+    )  # fmt: skip
+    assert (dq.shape, dk.shape, dsinks.shape) == ((4, H, 64), (10, 16, HK, 64), (H,))
+
+
+def test_kvcache_outputs_do_not_require_grad():
+    # As in flash-attn, flash_attn_with_kvcache records no graph: inputs that require grad
+    # are computed on as they are.
+    q = meta(B, SQ, H, D).requires_grad_(True)
+    out, lse = call(q=q, return_softmax_lse=True)
+    assert not out.requires_grad and not lse.requires_grad
 
 
 # -------------------------------------------------- the C struct's fields ----

@@ -13,6 +13,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import samattn
+from samattn import _lib
 
 # Fake CUDA tensors on a second device need no GPU, but on a machine with one GPU torch
 # checks the ordinal and refuses cuda:1.
@@ -345,6 +346,30 @@ def test_bad_arguments(case):
     message = str(raised.value)
     for fragment in fragments:
         assert fragment in message, f"{fragment!r} not in {message!r}"
+    if error is ValueError:  # and a RuntimeError, as flash-attn's checks raise
+        assert isinstance(raised.value, samattn.ArgumentError), type(raised.value)
+
+
+def test_argument_errors_are_value_errors_and_runtime_errors(monkeypatch):
+    assert issubclass(samattn.ArgumentError, ValueError)
+    assert issubclass(samattn.ArgumentError, RuntimeError)
+    assert not issubclass(samattn.ArgumentError, samattn.UnsupportedError)
+    for caught in (ValueError, RuntimeError, samattn.ArgumentError):
+        with pytest.raises(caught, match="inner sizes differ"):
+            samattn.gemm(meta(4, 5), meta(6, 7))
+    with pytest.raises(RuntimeError, match="unknown family 'sm99'"):
+        samattn.use_family("sm99")
+    # The library's statuses: INVALID_ARGUMENT (and NEEDS_WORKSPACE, when nothing gave one)
+    # are argument errors; UNSUPPORTED and CUDA errors are not.
+    monkeypatch.setattr(_lib, "last_error", lambda: "samattn gemm: a is NULL")
+    for status in (_lib.INVALID_ARGUMENT, _lib.NEEDS_WORKSPACE):
+        with pytest.raises(samattn.ArgumentError, match="a is NULL"):
+            _lib.check(status)
+    with pytest.raises(samattn.UnsupportedError):
+        _lib.check(_lib.UNSUPPORTED)
+    with pytest.raises(RuntimeError) as raised:
+        _lib.check(_lib.CUDA_ERROR)
+    assert not isinstance(raised.value, ValueError)
 
 
 def test_shapes_are_checked_before_devices():

@@ -342,6 +342,12 @@ BAD_VALUES = {
         dict(cache_seqlens=[3, 64]),
         r"cache_seqlens\[1\] = 64 plus the 1 new rows",
     ),
+    "block_table too short for cache_seqlens": (
+        True,
+        dict(cache_seqlens=[3, 32], block_table=[[0, 1], [2, 3]]),
+        r"cache_seqlens\[1\] = 32 plus the 1 new rows exceeds the 32 rows a cache sequence "
+        r"holds \(block_table's 2 pages of 16 rows\)",
+    ),
     "negative cache_seqlens": (False, dict(cache_seqlens=[-4, 3]), r"cache_seqlens\[0\] = -4"),
     "cache_batch_idx beyond the cache": (
         False,
@@ -372,8 +378,10 @@ def _bad_call(paged: bool, lists: dict):
 @pytest.mark.parametrize("case", BAD_VALUES)
 def test_bad_values_are_refused_before_the_launch(case):
     paged, kwargs, fragment = BAD_VALUES[case]
-    with pytest.raises(ValueError, match=fragment):
-        _bad_call(paged, kwargs)
+    # samattn.ArgumentError: a ValueError, and a RuntimeError as flash-attn's TORCH_CHECK.
+    for caught in (ValueError, RuntimeError):
+        with pytest.raises(caught, match=fragment):
+            _bad_call(paged, kwargs)
     assert_cuda_healthy()
 
 
@@ -593,15 +601,28 @@ def test_paged_prefill(attn_family, dtype, batch, feature):
         )
 
 
-def test_paged_prefill_refuses_gradients(attn_family):
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_paged_prefill_runs_under_autograd_without_a_backward(attn_family, compiled):
+    # As in flash-attn: the forward runs on inputs that require grad (the same output as
+    # without), only the backward through the paged cache is missing, and says so.
     q = randn(8, 2, 64, dtype=F16).requires_grad_(True)
     cache = randn(4, 16, 2, 64, dtype=F16)
     cu = _ints(0, 8)
     table = _ints(2, 0).view(1, 2)
-    with pytest.raises(NotImplementedError, match="paged cache is not supported"):
-        samattn.flash_attn_varlen_func(q, cache, cache, cu, cu, 8, 8, block_table=table)
-    with torch.no_grad(), samattn.use_family(attn_family):
-        samattn.flash_attn_varlen_func(q, cache, cache, cu, cu, 8, 8, block_table=table)
+
+    def prefill(q):
+        return samattn.flash_attn_varlen_func(q, cache, cache, cu, cu, 8, 8, block_table=table)
+
+    torch._dynamo.reset()
+    run = torch.compile(prefill, fullgraph=True, backend="aot_eager") if compiled else prefill
+    with samattn.use_family(attn_family):
+        out = run(q)
+        with torch.no_grad():
+            expected = prefill(q)
+        assert out.requires_grad and torch.equal(out.detach(), expected)
+        with pytest.raises(NotImplementedError, match="no backward through a paged KV cache"):
+            out.sum().backward()
+    torch._dynamo.reset()
     assert_cuda_healthy()
 
 

@@ -1,0 +1,1 @@
+"""flash-attn's ``layers`` names that its tests import (rotary embedding)."""
