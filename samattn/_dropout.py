@@ -45,9 +45,11 @@ def threshold(p: float) -> int:
 
 
 def scale(p: float) -> float:
-    """The factor of a kept probability, 256 / (256 - threshold(p)): 1 / (1 - p) of the p
-    used (as float32 in the kernels), so that dropout leaves the expectation unchanged."""
-    return _as_float32(256.0 / (256 - threshold(p)))
+    """The factor of a kept probability: 1 / (1 - p) in float32 arithmetic, as the kernels
+    (and flash-attn) compute it, for the p asked for rather than the p the byte threshold
+    keeps (docs/attention_dropout.md)."""
+    # Each float32 operation rounded once: double rounding is exact for / and -.
+    return _as_float32(1.0 / _as_float32(1.0 - _as_float32(p)))
 
 
 def _mulhilo(multiplier: int, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

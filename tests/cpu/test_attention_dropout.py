@@ -63,9 +63,12 @@ def test_kept_fraction_and_threshold():
     assert _dropout.threshold(0.0) == 0 and _dropout.threshold(0.5) == 128
     assert _dropout.threshold(0.999999) == 255 and _dropout.threshold(0.1) == 26
     assert _dropout.threshold(0.001) == 0  # below 1/512: nothing dropped
-    # The scale is that of the p used, 26 / 256 for 0.1: the expectation is unchanged.
-    assert _dropout.scale(0.1) == _dropout._as_float32(256 / 230)
-    assert _dropout.scale(0.5) == 2.0
+    # The scale is flash-attn's 1 / (1 - p) of the p asked for, in float32 arithmetic.
+    one = torch.tensor(1.0, dtype=torch.float32)
+    for p in (0.1, 0.17, 0.5, 0.001, 0.3333):
+        p32 = torch.tensor(p, dtype=torch.float32)
+        assert _dropout.scale(p) == (one / (one - p32)).item(), p
+    assert _dropout.scale(0.5) == 2.0 and _dropout.scale(0.17) != 256 / 212
     keep = _dropout.keep_mask(7, 0.3, 4, 8, 128, 128)
     assert abs(keep.float().mean().item() - 0.7) < 0.005
     other = _dropout.keep_mask(8, 0.3, 4, 8, 128, 128)

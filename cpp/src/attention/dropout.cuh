@@ -2,10 +2,11 @@
 //
 // Probability (b, h, i, j) (batch entry, query head, query and key index in
 // the sequence) is kept iff its 8-bit random byte is >= threshold =
-// round(p * 256) (at most 255), and a kept one is scaled by
-// 256 / (256 - threshold): p is used rounded to a multiple of 1/256, and the
-// scale is that of the p used, so the output's expectation is exactly the
-// output without dropout. The bytes come from Philox4x32-7 (Salmon et al.,
+// round(p * 256) (at most 255), and a kept one is scaled by 1 / (1 - p) in
+// float32, flash-attn's constant: its tests (and users' references) scale by
+// the p asked for, not by the p the byte threshold keeps (within 1/512 of it),
+// and in fp16 the difference (0.23 % at p = 0.17) is four times the rounding
+// error those references allow. The bytes come from Philox4x32-7 (Salmon et al.,
 // SC'11; 7 rounds pass BigCrush), keyed by the call's 64-bit seed, which the
 // kernels read from the device so that a CUDA graph replays new masks when
 // the caller redraws it. One Philox call gives the 16 bytes of one lane of
@@ -35,14 +36,14 @@ namespace samattn::attention {
 struct DropoutParams {
   const uint64_t* seed;  // nullptr: off
   uint32_t threshold;    // bytes below it drop: round(p * 256), at most 255
-  float scale;           // 256 / (256 - threshold)
+  float scale;           // 1 / (1 - p), as float32 arithmetic gives it
 };
 
 inline DropoutParams dropout_params(const DropoutView& d) {
   if (!(d.p > 0.0f) || d.seed == nullptr) return {nullptr, 0u, 1.0f};
   const double rounded = std::nearbyint(double(d.p) * 256.0);
   const uint32_t threshold = static_cast<uint32_t>(rounded > 255.0 ? 255.0 : rounded);
-  return {d.seed, threshold, static_cast<float>(256.0 / (256.0 - double(threshold)))};
+  return {d.seed, threshold, 1.0f / (1.0f - d.p)};
 }
 
 __device__ inline uint4 philox_4x32_7(uint4 counter, uint2 key) {
