@@ -804,8 +804,9 @@ def flash_attn_varlen_func(
         max_seqlen_q, max_seqlen_k: ints bounding every sequence's length.
         block_table: None, or paged prefill (no backward): (batch, max_blocks) torch.int32,
             and then k and v are paged caches (num_blocks, page_block_size, nheads_k,
-            headdim), page_block_size a multiple of 16, headdim a multiple of 8, read in
-            place (strides multiples of 8 elements, 16-byte aligned). Sequence b's key j
+            headdim), page_block_size a multiple of 16, read in place (strides multiples
+            of 8 elements, 16-byte aligned) when headdim is a multiple of 8, else as
+            zero-padded copies (a warning once). Sequence b's key j
             is row j % page_block_size of page block_table[b][j // page_block_size];
             cu_seqlens_k gives only each sequence's key count (cu_seqlens_k[b + 1] -
             cu_seqlens_k[b]), at most max_blocks * page_block_size. The entries of the
@@ -828,6 +829,17 @@ def flash_attn_varlen_func(
         b in its top-left corner (0 elsewhere). Rows outside every sequence are not written
         (their gradients are 0).
     """
+    if block_table is not None and _cache_needs_padding(q, k, v):
+        # Paged caches are read in place on 16-byte rows: any other head dim runs padded.
+        _warn_padded_caches("samattn.flash_attn_varlen_func", q.shape[-1], stacklevel=2)
+        pad = _cuda._pad_head_dim
+        result = flash_attn_varlen_func(
+            pad(q), pad(k), pad(v), cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+            dropout_p, q.shape[-1] ** -0.5 if softmax_scale is None else softmax_scale,
+            causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs,
+            block_table, sinks=sinks,
+        )  # fmt: skip
+        return _cut_head_dim(result, q.shape[-1])
     return _attention(
         "samattn.flash_attn_varlen_func",
         q,
@@ -1050,10 +1062,12 @@ def flash_attn_with_kvcache(
         k_cache, v_cache: (batch_cache, seqlen_cache, nheads_k, headdim), or with
             block_table paged caches (num_blocks, page_block_size, nheads_k, headdim),
             page_block_size a positive multiple of 16. q's dtype; nheads a multiple of
-            nheads_k (GQA / MQA). They are read and updated in place, never copied, so
-            they must allow the kernels' 16-byte vectors: headdim a multiple of 8 (at
-            most 256), head dim contiguous, other strides multiples of 8 elements,
-            16-byte aligned (samattn.ArgumentError otherwise).
+            nheads_k (GQA / MQA). headdim at most 256. With a headdim that is a
+            multiple of 8 they are read and updated in place, never copied, so they must
+            allow the kernels' 16-byte vectors: head dim contiguous, other strides
+            multiples of 8 elements, 16-byte aligned (samattn.ArgumentError otherwise).
+            Any other headdim runs on zero-padded copies of the caches (the appended rows
+            copied back), at the cost of copying them on every call (a warning once).
         k, v: None, or the new keys and values (batch, seqlen_new, nheads_k, headdim),
             appended to the caches in place; they need cache_seqlens.
         rotary_cos, rotary_sin: None, or (seqlen_ro, rotary_dim / 2) in q's dtype,
@@ -1112,6 +1126,14 @@ def flash_attn_with_kvcache(
     op = "samattn.flash_attn_with_kvcache"
     _checks.require_tensor(q, f"{op}: q")
     headdim = q.shape[-1] if q.dim() == 4 else 1  # for the default scale; shapes checked below
+    if _cache_needs_padding(q, k_cache, v_cache, k, v):
+        return _flash_attn_with_kvcache_padded(
+            q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+            cache_leftpad, block_table,
+            headdim**-0.5 if softmax_scale is None else softmax_scale, causal, window_size,
+            softcap, rotary_interleaved, alibi_slopes, num_splits, return_softmax_lse,
+            sinks=sinks,
+        )  # fmt: skip
     params = _checks.attention_params(
         op, softmax_scale, causal, window_size, softcap, headdim, False, alibi_slopes, sinks
     )
@@ -1145,6 +1167,66 @@ def flash_attn_with_kvcache(
                 int(num_splits), *terms,
             )  # fmt: skip
     return (out, lse) if return_softmax_lse else out
+
+
+def _cache_needs_padding(*tensors: Optional[Tensor]) -> bool:
+    """Whether q, the caches (and the new k, v when given) share a head dim the kernels'
+    16-byte vectors cannot read in place: not a multiple of 8, at most 256. Anything else,
+    well formed or not, goes to the checks of the usual path."""
+    given = [t for t in tensors if t is not None]
+    if not all(isinstance(t, Tensor) and t.dim() in (3, 4) for t in given):
+        return False
+    headdim = given[0].shape[-1]
+    return (
+        headdim % _cuda._TERMS_HEAD_DIM_MULTIPLE != 0
+        and headdim <= 256
+        and all(t.shape[-1] == headdim for t in given)
+    )
+
+
+def _warn_padded_caches(op: str, headdim: int, stacklevel: int) -> None:
+    """Once per process; stacklevel counts from the caller, as for warnings.warn."""
+    _warn_once(
+        f"{op}: head dim {headdim} is not a multiple of 8, so each call runs on zero-padded "
+        "copies of the KV caches (each cache copied in and, when the call appends to it, out "
+        "again: several times the attention's own memory traffic); caches with a head dim "
+        "that is a multiple of 8 are read in place (this warning is shown once per process)",
+        stacklevel=stacklevel + 1,
+    )
+
+
+def _cut_head_dim(result: Any, headdim: int) -> Any:
+    """A padded call's output (alone or first of a tuple) cut back to `headdim` columns."""
+    if isinstance(result, tuple):
+        return (result[0][..., :headdim].contiguous(), *result[1:])
+    return result[..., :headdim].contiguous()
+
+
+def _flash_attn_with_kvcache_padded(
+    q: Tensor,
+    k_cache: Tensor,
+    v_cache: Tensor,
+    k: Optional[Tensor],
+    v: Optional[Tensor],
+    *args: Any,
+    sinks: Optional[Tensor],
+) -> Union[Tensor, tuple[Tensor, Tensor]]:
+    """flash_attn_with_kvcache for a head dim that is not a multiple of 8: on copies of q,
+    the caches and k, v padded with zero columns to the next multiple of 8 (q . k and the
+    softmax are unchanged, v's zero columns give zero output columns), the caches copied
+    back into the caller's when k, v were appended, the output cut back. args: the call's
+    other arguments in order, softmax_scale already resolved from the unpadded head dim."""
+    _warn_padded_caches("samattn.flash_attn_with_kvcache", q.shape[-1], stacklevel=3)
+    pad = _cuda._pad_head_dim
+    k_padded, v_padded = pad(k_cache), pad(v_cache)
+    result = flash_attn_with_kvcache(
+        pad(q), k_padded, v_padded,
+        None if k is None else pad(k), None if v is None else pad(v), *args, sinks=sinks,
+    )  # fmt: skip
+    if k is not None:
+        k_cache.copy_(k_padded[..., : k_cache.shape[-1]])
+        v_cache.copy_(v_padded[..., : v_cache.shape[-1]])
+    return _cut_head_dim(result, q.shape[-1])
 
 
 # ------------------------------------------------------------------ SDPA ----

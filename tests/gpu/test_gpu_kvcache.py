@@ -13,11 +13,12 @@ rotated (the kernels rotate in fp32), every other row bit-identical (untouched).
 The matrix of the issue (append, rotary interleaved or not at full and half the head
 dim, cache_batch_idx, left padding, shuffled paged caches of 16/64/256-row pages, GQA
 ratios 1/4/8, causal, window, softcap, num_splits 0 to 16, seqlen_q 1 to 16, head dims
-64/128 and one case each of 32/96/192/256, fp16 and bf16) is sampled with a fixed seed so
-that every value of every dimension appears, and each case runs with the sm90, sm80 and
-sm75 families forced (sm75: fp16; sm90 runs the calls whose keys split 2 to 16 ways, 8
-past head dim 128, the splits combined in a thread block cluster, and hands the others
-to sm80) and a subset with automatic selection.
+64/128 and one case each of 32/96/192/256 and of 36/59, which run on padded copies of
+the caches, fp16 and bf16) is sampled with a fixed seed so that every value of every
+dimension appears, and each case runs with the sm90, sm80 and sm75 families forced
+(sm75: fp16; sm90 runs the calls whose keys split 2 to 16 ways, 8 past head dim 128, the
+splits combined in a thread block cluster, and hands the others to sm80) and a subset
+with automatic selection.
 """
 
 from __future__ import annotations
@@ -135,6 +136,9 @@ def _sample_cases(count: int, seed: int) -> list[Case]:
         (96, "leftpad", "interleaved half"),
         (192, "batch_idx", "interleaved full"),
         (256, "paged64", "none"),
+        # Head dims that are not multiples of 8 run on padded copies of the caches.
+        (59, "contiguous", "none"),
+        (36, "paged16", "interleaved half"),
     ):
         cases.append(Case(BF16, 2, 2, 8, 2, d, layout, True, rotary, "causal", 0.0, 0))
     return cases
@@ -541,12 +545,12 @@ PAGED_PREFILL = {
 
 @pytest.mark.parametrize("dtype", [F16, BF16], ids=["f16", "bf16"])
 @pytest.mark.parametrize("batch", PAGED_PREFILL)
-@pytest.mark.parametrize("feature", ["plain", "causal", "window", "softcap", "GQA"])
+@pytest.mark.parametrize("feature", ["plain", "causal", "window", "softcap", "GQA", "d59"])
 def test_paged_prefill(attn_family, dtype, batch, feature):
     if dtype not in FAMILY_DTYPES[attn_family]:
         pytest.skip(f"{attn_family} has no {dtype} attention kernels")
     lens_q, lens_k, page = PAGED_PREFILL[batch]
-    h, d = 4, 128
+    h, d = 4, 59 if feature == "d59" else 128  # 59: padded copies of the caches
     hk = 1 if feature == "GQA" else h
     causal, softcap = feature == "causal", 25.0 if feature == "softcap" else 0.0
     window = (24, 8) if feature == "window" else (-1, -1)
