@@ -323,16 +323,17 @@ __device__ __forceinline__ void store_tile(TensorCoreParams const& p, TileJob co
 }
 
 // The job of this CTA; false for a grouped grid's CTA beyond the last tile.
-template <int BM>
+// kGeneral = false: no groups and no split, all of K.
+template <int BM, bool kGeneral>
 __device__ inline bool find_job(TensorCoreParams const& p, TileJob& job) {
   job.row_begin = 0;
   job.m = p.m;
-  if (p.group_offsets == nullptr) {
+  if (!kGeneral || p.group_offsets == nullptr) {
     swizzled_tile<8>(blockIdx.x, p.tiles_m, p.tiles_n, job.tile_m, job.tile_n);
     job.batch = blockIdx.y;
     // All of K, or this split's range (never empty).
-    job.k_begin = blockIdx.z * p.k_per_split;
-    job.k_extent = min(p.k_per_split, p.k - job.k_begin);
+    job.k_begin = kGeneral ? blockIdx.z * p.k_per_split : 0;
+    job.k_extent = kGeneral ? min(p.k_per_split, p.k - job.k_begin) : p.k;
     return true;
   }
   if (p.group_mode == group::kGroupK) {
@@ -357,11 +358,11 @@ __device__ inline bool find_job(TensorCoreParams const& p, TileJob& job) {
   return true;
 }
 
-// One CTA's tile: the K loop and the epilogue. Forced inline into both
-// kernels, so that the plain kernel reads `p` from its parameters as before.
-// kTerms = false: `p` has no C, bias, activation or split (a list's GEMMs),
-// and the epilogue is compiled without them.
-template <class Traits, bool kTerms = true>
+// One CTA's tile: the K loop and the epilogue. Forced inline into every
+// kernel, so that the plain kernels read `p` from their parameters.
+// kTerms = false: `p` has no C, bias, activation or split (the simple kernel,
+// a list's GEMMs), and the epilogue is compiled without them.
+template <class Traits, bool kTerms>
 __device__ __forceinline__ void gemm_tile(TensorCoreParams const& p, TileJob const& job) {
   using namespace cute;
   using Element = typename Traits::Element;
@@ -510,12 +511,19 @@ __device__ __forceinline__ void gemm_tile(TensorCoreParams const& p, TileJob con
   }
 }
 
-template <class Traits>
+// Two kernels per unit. kGeneral = false: D = alpha * A B, no C, bias,
+// activation, split or groups (what most calls are). kGeneral = true: any of
+// them. The general epilogue and the K ranges read from group_offsets take
+// the kernel to the register cap, and ptxas then moves the K loop's counter
+// and addressing off the uniform datapath and reloads pointers from the
+// constant bank every K tile: 3 % at 8192^3 on the H100 (issue 53). Without
+// them the loop is what it was before the epilogue grew (232 registers).
+template <class Traits, bool kGeneral>
 __global__ void __launch_bounds__(Traits::kThreads)
     gemm_tensor_core_kernel(TensorCoreParams const p) {
   TileJob job;
-  if (!find_job<Traits::kBlockM>(p, job)) return;  // a grouped grid's spare CTA
-  gemm_tile<Traits>(p, job);
+  if (!find_job<Traits::kBlockM, kGeneral>(p, job)) return;  // a grouped grid's spare CTA
+  gemm_tile<Traits, kGeneral>(p, job);
 }
 
 // A list of independent GEMMs in one launch: blockIdx.x walks the GEMMs'

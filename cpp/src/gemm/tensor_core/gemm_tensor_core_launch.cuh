@@ -92,10 +92,7 @@ cudaError_t run_tensor_core_list(const GemmProblem& list, TensorCoreParams share
 template <class Config>
 cudaError_t run_tensor_core(const GemmProblem& problem) {
   using Traits = TensorCoreTraits<Config>;
-  auto kernel = gemm_tensor_core_kernel<Traits>;
   constexpr int kSmem = Traits::kSmemBytes;
-  const cudaError_t allowed = allow_dynamic_smem<gemm_tensor_core_kernel<Traits>>(kSmem);
-  if (allowed != cudaSuccess) return allowed;
 
   TensorCoreParams p{};
   p.m = static_cast<int>(problem.m);
@@ -158,9 +155,21 @@ cudaError_t run_tensor_core(const GemmProblem& problem) {
                           : dim3(static_cast<unsigned>(p.tiles_m * p.tiles_n),
                                  static_cast<unsigned>(problem.batch));
     if (grid.y > 65535) return cudaErrorInvalidConfiguration;
-    kernel<<<grid, Traits::kThreads, kSmem, problem.stream>>>(p);
+    const cudaError_t allowed = allow_dynamic_smem<gemm_tensor_core_kernel<Traits, true>>(kSmem);
+    if (allowed != cudaSuccess) return allowed;
+    gemm_tensor_core_kernel<Traits, true><<<grid, Traits::kThreads, kSmem, problem.stream>>>(p);
     return cudaGetLastError();
   }
+
+  // The simple kernel where the call is D = alpha * A B (gemm_tensor_core_kernel).
+  const bool general =
+      p.c != nullptr || p.bias != nullptr || p.activation != Activation::none || split.splits > 1;
+  auto kernel =
+      general ? gemm_tensor_core_kernel<Traits, true> : gemm_tensor_core_kernel<Traits, false>;
+  const cudaError_t allowed =
+      general ? allow_dynamic_smem<gemm_tensor_core_kernel<Traits, true>>(kSmem)
+              : allow_dynamic_smem<gemm_tensor_core_kernel<Traits, false>>(kSmem);
+  if (allowed != cudaSuccess) return allowed;
 
   // gridDim.y is limited to 65535: launch the batch in chunks.
   constexpr int64_t kMaxBatchPerLaunch = 65535;
