@@ -66,7 +66,7 @@ kernel adds ``slope * j`` instead, which gives the same output but another lse);
 gpt-oss's attention sinks, not in flash-attn. The kernels run ALiBi, sinks and masks on
 16-byte rows: with any of them, a head dim that is not a multiple of 8 runs on copies of
 q, k, v (and out, dout) padded with zeros to the next multiple of 8, the outputs and
-gradients cut back (KV caches, used in place, need such a head dim anyway).
+gradients cut back (KV caches too, their appended rows copied back).
 
 Inference (docs/inference.md): flash_attn_with_kvcache and paged prefill have no backward.
 flash_attn_with_kvcache records no graph (its outputs never require grad, as in flash-attn);
