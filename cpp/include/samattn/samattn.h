@@ -355,11 +355,12 @@ typedef struct samattn_attention_args {
    * dropout_p in [0, 1), 0 = off; forward and backward, fixed length and
    * varlen, no KV-cache field. Probability (b, h, i, j) is kept iff its
    * random byte is at least t = min(255, round(dropout_p * 256)), and then
-   * scaled by 1 / (1 - dropout_p) (float32, as flash-attn); the bytes come from Philox4x32-7 keyed by the
-   * 64-bit value at dropout_seed (a device pointer, read by the kernels: a
-   * CUDA graph replays whatever the caller wrote there), so a backward given
-   * the forward's seed drops the same probabilities. docs/attention_dropout.md
-   * gives the map from (b, h, i, j) to the bytes.
+   * scaled by 1 / (1 - dropout_p) (float32, as flash-attn); the bytes come
+   * from Philox4x32-7 keyed by the 64-bit value at dropout_seed (a device
+   * pointer, read by the kernels: a CUDA graph replays whatever the caller
+   * wrote there), so a backward given the forward's seed drops the same
+   * probabilities. docs/attention_dropout.md gives the map from (b, h, i, j)
+   * to the bytes.
    */
   float dropout_p;
   int32_t dropout_reserved; /* 0 */
