@@ -829,7 +829,7 @@ def flash_attn_varlen_func(
         b in its top-left corner (0 elsewhere). Rows outside every sequence are not written
         (their gradients are 0).
     """
-    if block_table is not None and _cache_needs_padding(q, k, v):
+    if block_table is not None and _cache_needs_padding(q, k, v) and q.dim() == 3:
         # Paged caches are read in place on 16-byte rows: any other head dim runs padded.
         _warn_padded_caches("samattn.flash_attn_varlen_func", q.shape[-1], stacklevel=2)
         pad = _cuda._pad_head_dim
@@ -1126,7 +1126,8 @@ def flash_attn_with_kvcache(
     op = "samattn.flash_attn_with_kvcache"
     _checks.require_tensor(q, f"{op}: q")
     headdim = q.shape[-1] if q.dim() == 4 else 1  # for the default scale; shapes checked below
-    if _cache_needs_padding(q, k_cache, v_cache, k, v):
+    odd = q.dim() == 4 and headdim % _TERMS_HEAD_DIM_MULTIPLE
+    if odd and _cache_needs_padding(q, k_cache, v_cache, k, v):
         return _flash_attn_with_kvcache_padded(
             q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
             cache_leftpad, block_table,
@@ -1169,19 +1170,22 @@ def flash_attn_with_kvcache(
     return (out, lse) if return_softmax_lse else out
 
 
+_TERMS_HEAD_DIM_MULTIPLE = _cuda._TERMS_HEAD_DIM_MULTIPLE
+
+
 def _cache_needs_padding(*tensors: Optional[Tensor]) -> bool:
     """Whether q, the caches (and the new k, v when given) share a head dim the kernels'
     16-byte vectors cannot read in place: not a multiple of 8, at most 256. Anything else,
     well formed or not, goes to the checks of the usual path."""
-    given = [t for t in tensors if t is not None]
-    if not all(isinstance(t, Tensor) and t.dim() in (3, 4) for t in given):
+    q = tensors[0]
+    # q's head dim first: the common call (a multiple of 8) pays one test.
+    if not isinstance(q, Tensor) or q.dim() < 1 or q.shape[-1] % _TERMS_HEAD_DIM_MULTIPLE == 0:
         return False
-    headdim = given[0].shape[-1]
-    return (
-        headdim % _cuda._TERMS_HEAD_DIM_MULTIPLE != 0
-        and headdim <= 256
-        and all(t.shape[-1] == headdim for t in given)
-    )
+    others = [t for t in tensors[1:] if t is not None]  # the caches, k and v: 4-D
+    if not all(isinstance(t, Tensor) and t.dim() == 4 for t in others):
+        return False
+    headdim = q.shape[-1]
+    return headdim <= 256 and all(t.shape[-1] == headdim for t in others)
 
 
 def _warn_padded_caches(op: str, headdim: int, stacklevel: int) -> None:
