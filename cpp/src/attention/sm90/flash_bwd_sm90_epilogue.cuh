@@ -152,22 +152,31 @@ __device__ inline void store_key_grad(Acc const& acc, Coords const& coords, floa
 
 // dq = scale x the dQ accumulator of one query tile, read back in the
 // fragment order the main kernel's consumers staged it (DqStaging): a CTA of
-// as many threads per (query tile, head, batch).
+// as many threads per (query tile, head, batch). The tile goes through shared
+// memory so that each thread stores whole 16-byte pieces of rows (the sm90
+// plan takes only 16-byte aligned rows, backward_vectors): pairs stored
+// straight from the fragments half-fill their sectors and held the H100's
+// store queue (Nsight Compute: lg_throttle the top stall).
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kConsumerThreads)
     flash_bwd_sm90_convert_dq_kernel(ConvertDqParams const p) {
   using namespace cute;
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM, kHeadDim = Traits::kHeadDim;
+  constexpr int kThreads = Traits::kConsumerThreads;
+  // Rows 16 bytes apart beyond the head dim: the fragments' pair stores
+  // (8 rows by 4 column pairs per warp) fall in distinct banks.
+  constexpr int kPitch = kHeadDim + 8;
+  __shared__ alignas(16) Element tile[kBlockM * kPitch];
   const int tid = threadIdx.x, head = blockIdx.y, batch = blockIdx.z;
   const int m0 = blockIdx.x * kBlockM;
   const SeqExtent seq = seq_extent(p.cu_seqlens_q, p.seqlen_q, batch);
   if (m0 >= seq.len) return;
   typename Traits::TiledMmaDQ mma_dq;
   auto thr_dq = mma_dq.get_thread_slice(tid);
-  auto tile = Shape<Int<kBlockM>, Int<kHeadDim>>{};
-  Tensor acc = partition_fragment_C(mma_dq, tile);
-  Tensor coords = thr_dq.partition_C(make_identity_tensor(tile));
+  auto tile_shape = Shape<Int<kBlockM>, Int<kHeadDim>>{};
+  Tensor acc = partition_fragment_C(mma_dq, tile_shape);
+  Tensor coords = thr_dq.partition_C(make_identity_tensor(tile_shape));
   const float4* share =
       reinterpret_cast<const float4*>(p.accum + head * p.head_stride +
                                       (seq.row0 + int64_t(batch) * kBlockM + m0) * kHeadDim +
@@ -181,16 +190,24 @@ __global__ void __launch_bounds__(Traits::kConsumerThreads)
     acc(4 * j + 2) = v.z;
     acc(4 * j + 3) = v.w;
   }
+  CUTE_UNROLL
+  for (int i = 0; i < size(acc); i += 2) {  // values i, i + 1: adjacent columns of a row
+    const int row = get<0>(coords(i)), col = get<1>(coords(i));
+    store_pair(tile + row * kPitch + col, acc(i) * p.scale, acc(i + 1) * p.scale, true, true);
+  }
+  __syncthreads();
   const bool varlen = p.cu_seqlens_q != nullptr;
   Element* dq = static_cast<Element*>(p.dq) + (varlen ? seq.row0 * p.dq_seq : batch * p.dq_batch) +
                 head * p.dq_head + int64_t(m0) * p.dq_seq;
   const int rows_left = seq.len - m0;
+  constexpr int kPieces = kHeadDim / 8;  // 16-byte pieces per row
+  static_assert(kBlockM * kPieces % kThreads == 0);
   CUTE_UNROLL
-  for (int i = 0; i < size(acc); i += 2) {  // values i, i + 1: adjacent columns of a row
-    const int row = get<0>(coords(i)), col = get<1>(coords(i));
+  for (int i = tid; i < kBlockM * kPieces; i += kThreads) {
+    const int row = i / kPieces, col = i % kPieces * 8;
     if (row >= rows_left || col >= p.headdim) continue;
-    store_pair(dq + int64_t(row) * p.dq_seq + col, acc(i) * p.scale, acc(i + 1) * p.scale, true,
-               true);
+    *reinterpret_cast<uint4*>(dq + int64_t(row) * p.dq_seq + col) =
+        *reinterpret_cast<const uint4*>(tile + row * kPitch + col);
   }
 }
 

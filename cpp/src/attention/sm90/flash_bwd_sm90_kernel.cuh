@@ -21,11 +21,12 @@
 // consumers split the work by role (consume_roles): one computes S^T, P^T
 // and dV, the other dP^T, dS^T and dK, P^T passing between them through
 // shared memory in fp32.
-// Either way each consumer computes dQ for its part of the head dim over all
-// keys of the tile and stages it in shared memory (DqStaging); the writer
-// warp adds each part to the fp32 accumulator with a bulk reduction
-// (cp.reduce.async.bulk, applied in the L2 without a round trip per
-// element), so that the consumers never wait on global memory.
+// Either way each consumer computes dQ over all keys of the tile, for its
+// 64 query rows (query tiles of 128 rows) or else its part of the head dim,
+// and stages it in shared memory (DqStaging); the writer warp adds each part
+// to the fp32 accumulator with a bulk reduction (cp.reduce.async.bulk,
+// applied in the L2 without a round trip per element), so that the
+// consumers never wait on global memory.
 // flash_bwd_sm90_convert_dq_kernel reads the accumulator back in the same
 // fragment order. Softcap multiplies dS by tanh's derivative; the
 // deterministic mode orders each query tile's reductions by key tile (the

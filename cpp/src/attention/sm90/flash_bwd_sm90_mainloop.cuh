@@ -303,7 +303,8 @@ __device__ inline void dprobs_to_dscores(DScores& dscores, Prob&& prob, Coords c
 }
 
 // Consumers up to head dim 128: warpgroup g owns keys [64 g, 64 g + 64) of
-// the tile and runs every GEMM but dQ for them; dQ is split by head dim.
+// the tile and runs every GEMM but dQ for them; dQ is split by query rows or
+// head dim (BwdTraits::kDQRowSplit).
 template <TermsKernel kTerms, class Traits, class Smem>
 __device__ inline void consume_key_halves(BwdParams<Traits> const& p, BwdTile<Traits> const& t,
                                           typename Traits::SharedStorage& smem, Smem const& s,

@@ -70,20 +70,25 @@ struct BwdTraits {
                                  cute::Shape<cute::_64, cute::Int<kHeadDim>, cute::Int<kBlockM>>,
                                  cute::GMMA::Major::K, cute::GMMA::Major::MN>(),
       GroupLayout{}));
-  // dQ = dS K: the warpgroups split the head dim; dS (query rows, keys) is
-  // stored query-contiguous, K read as (head dim, keys): both MN-major.
+  // dQ = dS K, dS (query rows, keys) stored query-contiguous and K read as
+  // (head dim, keys): both MN-major. The warpgroups split dQ's rows where the
+  // query tile has 64 per warpgroup (d = 64 on 128 rows: each wgmma 64
+  // columns wide instead of 32, and dS read once; 2-4% faster on the H100),
+  // else the head dim.
+  static constexpr bool kDQRowSplit = !kRoles && kBlockM == 64 * kConsumerGroups;
+  static constexpr int kDQColumns = kDQRowSplit ? kHeadDim : kHeadDim / kConsumerGroups;
   using TiledMmaDQ = decltype(cute::make_tiled_mma(
-      cute::GMMA::ss_op_selector<
-          Element, Element, float,
-          cute::Shape<cute::_64, cute::Int<kHeadDim / kConsumerGroups>, cute::Int<kBlockN>>,
-          cute::GMMA::Major::MN, cute::GMMA::Major::MN>(),
-      cute::Layout<cute::Shape<cute::_1, cute::Int<kConsumerGroups>, cute::_1>>{}));
+      cute::GMMA::ss_op_selector<Element, Element, float,
+                                 cute::Shape<cute::_64, cute::Int<kDQColumns>, cute::Int<kBlockN>>,
+                                 cute::GMMA::Major::MN, cute::GMMA::Major::MN>(),
+      cute::Layout<cute::Shape<cute::Int<kDQRowSplit ? kConsumerGroups : 1>,
+                               cute::Int<kDQRowSplit ? 1 : kConsumerGroups>, cute::_1>>{}));
 
   using SmemAtom = cute::GMMA::Layout_K_SW128_Atom<Element>;
-  // K and V: each dQ warpgroup reads K^T's columns of its half of the head
+  // K and V: each dQ warpgroup reads K^T's columns of its part of the head
   // dim, which must be whole swizzle atoms (64 elements wide at 128 bytes).
-  using SmemAtomKV = std::conditional_t<(kHeadDim / kConsumerGroups) % 64 == 0, SmemAtom,
-                                        cute::GMMA::Layout_K_SW64_Atom<Element>>;
+  using SmemAtomKV =
+      std::conditional_t<kDQColumns % 64 == 0, SmemAtom, cute::GMMA::Layout_K_SW64_Atom<Element>>;
   using SmemLayoutKV = decltype(cute::tile_to_shape(
       SmemAtomKV{}, cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDim>>{}));
   using SmemLayoutQ = decltype(cute::tile_to_shape(
@@ -129,8 +134,8 @@ struct BwdTraits {
 
   static constexpr uint32_t kBytesQ = kBlockM * kHeadDim * sizeof(Element);
   static constexpr uint32_t kBytesKV = kBlockN * kHeadDim * sizeof(Element);
-  // One query tile of dQ in fp32: each consumer warpgroup's share (its part
-  // of the head dim) contiguous, in fragment order (DqStaging).
+  // One query tile of dQ in fp32: each consumer warpgroup's share (its rows
+  // or its part of the head dim) contiguous, in fragment order (DqStaging).
   static constexpr int kDQFloats = kBlockM * kHeadDim;
   static constexpr int kDQShare = kDQFloats / kConsumerGroups;
 
