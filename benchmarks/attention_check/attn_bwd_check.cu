@@ -61,7 +61,8 @@ struct AltConfig {
 #define ALT(D, BM, BN, S, NAME) \
   {NAME, D, kAltRun<D, BM, BN, S>, BwdConfig<D, BM, BN, S>::kSmemBytes}
 static const std::vector<AltConfig> kAltConfigs = {
-    ALT(64, 64, 128, 2, "sm90 64x128"),  // a row of the table: dropout and masks at d = 64
+    ALT(64, 64, 128, 2, "sm90 64x128"),         // a row of the table: dropout and masks at d = 64
+    ALT(128, 64, 128, 3, "sm90 d128 3-stage"),  // 226 KB: a third Q / dO buffer
 };
 #undef ALT
 #else

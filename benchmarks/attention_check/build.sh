@@ -72,8 +72,10 @@ sm90_alt_configs=(
   "64,128,192,2"
 )
 # sm90 backward (kAltConfigs of attn_bwd_check.cu under SAMATTN_CHECK_SM90):
-# head_dim,block_m,block_n,stages. (Its alternative today is a row of the table.)
-sm90_bwd_alt_configs=()
+# head_dim,block_m,block_n,stages. (Its other alternative is a row of the table.)
+sm90_bwd_alt_configs=(
+  "128,64,128,3"
+)
 alt_args=()
 if [[ "$FAMILY" == sm90 ]]; then
   for cfg in "${sm90_alt_configs[@]}"; do alt_args+=(--fwd "$cfg"); done

@@ -159,6 +159,13 @@ def test_flash_attn_output(d, dtype):
         pytest.skip("d 32")
 
 
+def test_flash_attn_bwd_overflow():
+    from samattn import _family
+
+    if _family.requested_family() == 75:
+        raise RuntimeError("no backward kernel (the sm75 backward supports head dims up to 192)")
+
+
 def test_flash_attn_generator_arg_must_be_none():
     raise AssertionError("an internals test: never run")
 """
@@ -193,7 +200,7 @@ def test_runner_runs_each_case_once_per_family(run_small_file):
     families = "auto,sm75,sm80"
     # Every head dim, whatever the installed build holds (CI builds two of them).
     summary = run_small_file(f"--families={families}", "--sample=5", "--seed=1", "--head-dims=all")
-    assert summary["collected"] == 7 and summary["selected"] == 5
+    assert summary["collected"] == 8 and summary["selected"] == 5
     assert summary["left_out"] == {"flash-attn extension internals": 1}
     assert sorted(summary["cases"]) == sorted(set(summary["cases"])) and len(summary["cases"]) == 5
     assert list(summary["families"]) == families.split(",")
@@ -204,7 +211,10 @@ def test_runner_runs_each_case_once_per_family(run_small_file):
         assert result["not_run"] == 0
     sm75, sm80 = summary["families"]["sm75"], summary["families"]["sm80"]
     bf16_cases = sum("dtype1" in case for case in summary["cases"])
-    assert sm75["left_out"] == {"bfloat16 on sm75 (no bfloat16 attention kernels)": bf16_cases}
+    expected = {"bfloat16 on sm75 (no bfloat16 attention kernels)": bf16_cases}
+    if "test_flash_attn_bwd_overflow" in summary["cases"]:
+        expected["sm75 backward above head dim 192 (Turing)"] = 1
+    assert sm75["left_out"] == {reason: n for reason, n in expected.items() if n}
     assert summary["families"]["auto"]["totals"]["failed"] == 0
     failures = {f["case"]: f for f in sm80["failures"]}
     assert set(failures) == {
@@ -227,7 +237,18 @@ def test_runner_leaves_out_head_dims_the_build_lacks(run_small_file):
         "head dim 128 kernels not in this build": 2,
     }
     assert sorted(summary["cases"]) == [
+        "test_flash_attn_bwd_overflow",  # no head dim parameter: kept
         "test_flash_attn_output[64-dtype0]",
         "test_flash_attn_output[64-dtype1]",
     ]
-    assert summary["families"]["auto"]["totals"] == {"passed": 2, "failed": 0, "skipped": 0}
+    assert summary["families"]["auto"]["totals"] == {"passed": 3, "failed": 0, "skipped": 0}
+
+
+def test_runner_leaves_out_the_sm75_backward_limit(run_small_file):
+    # The documented refusal of the sm75 family is left out, not counted as a failure.
+    summary = run_small_file(
+        "--families=sm75,sm80", "--functions=test_flash_attn_bwd_overflow", "--head-dims=all"
+    )
+    sm75, sm80 = summary["families"]["sm75"], summary["families"]["sm80"]
+    assert sm75["left_out"] == {"sm75 backward above head dim 192 (Turing)": 1}
+    assert sm75["totals"]["failed"] == 0 and sm80["totals"]["passed"] == 1

@@ -135,6 +135,11 @@ def _stratified_sample(items: list, n: int, rng: random.Random) -> list:
     return [item for name, group in groups.items() for item in rng.sample(group, shares[name])]
 
 
+# The documented limit of the sm75 family (docs/attention.md): a backward of a larger head
+# dim is refused with this in its message; flash-attn 2 has no Turing kernels to compare.
+_SM75_BACKWARD_LIMIT = "the sm75 backward supports head dims up to 192"
+
+
 def _first_line(error: BaseException) -> str:
     lines = f"{type(error).__name__}: {error}".strip().splitlines()
     return lines[0][:500]
@@ -212,6 +217,9 @@ class _FamilyRuns:
                     result.add(item, case, "skipped", reason=str(error.msg))
                     skipped.append(family)
                 except (Exception, pytest.fail.Exception) as error:
+                    if family == "sm75" and _SM75_BACKWARD_LIMIT in str(error):
+                        result.left_out("sm75 backward above head dim 192 (Turing)")
+                        continue
                     result.add(item, case, "failed", error=_first_line(error),
                                printed=printed.getvalue())  # fmt: skip
                     failed.append(family)
