@@ -252,3 +252,8 @@ def test_runner_leaves_out_the_sm75_backward_limit(run_small_file):
     sm75, sm80 = summary["families"]["sm75"], summary["families"]["sm80"]
     assert sm75["left_out"] == {"sm75 backward above head dim 192 (Turing)": 1}
     assert sm75["totals"]["failed"] == 0 and sm80["totals"]["passed"] == 1
+
+
+def test_runner_functions_all_collects_the_whole_file(run_small_file):
+    summary = run_small_file("--functions=all", "--sample=0", "--head-dims=all")
+    assert summary["collected"] == 8 and summary["selected"] == 7

@@ -412,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
         # Naming functions collects only theirs (test_flash_attn_kvcache alone is over half
         # of the file's cases, and of its collection time).
         targets = ["test_flash_attn.py"]
-        if args.functions:
+        if args.functions and args.functions != "all":
             targets = [f"test_flash_attn.py::{name.strip()}" for name in args.functions.split(",")]
         command = [
             sys.executable, "-m", "pytest", *targets, "-c", "pytest.ini",
@@ -432,6 +432,8 @@ def main(argv: list[str] | None = None) -> int:
         completed = subprocess.run(command, env=env, cwd=work, check=False)
         if part.exists():
             summary.update(json.loads(part.read_text()))
+            if not summary.get("collected"):
+                summary["error"] = "pytest collected no case (a --functions name not in the file?)"
         else:
             summary["error"] = f"pytest exited {completed.returncode} before its summary"
     args.out.parent.mkdir(parents=True, exist_ok=True)
