@@ -73,7 +73,7 @@ struct BwdTraits {
   // dQ = dS K, dS (query rows, keys) stored query-contiguous and K read as
   // (head dim, keys): both MN-major. The warpgroups split dQ's rows where the
   // query tile has 64 per warpgroup (d = 64 on 128 rows: each wgmma 64
-  // columns wide instead of 32, and dS read once; 2-4% faster on the H100),
+  // columns wide instead of 32, and dS read once; 2-5% faster on the H100),
   // else the head dim.
   static constexpr bool kDQRowSplit = !kRoles && kBlockM == 64 * kConsumerGroups;
   static constexpr int kDQColumns = kDQRowSplit ? kHeadDim : kHeadDim / kConsumerGroups;
