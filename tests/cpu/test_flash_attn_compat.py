@@ -254,6 +254,17 @@ def test_runner_leaves_out_the_sm75_backward_limit(run_small_file):
     assert sm75["totals"]["failed"] == 0 and sm80["totals"]["passed"] == 1
 
 
+def test_runner_matches_the_librarys_sm75_refusal():
+    # The runner recognizes the refusal by its text: the library must still write it.
+    sys.path.insert(0, str(COMPAT))
+    try:
+        import run_flash_attn_tests as runner
+    finally:
+        sys.path.remove(str(COMPAT))
+    dispatch = COMPAT.parents[1] / "cpp" / "src" / "attention" / "flash_fwd_dispatch.h"
+    assert runner._SM75_BACKWARD_LIMIT in dispatch.read_text()
+
+
 def test_runner_functions_all_collects_the_whole_file(run_small_file):
     summary = run_small_file("--functions=all", "--sample=0", "--head-dims=all")
     assert summary["collected"] == 8 and summary["selected"] == 7

@@ -136,7 +136,8 @@ def _stratified_sample(items: list, n: int, rng: random.Random) -> list:
 
 
 # The documented limit of the sm75 family (docs/attention.md): a backward of a larger head
-# dim is refused with this in its message; flash-attn 2 has no Turing kernels to compare.
+# dim is refused with this in its message (cpp/src/attention/flash_fwd_dispatch.h; a CPU
+# test holds the two together); flash-attn 2 has no Turing kernels to compare.
 _SM75_BACKWARD_LIMIT = "the sm75 backward supports head dims up to 192"
 
 
