@@ -27,6 +27,7 @@ webdriver = pytest.importorskip(
     "selenium.webdriver", reason="pip install -r ci/requirements-docs.txt"
 )
 By = pytest.importorskip("selenium.webdriver.common.by").By
+WebDriverWait = pytest.importorskip("selenium.webdriver.support.wait").WebDriverWait
 
 
 def public_names() -> list[str]:
@@ -97,19 +98,33 @@ def browser():
     driver.quit()
 
 
+def _entry(browser, name: str):
+    """The displayed heading of samattn.NAME, given the page a few seconds to render it (a
+    check right after the load once found the first entry missing, in CI); None if none."""
+
+    def shown(_):
+        found = browser.find_elements(By.ID, f"samattn.{name}")
+        return found[0] if found and found[0].is_displayed() else False
+
+    try:
+        return WebDriverWait(browser, 5).until(shown)
+    except Exception:  # selenium's TimeoutException
+        return None
+
+
 def test_api_page_lists_every_public_name(browser, site_url):
     browser.get(f"{site_url}/api.html")
     missing, empty = [], []
     for name in public_names():
-        found = browser.find_elements(By.ID, f"samattn.{name}")
-        if not found or not found[0].is_displayed():
+        heading = _entry(browser, name)
+        if heading is None:
             missing.append(name)
             continue
         # The entry: the heading and the docstring rendered after it.
         body = browser.execute_script(
             "const h = arguments[0]; const d = h.closest('.doc-object') || h.parentElement;"
             "return d.innerText;",
-            found[0],
+            heading,
         )
         if len(body.strip()) <= len(f"samattn.{name}") + 5:
             empty.append(name)
