@@ -82,8 +82,10 @@ template <class Problem, class Run>
 void probe(const char* direction, const char* family, DType dtype, Run run) {
   for (int head_dim : kHeadDims) {
     for (int smem : kSmem) {
-      for (const char* keys : {"short", "long", "decode"}) {
-        const bool decode = keys[0] == 'd';
+      // "dropout": short keys with dropout, which rows without room for score
+      // terms leave to the next row of their head dim.
+      for (const char* keys : {"short", "long", "decode", "dropout"}) {
+        const bool decode = keys[0] == 'd' && keys[1] == 'e';
         if (decode && direction[0] == 'b') continue;  // the kvcache kernel is forward-only
         Problem p{};
         p.dtype = dtype;
@@ -91,7 +93,9 @@ void probe(const char* direction, const char* family, DType dtype, Run run) {
         p.max_smem_per_block = smem;
         p.batch = p.nheads = p.nheads_k = p.kv_group = 1;
         p.seqlen_q = decode ? 1 : 512;
-        p.seqlen_k = keys[0] == 's' ? 512 : 4096;
+        const bool dropout = keys[1] == 'r';
+        p.seqlen_k = keys[0] == 's' || dropout ? 512 : 4096;
+        if (dropout) p.terms.dropout.p = 0.1f;
         p.window = {-1, -1};
         p.cache.enabled = decode;
         p.cache.capacity = p.seqlen_k;
