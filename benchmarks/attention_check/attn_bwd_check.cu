@@ -50,8 +50,18 @@ constexpr cudaError_t (*kForward)(const AttentionForwardProblem&) =
 // build.sh instantiates them (sm90_bwd_alt_configs).
 template <int D, int BM, int BN, int S>
 using BwdConfig = samattn::attention::FlashBwdSm90Config<DType::bf16, D, BM, BN, S>;
+// nullptr where the build left the head dim out (build.sh's HEAD_DIMS), so
+// that the link needs no kernel that no unit instantiated.
 template <int D, int BM, int BN, int S>
-constexpr BwdFn kAltRun = &samattn::attention::run_flash_bwd_sm90<BwdConfig<D, BM, BN, S>>;
+constexpr BwdFn alt_run() {
+  if constexpr (samattn::head_dim_built(D)) {
+    return &samattn::attention::run_flash_bwd_sm90<BwdConfig<D, BM, BN, S>>;
+  } else {
+    return nullptr;
+  }
+}
+template <int D, int BM, int BN, int S>
+constexpr BwdFn kAltRun = alt_run<D, BM, BN, S>();
 struct AltConfig {
   const char* name;
   int d;
@@ -77,7 +87,15 @@ template <int D, int BM, int BN, int W, int S>
 using BwdConfig = samattn::attention::FlashBwdConfig<DType::bf16, D, BM, BN, W, S,
                                                      samattn::attention::Family::sm80>;
 template <int D, int BM, int BN, int W, int S>
-constexpr BwdFn kAltRun = &samattn::attention::run_flash_bwd<BwdConfig<D, BM, BN, W, S>>;
+constexpr BwdFn alt_run() {
+  if constexpr (samattn::head_dim_built(D)) {
+    return &samattn::attention::run_flash_bwd<BwdConfig<D, BM, BN, W, S>>;
+  } else {
+    return nullptr;
+  }
+}
+template <int D, int BM, int BN, int W, int S>
+constexpr BwdFn kAltRun = alt_run<D, BM, BN, W, S>();
 struct AltConfig {
   const char* name;
   int d;
@@ -708,7 +726,7 @@ static std::vector<Case> make_cases(int max_smem) {
       // The alternative configurations.
       if (t == DType::bf16) {
         for (const AltConfig& alt : kAltConfigs) {
-          if (alt.d != d || alt.smem > max_smem) continue;
+          if (alt.d != d || alt.run == nullptr || alt.smem > max_smem) continue;
           for (bool causal : {false, true}) {
             c = base(1000, 1000, causal);
             c.alt = &alt;
@@ -905,7 +923,7 @@ int main(int argc, char** argv) {
       if (!timed_head_dim(d)) continue;
       std::vector<const AltConfig*> configs = {nullptr};
       for (const AltConfig& alt : kAltConfigs) {
-        if (alt.d == d && alt.smem <= dev.max_smem) configs.push_back(&alt);
+        if (alt.d == d && alt.run != nullptr && alt.smem <= dev.max_smem) configs.push_back(&alt);
       }
       for (int s : {1024, 4096, 16384}) {
         if (profile && s != std::atoi(argv[4])) continue;
