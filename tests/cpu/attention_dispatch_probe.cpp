@@ -12,6 +12,7 @@
 // common/registry.cpp for its registrations.
 #include <cstdio>
 #include <initializer_list>
+#include <string_view>
 
 #include "attention/flash_bwd_dispatch.h"
 #include "attention/flash_fwd_dispatch.h"
@@ -85,7 +86,8 @@ void probe(const char* direction, const char* family, DType dtype, Run run) {
       // "dropout": short keys with dropout, which rows without room for score
       // terms leave to the next row of their head dim.
       for (const char* keys : {"short", "long", "decode", "dropout"}) {
-        const bool decode = keys[0] == 'd' && keys[1] == 'e';
+        const std::string_view kind = keys;
+        const bool decode = kind == "decode", dropout = kind == "dropout";
         if (decode && direction[0] == 'b') continue;  // the kvcache kernel is forward-only
         Problem p{};
         p.dtype = dtype;
@@ -93,8 +95,7 @@ void probe(const char* direction, const char* family, DType dtype, Run run) {
         p.max_smem_per_block = smem;
         p.batch = p.nheads = p.nheads_k = p.kv_group = 1;
         p.seqlen_q = decode ? 1 : 512;
-        const bool dropout = keys[1] == 'r';
-        p.seqlen_k = keys[0] == 's' || dropout ? 512 : 4096;
+        p.seqlen_k = kind == "short" || dropout ? 512 : 4096;
         if (dropout) p.terms.dropout.p = 0.1f;
         p.window = {-1, -1};
         p.cache.enabled = decode;
