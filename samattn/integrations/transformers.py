@@ -32,10 +32,14 @@ their (batch, seq, heads, head_dim) transposes in place, no copies):
 - ``model.generate()``: every prefill and every decode step runs samattn. With the default
   DynamicCache a decode step's query (one token, or a few) arrives with the whole cache as
   its keys: ``samattn.flash_attn_func`` with the bottom-right causal alignment (the library
-  routes such decode shapes to its split-KV kernel), or for a padded batch (left padding,
-  as generation wants) ``flash_attn_varlen_func`` with one query per sequence. With a static
-  cache (``cache_implementation="static"``) the mask covers the tokens seen so far and the
-  cache's later, unused slots are taken as padding (varlen).
+  routes such decode shapes to its split-KV kernel), or for a left-padded batch (as
+  generation wants) ``samattn.flash_attn_with_kvcache`` on the caches in place, each
+  sequence's padding skipped through ``cache_leftpad`` (one device-to-host copy per step,
+  shared by the layers, to find it). With a static cache (``cache_implementation="static"``)
+  the mask covers the tokens seen so far and the cache's later, unused slots are left out
+  through ``cache_seqlens``. A padded decode step that needs a gradient or dropout, whose
+  padding is not only on the left, or whose caches the kernels cannot read in place (head
+  dim not a multiple of 8) gathers the kept rows and runs ``flash_attn_varlen_func``.
 - A 4-D mask (made by the caller, or by code that builds its own): when it is only key
   padding plus the causal mask (and the layer's sliding window), the same for every head,
   bool or additive, it is turned into the keep-mask above and runs as such (up to three
@@ -51,7 +55,7 @@ their (batch, seq, heads, head_dim) transposes in place, no copies):
   layer's causality and window when no 4-D mask is given; its gradient flows back (the
   learned relative bias trains).
 - ``count_calls()`` counts which of these routes each call took (prefill or decode step, and
-  "fixed", "varlen", "packed" or "mask"), e.g. to check that no decode step took an
+  "fixed", "varlen", "kvcache", "packed" or "mask"), e.g. to check that no decode step took an
   unexpected route.
 - Attention dropout (``config.attention_dropout`` in training): ``dropout_p`` on every
   route above, in samattn's kernels (docs/attention_dropout.md).
@@ -82,6 +86,7 @@ import torch
 import torch.nn.functional as F
 
 import samattn
+from samattn._checks import needs_grad
 
 NAME = "samattn"
 MIN_TRANSFORMERS = (4, 56)
@@ -190,7 +195,8 @@ def count_calls() -> Iterator[collections.Counter[str]]:
 
     Yields a collections.Counter keyed "PHASE:ROUTE": PHASE "prefill" (as many queries as
     tokens seen) or "decode" (the queries follow tokens in a KV cache); ROUTE "fixed"
-    (samattn.flash_attn_func), "varlen" (padded, samattn.flash_attn_varlen_func), "packed"
+    (samattn.flash_attn_func), "varlen" (padded, samattn.flash_attn_varlen_func), "kvcache"
+    (a left-padded decode step, samattn.flash_attn_with_kvcache on the caches), "packed"
     (padding-free packed sequences, varlen) or "mask" (a 4-D mask or a position bias read
     by the kernels, samattn.flash_attn_func with attn_mask). Counts every thread's calls;
     blocks do not nest (the inner one counts alone).
@@ -214,26 +220,26 @@ def _count(phase: str, route: str) -> None:
 
 
 class _PerTensorCache:
-    """compute(tensor, *args) for the last tensor seen: every layer of one forward gets the
-    same position_ids / mask tensor, so the work (and its device-to-host copy) happens once
-    per forward. Keyed by the tensor's identity and version, and by args."""
+    """compute(tensor, *args) for the last few tensors seen: every layer of one forward gets
+    the same position_ids / mask tensor (or one of two, in models that alternate sliding and
+    full layers), so the work (and its device-to-host copy) happens once per forward. Keyed
+    by the tensor's identity and version, and by args."""
 
-    def __init__(self, compute: Callable[..., Any]) -> None:
+    def __init__(self, compute: Callable[..., Any], size: int = 4) -> None:
         self._compute = compute
+        self._size = size
         self._lock = threading.Lock()
-        self._key: tuple = ()
-        self._value: Any = None
+        self._entries: list[tuple[weakref.ref, int, tuple, Any]] = []
 
     def __call__(self, tensor: Tensor, *args: Any) -> Any:
         with self._lock:
-            ref, version, key_args = self._key or (None, None, None)
-            fresh = ref is not None and ref() is tensor and version == tensor._version
-            if fresh and key_args == args:
-                return self._value
+            for ref, version, key_args, value in self._entries:
+                if ref() is tensor and version == tensor._version and key_args == args:
+                    return value
         value = self._compute(tensor, *args)
         with self._lock:
-            self._key = (weakref.ref(tensor), tensor._version, args)
-            self._value = value
+            entry = (weakref.ref(tensor), tensor._version, args, value)
+            self._entries = [entry, *self._entries[: self._size - 1]]
         return value
 
 
@@ -396,6 +402,11 @@ def attention_forward(
         mask = _kernel_mask(attention_mask, position_bias, kv_len)
         return samattn.flash_attn_func(q, k, v, attn_mask=mask, **options), None
     if attention_mask is not None:  # (batch, seen tokens) keep-mask: some keys are padding
+        if phase == "decode" and _cache_route_fits(q, k, v, options, sinks):
+            leftpad = _left_padding(attention_mask, q_len, kv_len)
+            if leftpad is not None:
+                _count(phase, "kvcache")
+                return _cache_attention(q, k, v, attention_mask, leftpad, options), None
         _count(phase, "varlen")
         return _padded_attention(q, k, v, attention_mask, options), None
 
@@ -468,6 +479,57 @@ def _padded_attention(
     )  # fmt: skip
     padded = out.new_zeros(batch * q_len, *out.shape[1:]).index_copy(0, q_indices, out)
     return padded.view(batch, q_len, *out.shape[1:])
+
+
+def _left_padding_of(keep: Tensor, q_len: int, kv_len: int) -> Tensor | None:
+    """The (batch,) int32 count of leading padded tokens when keep (batch, seen) is left
+    padding only (each row False... True...) and every row keeps at least its q_len
+    queries, else None. One device-to-host copy (once per forward: shared by the layers)."""
+    keep = keep.to(torch.bool)
+    if keep.shape[1] > kv_len:
+        keep = keep[:, -kv_len:]
+    seen = keep.shape[1]
+    kept = keep.sum(-1, dtype=torch.int32)
+    leftpad = seen - kept
+    columns = torch.arange(seen, device=keep.device, dtype=torch.int32)
+    left_only = (keep == (columns[None, :] >= leftpad[:, None])).all() & (kept >= q_len).all()
+    return leftpad if bool(left_only) else None
+
+
+_left_padding = _PerTensorCache(_left_padding_of)
+
+
+def _cache_route_fits(
+    q: Tensor, k: Tensor, v: Tensor, options: dict[str, Any], sinks: Tensor | None
+) -> bool:
+    """Whether a padded decode step can read the keys and values in place with
+    flash_attn_with_kvcache: inference only (no dropout, nothing for autograd to record),
+    and caches it reads without copying them (head dim a multiple of 8, contiguous along it,
+    other strides multiples of 8 elements, 16-byte aligned)."""
+    if options.get("dropout_p") or needs_grad(q, k, v, sinks):
+        return False
+    for cache in (k, v):
+        if cache.shape[-1] % 8 or cache.stride(-1) != 1 or cache.data_ptr() % 16:
+            return False
+        if any(stride % 8 for stride in cache.stride()[:-1]):
+            return False
+    return True
+
+
+def _cache_attention(
+    q: Tensor, k: Tensor, v: Tensor, keep: Tensor, leftpad: Tensor, options: dict[str, Any]
+) -> Tensor:
+    """A left-padded decode step on the caches in place: sequence b's keys are rows
+    leftpad[b] to seen - 1 of k and v (batch, kv_len, kv_heads, d), seen the keep-mask's
+    length (a static cache's later slots unused), with the queries (batch, q_len, heads, d)
+    its last q_len tokens (bottom-right causal alignment, as on the varlen route). No rows
+    are gathered: the varlen route would copy every layer's keys and values each step."""
+    seen = min(keep.shape[1], k.shape[1])
+    names = ("softmax_scale", "causal", "window_size", "softcap", "sinks")
+    kwargs = {name: options[name] for name in names if name in options}
+    return samattn.flash_attn_with_kvcache(
+        q, k, v, cache_seqlens=seen, cache_leftpad=leftpad, **kwargs
+    )
 
 
 def _packed_sequences(

@@ -78,6 +78,18 @@ def reference_varlen(q, k, v, cu_q, cu_k, max_q, max_k, **options):
     return out
 
 
+def reference_kvcache(q, k_cache, v_cache, seqlen, leftpad, **options):
+    """flash_attn_with_kvcache without appending: sequence b's keys are cache rows
+    leftpad[b] to seqlen - 1."""
+    out = torch.full_like(q, float("nan"))
+    for b, first in enumerate(leftpad.tolist()):
+        rows = slice(first, seqlen)
+        out[b] = reference_attention(
+            q[b : b + 1], k_cache[b : b + 1, rows], v_cache[b : b + 1, rows], **options
+        )[0]
+    return out
+
+
 @pytest.fixture
 def calls(monkeypatch):
     """samattn's attention functions replaced by the references; the calls are recorded."""
@@ -91,8 +103,14 @@ def calls(monkeypatch):
         log.append(("varlen", cu_q.tolist(), cu_k.tolist(), options))
         return reference_varlen(q, k, v, cu_q, cu_k, max_q, max_k, **options)
 
+    def with_kvcache(q, k_cache, v_cache, cache_seqlens=None, cache_leftpad=None, **options):
+        assert isinstance(cache_seqlens, int) and cache_leftpad.dtype == torch.int32
+        log.append(("kvcache", cache_leftpad.tolist(), cache_seqlens, options))
+        return reference_kvcache(q, k_cache, v_cache, cache_seqlens, cache_leftpad, **options)
+
     monkeypatch.setattr(samattn, "flash_attn_func", fixed)
     monkeypatch.setattr(samattn, "flash_attn_varlen_func", varlen)
+    monkeypatch.setattr(samattn, "flash_attn_with_kvcache", with_kvcache)
     return log
 
 
@@ -215,9 +233,10 @@ def left_padded(batch_lengths, total, seed=0):
 
 @pytest.mark.parametrize("cache", [None, "static"], ids=["dynamic", "static"])
 def test_padded_generation_runs_samattn_on_every_step(calls, cache):
-    """A left-padded batch: the prefill and every decode step go to varlen, one query per
-    sequence in the decode steps, nothing to torch; the tokens are sdpa's. A static cache's
-    unused slots count as padding."""
+    """A left-padded batch: the prefill goes to varlen, every decode step to
+    flash_attn_with_kvcache on the caches in place (the padding skipped by cache_leftpad),
+    nothing to torch; the tokens are sdpa's. A static cache's unused slots count as
+    padding."""
     ours, theirs = model_pair()
     ids, mask = left_padded([5, 12, 9], 12)
     options = {"max_new_tokens": 6, "do_sample": False, "pad_token_id": 0}
@@ -228,11 +247,11 @@ def test_padded_generation_runs_samattn_on_every_step(calls, cache):
         with integration.count_calls() as counts:
             got = ours.generate(ids, attention_mask=mask, **options)
     assert torch.equal(got, expected)
-    assert counts == {"prefill:varlen": 2, "decode:varlen": 10}
-    decode_calls = [call for call in calls if call[1] == [0, 1, 2, 3]]
+    assert counts == {"prefill:varlen": 2, "decode:kvcache": 10}
+    decode_calls = [call for call in calls if call[0] == "kvcache"]
     assert len(decode_calls) == 10
-    # The last step: each sequence's own cache (prompt + 5 tokens), the padding left out.
-    assert decode_calls[-1][2] == [0, 10, 27, 41]
+    # The last step: 12 + 5 tokens seen, each sequence's padding (12 - its length) skipped.
+    assert decode_calls[-1][1:3] == ([7, 0, 3], 17)
 
 
 def test_unpadded_generation_with_a_static_cache(calls):
@@ -244,10 +263,10 @@ def test_unpadded_generation_with_a_static_cache(calls):
         with integration.count_calls() as counts:
             got = ours.generate(ids, **options)
     assert torch.equal(got, expected)
-    # The cache's unused slots are left out by varlen; once full (the last step) the mask is
-    # None and flash_attn_func runs.
-    assert counts["prefill:varlen"] == 2 and counts["decode:varlen"] > 0
-    assert counts["decode:varlen"] + counts["decode:fixed"] == 6
+    # The cache's unused slots are left out (varlen in the prefill, cache_seqlens in the
+    # decode steps); once full (the last step) the mask is None and flash_attn_func runs.
+    assert counts["prefill:varlen"] == 2 and counts["decode:kvcache"] > 0
+    assert counts["decode:kvcache"] + counts["decode:fixed"] == 6
     assert counts["prefill:torch"] == counts["decode:torch"] == 0
 
 
@@ -333,8 +352,8 @@ def test_a_decode_step_with_a_4d_mask_runs_samattn(calls):
                     step, attention_mask=mask_4d, past_key_values=cache, position_ids=positions
                 ).logits
     torch.testing.assert_close(logits["ours"], logits["theirs"], rtol=1e-4, atol=1e-5)
-    assert counts["ours"] == {"decode:varlen": 2}
-    assert calls[-1][:3] == ("varlen", [0, 1, 2], [0, 7, 18])
+    assert counts["ours"] == {"decode:kvcache": 2}
+    assert calls[-1][:3] == ("kvcache", [4, 0], 11)
 
 
 def test_a_sliding_window_4d_mask_runs_samattn(calls):
@@ -563,3 +582,42 @@ def test_kernel_mask_folds_the_padding_into_the_bias():
     assert integration._kernel_mask(None, bias, 5) is bias
     four_d = torch.ones(2, 1, 3, 5, dtype=torch.bool)
     assert integration._kernel_mask(four_d, None, 5) is four_d
+
+
+def decode_step(keep: torch.Tensor, head_dim: int = 16, requires_grad: bool = False):
+    """One decode query per sequence over a (batch, kv_len) cache, as transformers passes
+    them: (batch, heads, seq, head_dim) tensors; keep the (batch, kv_len) keep-mask."""
+    batch, kv_len = keep.shape
+    q = torch.randn(batch, 4, 1, head_dim, requires_grad=requires_grad)
+    k, v = (torch.randn(batch, 2, kv_len, head_dim) for _ in range(2))
+    layer = torch.nn.Module()
+    layer.is_causal = True
+    return layer, q, k, v
+
+
+@pytest.mark.parametrize("case", ["left padding", "a hole", "grad", "head dim 12", "all padding"])
+def test_padded_decode_route(calls, case):
+    """A padded decode step reads the caches in place (flash_attn_with_kvcache) only when
+    the padding is on the left, the step is inference, and the caches need no copy; else it
+    gathers the kept rows (varlen). Both give the reference's output."""
+    keep = torch.ones(3, 9, dtype=torch.bool)
+    keep[0, :4] = False
+    keep[2, :1] = False
+    if case == "a hole":
+        keep[1, 3] = False
+    if case == "all padding":
+        keep[1, :] = False
+    layer, q, k, v = decode_step(
+        keep, head_dim=12 if case == "head dim 12" else 16, requires_grad=case == "grad"
+    )
+    with integration.count_calls() as counts:
+        out, _ = integration.attention_forward(layer, q, k, v, keep.clone())
+    route = "kvcache" if case == "left padding" else "varlen"
+    assert counts == {f"decode:{route}": 1}
+    qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
+    for b in range(3):
+        if not keep[b].any():
+            continue
+        rows = keep[b].nonzero().reshape(-1)
+        expected = reference_attention(qt[b : b + 1], kt[b : b + 1, rows], vt[b : b + 1, rows])
+        torch.testing.assert_close(out[b : b + 1], expected, rtol=1e-5, atol=1e-6)
