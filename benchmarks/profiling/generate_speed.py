@@ -2,7 +2,7 @@
 (samattn.integrations.transformers) against attn_implementation="sdpa", same weights, same
 run, alternating. A Llama of random weights (bf16, head dim 128, 32 query heads over 8 KV
 heads), a 512-token prompt, 256 new tokens; batch 1, and batch 8 left-padded (prompts of
-512 down to 260 tokens); dynamic and static caches. Eager (no CUDA graphs), as a user calls
+512 down to 256 tokens); dynamic and static caches. Eager (no CUDA graphs), as a user calls
 generate(). Prints one JSON object (wall seconds per generate(), median of --repeats, tokens
 per second, ratio samattn / sdpa in speed) and writes it to --out when given.
 
