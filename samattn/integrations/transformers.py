@@ -23,8 +23,8 @@ their (batch, seq, heads, head_dim) transposes in place, no copies):
   is padded, else the (batch, kv_len) boolean keep-mask), so a padded batch is unpadded and
   served by ``samattn.flash_attn_varlen_func`` (the padded lengths serve as the maxima, so
   no device-to-host copy of the longest length; finding the kept rows waits for the GPU
-  once for the queries and once for the keys per layer), and the output re-padded with zeros
-  at the padded query rows.
+  once for the queries and once for the keys per forward, shared by the layers), and the
+  output re-padded with zeros at the padded query rows.
 - Padding-free packed batches (batch 1, several sequences whose ``position_ids`` restart at
   0, or ``cu_seq_lens_q/k`` and ``max_length_q/k`` from ``DataCollatorWithFlattening``):
   varlen as well, so sequences do not attend to each other. Detecting restarts in
@@ -299,11 +299,26 @@ def _keep_from_4d_mask(
 _mask_4d = _PerTensorCache(_keep_from_4d_mask)
 
 
-def _unpad(x: Tensor, keep: Tensor) -> tuple[Tensor, Tensor]:
-    """x (batch, seq, heads, d) and keep (batch, seq) bool -> the kept rows packed as
-    (total, heads, d), and their flat indices."""
-    indices = keep.reshape(-1).nonzero().reshape(-1)
-    return _rows(x, indices), indices
+def _unpadding_of(keep: Tensor, q_len: int, kv_len: int) -> tuple[Tensor, ...]:
+    """For a (batch, seen) keep-mask over keys (batch, kv_len) and the last q_len tokens as
+    queries: the flat indices of the kept query rows and key rows, their cu_seqlens (int32,
+    (batch + 1,)), and the seen length. A keep-mask shorter than the keys comes from a
+    static cache, whose slots after the seen tokens are unused: they count as padding. Two
+    device-to-host copies (finding the rows), once per forward: shared by the layers, which
+    then also share one value check of the cu_seqlens."""
+    keep = keep.to(torch.bool)
+    keep_q = keep[:, -q_len:]
+    seen = min(keep.shape[1], kv_len)
+    if keep.shape[1] < kv_len:
+        keep = F.pad(keep, (0, kv_len - keep.shape[1]), value=False)
+    elif keep.shape[1] > kv_len:
+        keep = keep[:, -kv_len:]
+    q_indices = keep_q.reshape(-1).nonzero().reshape(-1)
+    k_indices = keep.reshape(-1).nonzero().reshape(-1)
+    return q_indices, k_indices, _cu_seqlens(keep_q), _cu_seqlens(keep), seen
+
+
+_unpadding = _PerTensorCache(_unpadding_of)
 
 
 def _rows(x: Tensor, indices: Tensor) -> Tensor:
@@ -458,23 +473,13 @@ def _padded_attention(
 ) -> Tensor:
     """flash_attn_varlen_func on the kept rows: q (batch, q_len, heads, d), k, v (batch,
     kv_len, kv_heads, d), keep (batch, seen) with True for the tokens that are not padding.
-    The queries are the last q_len seen tokens. A keep-mask shorter than the keys comes from a
-    static cache, whose slots after the seen tokens are unused: they count as padding. The
-    maxima passed are the padded lengths (bounds, as the function allows: no device-to-host
-    copy for them). Padded query rows of the output are zeros."""
+    The queries are the last q_len seen tokens (the rows found once per forward:
+    _unpadding_of). The maxima passed are the padded lengths (bounds, as the function
+    allows: no device-to-host copy for them). Padded query rows of the output are zeros."""
     batch, q_len, kv_len = q.shape[0], q.shape[1], k.shape[1]
-    keep = keep.to(torch.bool)
-    keep_q = keep[:, -q_len:]
-    seen = min(keep.shape[1], kv_len)
-    if keep.shape[1] < kv_len:
-        keep = F.pad(keep, (0, kv_len - keep.shape[1]), value=False)
-    elif keep.shape[1] > kv_len:
-        keep = keep[:, -kv_len:]
-    q_packed, q_indices = _unpad(q, keep_q)
-    k_packed, k_indices = _unpad(k, keep)
-    v_packed = _rows(v, k_indices)
+    q_indices, k_indices, cu_q, cu_k, seen = _unpadding(keep, q_len, kv_len)
     out = samattn.flash_attn_varlen_func(
-        q_packed, k_packed, v_packed, _cu_seqlens(keep_q), _cu_seqlens(keep), q_len, seen,
+        _rows(q, q_indices), _rows(k, k_indices), _rows(v, k_indices), cu_q, cu_k, q_len, seen,
         **options,
     )  # fmt: skip
     padded = out.new_zeros(batch * q_len, *out.shape[1:]).index_copy(0, q_indices, out)

@@ -311,6 +311,14 @@ def causal_padding_mask(mask_2d: torch.Tensor, q_len: int, additive: bool = Fals
     return torch.zeros(allowed.shape).masked_fill(~allowed, torch.finfo(torch.float32).min)
 
 
+def computations(monkeypatch, cache) -> list:
+    """A list that gets an entry each time the integration's per-forward `cache` computes."""
+    log = []
+    compute = cache._compute
+    monkeypatch.setattr(cache, "_compute", lambda *a: log.append(a) or compute(*a))
+    return log
+
+
 @pytest.mark.parametrize("additive", [False, True], ids=["bool", "additive"])
 def test_a_causal_padding_4d_mask_runs_samattn(calls, monkeypatch, additive):
     """A padded batch given as a 4-D mask that is only padding and causality: the varlen
@@ -318,11 +326,7 @@ def test_a_causal_padding_4d_mask_runs_samattn(calls, monkeypatch, additive):
     ours, theirs = model_pair()
     ids, mask = left_padded([9, 16, 12], 16)
     mask_4d = causal_padding_mask(mask, 16, additive)
-    inspected = []
-    compute = integration._mask_4d._compute
-    monkeypatch.setattr(
-        integration._mask_4d, "_compute", lambda *a: inspected.append(1) or compute(*a)
-    )
+    inspected = computations(monkeypatch, integration._mask_4d)
     with torch.no_grad():
         expected = theirs(ids, attention_mask=mask).logits
         with integration.count_calls() as counts:
@@ -621,3 +625,18 @@ def test_padded_decode_route(calls, case):
         rows = keep[b].nonzero().reshape(-1)
         expected = reference_attention(qt[b : b + 1], kt[b : b + 1, rows], vt[b : b + 1, rows])
         torch.testing.assert_close(out[b : b + 1], expected, rtol=1e-5, atol=1e-6)
+
+
+def test_padding_is_found_once_per_forward(calls, monkeypatch):
+    """The layers of one forward share the unpadding of the mask (its device-to-host copies
+    and the value check of its cu_seqlens): computed once, not once per layer."""
+    ours, theirs = model_pair()
+    ids, mask = left_padded([9, 16, 12], 16)
+    computed = computations(monkeypatch, integration._unpadding)
+    with torch.no_grad():
+        expected = theirs(ids, attention_mask=mask).logits
+        got = ours(ids, attention_mask=mask).logits
+    keep = mask.bool()
+    torch.testing.assert_close(got[keep], expected[keep], rtol=1e-4, atol=1e-5)
+    varlen = [call for call in calls if call[0] == "varlen"]
+    assert len(varlen) == 2 and len(computed) == 1
