@@ -1165,26 +1165,35 @@ def _check_block_table(op: str, block_table: torch.Tensor) -> tuple[int, int]:
     return block_table.shape[0], block_table.shape[1]
 
 
+def cache_layout_problem(name: str, t: torch.Tensor) -> str | None:
+    """Why the kernels cannot use the cache `t` in place (its 16-byte vectors), or None
+    when they can. The pointer's alignment is checked where it exists (_cuda)."""
+    headdim = t.shape[-1]
+    if headdim % _CACHE_VECTOR != 0:
+        return (
+            f"{name} has head dim {headdim}; a KV cache needs a head dim that is a "
+            f"multiple of {_CACHE_VECTOR} (rows of 16-byte vectors)"
+        )
+    strides = t.stride()
+    # A stride of a mode of size 1 is never stepped over: it may be anything.
+    if strides[-1] != 1 or any(
+        s % _CACHE_VECTOR != 0 and n != 1 for n, s in zip(t.shape[:-1], strides[:-1])
+    ):
+        return (
+            f"{name} has strides {tuple(strides)}; a KV cache is used in place, so "
+            f"its head dim must be contiguous and its other strides multiples of "
+            f"{_CACHE_VECTOR} elements (16 bytes)"
+        )
+    return None
+
+
 def _check_cache_layout(op: str, caches: dict[str, torch.Tensor]) -> None:
     """Caches are read (and updated) in place, never copied: they must allow the kernels'
-    16-byte vectors. The pointers' alignment is checked where they exist (_cuda)."""
+    16-byte vectors."""
     for name, t in caches.items():
-        headdim = t.shape[-1]
-        if headdim % _CACHE_VECTOR != 0:
-            raise ArgumentError(
-                f"{op}: {name} has head dim {headdim}; a KV cache needs a head dim that is a "
-                f"multiple of {_CACHE_VECTOR} (rows of 16-byte vectors)"
-            )
-        strides = t.stride()
-        # A stride of a mode of size 1 is never stepped over: it may be anything.
-        if strides[-1] != 1 or any(
-            s % _CACHE_VECTOR != 0 and n != 1 for n, s in zip(t.shape[:-1], strides[:-1])
-        ):
-            raise ArgumentError(
-                f"{op}: {name} has strides {tuple(strides)}; a KV cache is used in place, so "
-                f"its head dim must be contiguous and its other strides multiples of "
-                f"{_CACHE_VECTOR} elements (16 bytes)"
-            )
+        problem = cache_layout_problem(name, t)
+        if problem is not None:
+            raise ArgumentError(f"{op}: {problem}")
 
 
 class KVCacheShape(NamedTuple):

@@ -86,7 +86,7 @@ import torch
 import torch.nn.functional as F
 
 import samattn
-from samattn._checks import needs_grad
+from samattn._checks import cache_layout_problem, needs_grad
 
 NAME = "samattn"
 MIN_TRANSFORMERS = (4, 56)
@@ -509,16 +509,14 @@ def _cache_route_fits(
 ) -> bool:
     """Whether a padded decode step can read the keys and values in place with
     flash_attn_with_kvcache: inference only (no dropout, nothing for autograd to record),
-    and caches it reads without copying them (head dim a multiple of 8, contiguous along it,
-    other strides multiples of 8 elements, 16-byte aligned)."""
+    and caches it reads without copying them (the library's cache layout rule, and 16-byte
+    aligned)."""
     if options.get("dropout_p") or needs_grad(q, k, v, sinks):
         return False
-    for cache in (k, v):
-        if cache.shape[-1] % 8 or cache.stride(-1) != 1 or cache.data_ptr() % 16:
-            return False
-        if any(stride % 8 for stride in cache.stride()[:-1]):
-            return False
-    return True
+    return all(
+        cache_layout_problem(name, cache) is None and cache.data_ptr() % 16 == 0
+        for name, cache in (("k", k), ("v", v))
+    )
 
 
 def _cache_attention(
