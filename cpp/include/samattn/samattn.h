@@ -38,7 +38,14 @@ enum {
 };
 
 /* Element types. */
-enum { SAMATTN_F16 = 0, SAMATTN_BF16 = 1, SAMATTN_F32 = 2, SAMATTN_BOOL = 3 /* masks only */ };
+enum {
+  SAMATTN_F16 = 0,
+  SAMATTN_BF16 = 1,
+  SAMATTN_F32 = 2,
+  SAMATTN_BOOL = 3,    /* masks only */
+  SAMATTN_F8_E4M3 = 4, /* KV caches only (kv_fp8): float8_e4m3fn, largest finite 448 */
+  SAMATTN_F8_E5M2 = 5  /* KV caches only (kv_fp8): float8_e5m2, largest finite 57344 */
+};
 
 /* Kernel families. AUTO = choose from the device (or SAMATTN_FAMILY). */
 enum {
@@ -365,6 +372,27 @@ typedef struct samattn_attention_args {
   float dropout_p;
   int32_t dropout_reserved; /* 0 */
   const uint64_t* dropout_seed;
+  /*
+   * FP8 KV caches (appended to ABI 6; a library without these fields refuses
+   * a call that sets them, by struct_size). kv_fp8 0: k and v hold `dtype`.
+   * SAMATTN_F8_E4M3 or SAMATTN_F8_E5M2: k and v are KV caches (one of the
+   * cache fields above set) of 1-byte elements; a stored key element x
+   * stands for x * k_scale of its KV head, a value element for x * v_scale,
+   * with k_scale = k_scale_ptr[h * kv_scale_head_stride] (fp32 device
+   * pointers, 4-byte aligned; stride 0: one scale for every head, 1: one per
+   * KV head) or, where the pointer is NULL, k_scale_value (likewise v).
+   * Scales are positive and finite (not checked: device values). k_new and
+   * v_new keep `dtype`: each new element y is stored as the fp8 value nearest
+   * y / scale, saturated to the format's largest finite value; a NaN stays
+   * NaN. headdim a multiple of 16, every cache row 16-byte aligned. q and o
+   * keep `dtype`; the forward only.
+   */
+  int32_t kv_fp8;
+  int32_t kv_fp8_reserved; /* 0 */
+  const float* k_scale_ptr;
+  const float* v_scale_ptr;
+  int64_t kv_scale_head_stride;
+  float k_scale_value, v_scale_value;
 } samattn_attention_args;
 
 /* Ops. `family_used` (may be NULL) receives the family that ran. */
