@@ -168,8 +168,9 @@ def tables() -> list[FamilyTable]:
     return [parse(header) for header in sorted(ATTENTION.glob("sm*/flash_sm*_tiles.h"))]
 
 
-def instantiation(family: str, dtype: str, tile: Tile) -> Instantiation:
-    """The translation unit of one (family, dtype, row)."""
+def instantiation(family: str, dtype: str, tile: Tile, fp8: bool = False) -> Instantiation:
+    """The translation unit of one (family, dtype, row); fp8: a kvcache row's kernel for fp8
+    caches (FlashFwdConfig's kFp8Cache)."""
     if tile.row in ("FlashFwdSm90Tile", "FlashBwdSm90Tile"):
         return _sm90(family, dtype, tile)
     d, bm, bn, warps, last, *rest = tile.fields
@@ -186,10 +187,11 @@ def instantiation(family: str, dtype: str, tile: Tile) -> Instantiation:
     if stages:
         args += f", {stages}"
     if cache:
-        args += ", true"
+        args += ", true, true" if fp8 else ", true"
     name = f"attention_{tile.direction}_{family}_{dtype}_d{d}_{bm}x{bn}_w{warps}_{tag}{last}"
     name += f"_kv{stages}" if stages else ""
     name += "_cache" if cache else ""
+    name += "_fp8" if fp8 else ""
     declaration = (
         f"template cudaError_t samattn::attention::run_flash_{tile.direction}<"
         f"samattn::attention::{config}<{args}>>(const samattn::{problem}&);"
@@ -232,11 +234,22 @@ def _sm90(family: str, dtype: str, tile: Tile) -> Instantiation:
     )
 
 
+def has_fp8_cache(family: str, tile: Tile) -> bool:
+    """Whether a row also has a kernel for fp8 KV caches: the kvcache rows of the families
+    with cp.async (the sm75 plan declines fp8 caches)."""
+    return tile.use == "kvcache" and family != "sm75"
+
+
 def instantiations(table: FamilyTable) -> list[Instantiation]:
-    """One per (dtype, row) of a family's table."""
-    return [
-        instantiation(table.family, dtype, tile) for dtype in table.dtypes for tile in table.tiles
-    ]
+    """One per (dtype, row) of a family's table, and one per (dtype, kvcache row) for fp8
+    caches."""
+    found = []
+    for dtype in table.dtypes:
+        for tile in table.tiles:
+            found.append(instantiation(table.family, dtype, tile))
+            if has_fp8_cache(table.family, tile):
+                found.append(instantiation(table.family, dtype, tile, fp8=True))
+    return found
 
 
 def _write_if_changed(path: Path, text: str) -> None:

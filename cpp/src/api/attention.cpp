@@ -35,10 +35,15 @@ bool attention_extent_fits(int64_t batch, const AttentionOperand& x, int64_t hea
          !__builtin_mul_overflow(offset, element_size, &bytes);
 }
 
-// Whether a call uses the KV-cache fields (k and v are then caches).
+// Whether a call uses the KV-cache fields (k and v are then caches; fp8
+// k and v are always caches).
 bool uses_cache(const samattn_attention_args& a) {
   return a.seqused_k != nullptr || a.leftpad_k != nullptr || a.kv_batch_idx != nullptr ||
-         a.block_table != nullptr || a.k_new != nullptr;
+         a.block_table != nullptr || a.k_new != nullptr || a.kv_fp8 != 0;
+}
+// Bytes of one element of k and v.
+int64_t kv_element_size(const samattn_attention_args& a) {
+  return a.kv_fp8 != 0 ? 1 : dtype_size(a.dtype);
 }
 bool any_cache_field(const samattn_attention_args& a) {
   return uses_cache(a) || a.v_new != nullptr || a.rotary_cos != nullptr ||
@@ -56,6 +61,64 @@ int64_t cache_capacity(const samattn_attention_args& a) {
 constexpr int64_t kMaxAttentionHeadDim = 256;
 constexpr int64_t kMaxGridYZ = 65535;
 
+// Checks the FP8 KV-cache fields (kv_fp8 ... v_scale_value; no device
+// access: the scales behind the pointers are the caller's to keep positive).
+int check_fp8_cache(const Subject& s, const samattn_attention_args& a, bool backward) {
+  if (a.kv_fp8_reserved != 0) {
+    return fail(SAMATTN_INVALID_ARGUMENT, s + ": kv_fp8_reserved must be 0");
+  }
+  if (a.kv_fp8 == 0) {
+    if (a.k_scale_ptr != nullptr || a.v_scale_ptr != nullptr || a.kv_scale_head_stride != 0) {
+      return fail(SAMATTN_INVALID_ARGUMENT,
+                  s + ": k_scale_ptr, v_scale_ptr and kv_scale_head_stride belong to fp8 caches "
+                      "(kv_fp8); leave them NULL / 0 with kv_fp8 = 0");
+    }
+    return SAMATTN_OK;
+  }
+  if (a.kv_fp8 != SAMATTN_F8_E4M3 && a.kv_fp8 != SAMATTN_F8_E5M2) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                s +
+                    ": kv_fp8 must be 0 (k and v hold dtype), SAMATTN_F8_E4M3 or "
+                    "SAMATTN_F8_E5M2, got " +
+                    to_text(a.kv_fp8));
+  }
+  if (backward) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                s + ": fp8 KV caches (kv_fp8) are forward-only; leave kv_fp8 0 in a backward call");
+  }
+  if (a.headdim % 16 != 0) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                s +
+                    ": fp8 KV caches need a head dim that is a multiple of 16 (the kernels move "
+                    "16-byte vectors of 16 elements), got " +
+                    to_text(a.headdim));
+  }
+  if (a.kv_scale_head_stride != 0 && a.kv_scale_head_stride != 1) {
+    return fail(SAMATTN_INVALID_ARGUMENT,
+                s +
+                    ": kv_scale_head_stride must be 0 (one scale for every KV head) or 1 (one per "
+                    "KV head), got " +
+                    to_text(a.kv_scale_head_stride));
+  }
+  const struct {
+    const char* name;
+    const float* ptr;
+    float value;
+  } scales[] = {{"k", a.k_scale_ptr, a.k_scale_value}, {"v", a.v_scale_ptr, a.v_scale_value}};
+  for (const auto& scale : scales) {
+    if (!aligned(scale.ptr, 4)) {
+      return fail(SAMATTN_INVALID_ARGUMENT,
+                  s + ": " + scale.name + "_scale_ptr must be a 4-byte aligned fp32 array");
+    }
+    if (scale.ptr == nullptr && !(std::isfinite(scale.value) && scale.value > 0.0f)) {
+      return fail(SAMATTN_INVALID_ARGUMENT,
+                  s + ": " + scale.name + "_scale_value must be finite and > 0 (" + scale.name +
+                      "_scale_ptr is NULL), got " + float_to_text(scale.value));
+    }
+  }
+  return SAMATTN_OK;
+}
+
 // Checks the codes, sizes and scalars of a forward or backward call (no
 // pointers, no device access).
 int check_attention_sizes(Subject* subject, const samattn_attention_args& a, bool backward) {
@@ -70,6 +133,8 @@ int check_attention_sizes(Subject* subject, const samattn_attention_args& a, boo
   }
   const Subject& s = *subject;
   const bool varlen = a.cu_seqlens_q != nullptr || a.cu_seqlens_k != nullptr;
+  status = check_fp8_cache(s, a, backward);
+  if (status != SAMATTN_OK) return status;
 
   if (a.batch < 0 || a.nheads < 0 || a.nheads_k < 0 || a.seqlen_q < 0 || a.seqlen_k < 0) {
     return fail(SAMATTN_INVALID_ARGUMENT,
@@ -240,22 +305,24 @@ int check_attention_sizes(Subject* subject, const samattn_attention_args& a, boo
 
 // Checks the pointer and strides of one (batch, seq, head, dim) operand;
 // `output`: written, so no two of its elements may share an address.
+// `element`: its element size (0: dtype's).
 int check_attention_operand(const Subject& s, AttentionOperand x, bool varlen,
-                            const samattn_attention_args& a, bool output) {
+                            const samattn_attention_args& a, bool output, int64_t element = 0) {
   // With varlen the batch stride is unused: the batch extent is one packed tensor.
   const int64_t batch_extent = varlen ? 1 : a.batch;
   if (varlen) x.batch_stride = 0;
+  if (element == 0) element = dtype_size(a.dtype);
   if (x.ptr == nullptr) return fail(SAMATTN_INVALID_ARGUMENT, s + ": " + x.name + " is NULL");
-  if (!aligned(x.ptr, static_cast<uintptr_t>(dtype_size(a.dtype)))) {
+  if (!aligned(x.ptr, static_cast<uintptr_t>(element))) {
     return fail(SAMATTN_INVALID_ARGUMENT, s + ": " + x.name + " must be aligned to its " +
-                                              to_text(dtype_size(a.dtype)) + "-byte elements");
+                                              to_text(element) + "-byte elements");
   }
   if (any_negative(x.batch_stride, x.seq_stride, x.head_stride)) {
     return fail(SAMATTN_INVALID_ARGUMENT,
                 s + ": " + x.name + " strides (batch, seq, head) " +
                     strides_text(x.batch_stride, x.seq_stride, x.head_stride) + " must be >= 0");
   }
-  if (!attention_extent_fits(batch_extent, x, a.headdim, dtype_size(a.dtype))) {
+  if (!attention_extent_fits(batch_extent, x, a.headdim, element)) {
     return fail(SAMATTN_INVALID_ARGUMENT,
                 s + ": " + x.name + " sizes and strides overflow a 64-bit byte offset");
   }
@@ -436,9 +503,19 @@ int check_attention_forward_args(Subject* subject, const samattn_attention_args&
         {"k", a.k, a.k_batch_stride, a.k_seq_stride, a.k_head_stride, rows, a.nheads_k, true},
         {"v", a.v, a.v_batch_stride, a.v_seq_stride, a.v_head_stride, rows, a.nheads_k, true}};
     for (const AttentionOperand& x : caches) {
-      status =
-          check_attention_operand(s, x, /*varlen=*/false, extents, /*output=*/a.k_new != nullptr);
+      status = check_attention_operand(s, x, /*varlen=*/false, extents,
+                                       /*output=*/a.k_new != nullptr, kv_element_size(a));
       if (status != SAMATTN_OK) return status;
+      // fp8 caches are read in 16-byte vectors only (no element-wise path).
+      if (a.kv_fp8 != 0 &&
+          (reinterpret_cast<uintptr_t>(x.ptr) % 16 != 0 || x.batch_stride % 16 != 0 ||
+           x.seq_stride % 16 != 0 || x.head_stride % 16 != 0)) {
+        return fail(SAMATTN_INVALID_ARGUMENT,
+                    s + ": the fp8 cache " + x.name +
+                        " must be 16-byte aligned with strides (batch, seq, head) that are "
+                        "multiples of 16 elements, got " +
+                        strides_text(x.batch_stride, x.seq_stride, x.head_stride));
+      }
     }
     if (a.k_new != nullptr) {
       const AttentionOperand news[] = {{"k_new", a.k_new, a.k_new_batch_stride, a.k_new_seq_stride,
@@ -584,6 +661,8 @@ void fill_forward(const samattn_attention_args& a, int sm_count, int max_smem_pe
   c.rotary_seqlen = static_cast<int>(a.rotary_seqlen);
   c.rotary_interleaved = a.rotary_interleaved != 0;
   c.rotary_q_per_row = a.causal != 0 || a.window_left >= 0 || a.window_right >= 0;
+  c.fp8 = {static_cast<Fp8Kind>(a.kv_fp8), a.k_scale_ptr,   a.v_scale_ptr,
+           a.kv_scale_head_stride,         a.k_scale_value, a.v_scale_value};
   // The batch stride steps over cache sequences or pages (with varlen too:
   // paged prefill); fixed-length windows are bounded by the capacity.
   p->k.batch_stride = a.k_batch_stride;

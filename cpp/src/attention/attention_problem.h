@@ -49,6 +49,19 @@ constexpr AttentionWindow normalize_window(bool causal, int64_t left, int64_t ri
   return {static_cast<int>(left), static_cast<int>(right)};
 }
 
+// FP8 caches (samattn.h, kv_fp8): k and v hold 1-byte elements, a key
+// element x standing for x * k_scale of its KV head (k_scale[h *
+// scale_head_stride], or k_scale_value where the pointer is null), a value
+// element for x * v_scale. kind none: k and v hold the problem's dtype.
+enum class Fp8Kind : int { none = 0, e4m3 = 4, e5m2 = 5 };
+struct Fp8CacheView {
+  Fp8Kind kind;
+  const float* k_scale;
+  const float* v_scale;
+  int64_t scale_head_stride;  // 0: one scale for every head; 1: one per KV head
+  float k_scale_value, v_scale_value;
+};
+
 // The KV-cache fields of a forward (all null / 0: none). Sequence b attends
 // cache rows [leftpad_k[b], seqused_k[b] + seqlen_new) of cache sequence
 // kv_batch_idx[b] (each clamped into the cache by the kernels), after
@@ -70,7 +83,9 @@ struct KVCacheView {
   int rotary_dim, rotary_seqlen;
   bool rotary_interleaved;
   bool rotary_q_per_row;  // causal or a window: query row i at seqused_k[b] + i
+  Fp8CacheView fp8;       // kind none: k and v hold the problem's dtype
 };
+inline bool fp8_cache(const KVCacheView& c) { return c.fp8.kind != Fp8Kind::none; }
 
 // An attention mask read by the kernels (fixed length only): the value for
 // (batch b, query head h, query i, key j) at ptr + b * batch_stride +
@@ -235,19 +250,23 @@ struct AttentionBackwardProblem : AttentionForwardProblem {
 // dim and every pointer and stride a multiple of 8 elements (the batch stride
 // is unused with varlen). Otherwise they move single elements, which serves
 // any head dim and any view at a fraction of the speed.
+// `vector`: elements per 16 bytes (8; 16 for fp8 caches).
 inline bool vector_aligned(const void* ptr, int64_t batch_stride, int64_t seq_stride,
-                           int64_t head_stride, bool varlen) {
-  return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && (varlen || batch_stride % 8 == 0) &&
-         seq_stride % 8 == 0 && head_stride % 8 == 0;
+                           int64_t head_stride, bool varlen, int vector = 8) {
+  return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && (varlen || batch_stride % vector == 0) &&
+         seq_stride % vector == 0 && head_stride % vector == 0;
 }
 inline bool forward_vectors(const AttentionForwardProblem& p) {
   const bool varlen_q = p.cu_seqlens_q != nullptr, varlen_k = p.cu_seqlens_k != nullptr;
-  auto view = [](const SeqHeadView& t, bool varlen) {
-    return vector_aligned(t.ptr, t.batch_stride, t.seq_stride, t.head_stride, varlen);
+  auto view = [](const SeqHeadView& t, bool varlen, int vector = 8) {
+    return vector_aligned(t.ptr, t.batch_stride, t.seq_stride, t.head_stride, varlen, vector);
   };
-  // Caches step over sequences or pages by their batch stride, varlen or not.
+  // Caches step over sequences or pages by their batch stride, varlen or not;
+  // a 16-byte vector of an fp8 cache holds 16 elements.
   const bool packed_k = varlen_k && !p.cache.enabled;
-  return p.headdim % 8 == 0 && view(p.q, varlen_q) && view(p.k, packed_k) && view(p.v, packed_k) &&
+  const int kv_vector = fp8_cache(p.cache) ? 16 : 8;
+  return p.headdim % kv_vector == 0 && view(p.q, varlen_q) && view(p.k, packed_k, kv_vector) &&
+         view(p.v, packed_k, kv_vector) &&
          vector_aligned(p.o.ptr, p.o.batch_stride, p.o.seq_stride, p.o.head_stride, varlen_q);
 }
 inline bool backward_vectors(const AttentionBackwardProblem& p) {

@@ -21,11 +21,14 @@ using Family = ::samattn::Family;
 // shared-memory stages of K and V (2: tiles load a whole key tile ahead;
 // cp.async only); kKVCache: the inference kernel (TileUse::kvcache), which
 // reads K and V from caches (paged or not, per-sequence lengths), splits the
-// key range over CTAs and packs the query heads of a KV head into one tile.
+// key range over CTAs and packs the query heads of a KV head into one tile;
+// kFp8Cache: its caches hold fp8 (Fp8CacheView), widened to T in shared
+// memory where each tile lands (cp.async only).
 template <DType T, int kHeadDim, int kBlockM, int kBlockN, int kWarps, bool kQInRegs, Family F,
-          int kKVStages = 1, bool kKVCache = false>
+          int kKVStages = 1, bool kKVCache = false, bool kFp8Cache = false>
 struct FlashFwdConfig {
   static_assert(kKVStages == 1 || (kKVStages == 2 && F != Family::sm75), "2 stages need cp.async");
+  static_assert(!kFp8Cache || (kKVCache && F != Family::sm75), "fp8 caches: kvcache, cp.async");
   static constexpr Family kFamily = F;
   // Q (reused to stage O), kKVStages K and V tiles of 16-bit elements.
   static constexpr int kSmemBytes = (kBlockM + 2 * kKVStages * kBlockN) * kHeadDim * 2;

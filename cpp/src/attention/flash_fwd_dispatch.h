@@ -137,6 +137,17 @@ bool run_flash_fwd_row(const AttentionForwardProblem& problem, int head_dim, boo
         problem.max_smem_per_block < Config::kSmemBytes) {
       return false;
     }
+    if constexpr (kKVCacheRow && F != Family::sm75) {
+      // Each kvcache row also has its fp8-cache kernel (the plans decline
+      // fp8 caches on sm75).
+      if (fp8_cache(problem.cache)) {
+        *result =
+            run_flash_fwd<FlashFwdConfig<T, row.head_dim, row.block_m, row.block_n, row.warps,
+                                         row.q_in_regs, F, row.kv_stages, true, true>>(problem);
+        return true;
+      }
+    }
+    if (fp8_cache(problem.cache)) return false;
     *result = run_flash_fwd<Config>(problem);
     return true;
   }

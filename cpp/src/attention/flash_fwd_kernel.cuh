@@ -18,7 +18,9 @@
 // Every global access is predicated on the sequence ends and the head dim;
 // out-of-range elements are zero-filled, so any seqlen and any head dim up to
 // kHeadDim is exact. Rows move as 16-byte vectors when every row starts on a
-// 16-byte boundary, else element by element (GmemAccess).
+// 16-byte boundary, else element by element (GmemAccess). The kvcache kernel
+// for fp8 caches (kFp8Cache) widens each K and V tile in shared memory where
+// it lands (fp8_cache.cuh) and applies the scales to S and O.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -28,6 +30,7 @@
 #include <type_traits>
 
 #include "attention/dropout.cuh"
+#include "attention/fp8_cache.cuh"
 #include "attention/fragment_layout.cuh"
 #include "attention/mask.cuh"
 #include "attention/mask_tiles.cuh"
@@ -78,6 +81,13 @@ struct FlashFwdParams {
   int64_t block_table_stride;
   int page_size;  // 0: not paged
   int kv_cache_batch, capacity, seqlen_new;
+  // fp8 caches (the kFp8Cache kernels; Fp8CacheView): kFp8E4M3 or kFp8E5M2,
+  // and the scales (per KV head at h * kv_scale_head; null: the values).
+  int kv_fp8;
+  const float* k_scale;
+  const float* v_scale;
+  int64_t kv_scale_head;
+  float k_scale_value, v_scale_value;
 };
 
 // How a tile's rows move between global and shared memory. 16-byte vectors
@@ -300,6 +310,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(FlashFwd
 
   constexpr bool kKVCache = Traits::kKVCache;
   static_assert(!kKVCache || kVectors, "the kvcache kernel moves 16-byte vectors only");
+  constexpr bool kFp8 = Traits::kFp8Cache;
   constexpr bool kTerms = kTermsKernel != TermsKernel::none;
   constexpr bool kMask = kTermsKernel == TermsKernel::masked;
   static_assert(!kTerms || kVectors, "score terms run on 16-byte vectors only");
@@ -321,6 +332,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(FlashFwd
   const int head = head0;                    // (not packed: the only one)
   const int batch = blockIdx.z;
   const int kv_head = head0 / p.kv_group;
+  // fp8 caches: S and O times the KV head's scales (and the widening's factor).
+  float k_scale = 1.0f, v_scale = 1.0f;
+  if constexpr (kFp8) {
+    const int64_t at = int64_t(kv_head) * p.kv_scale_head;
+    const float widen = fp8_widen_factor(p.kv_fp8);
+    k_scale = (p.k_scale != nullptr ? p.k_scale[at] : p.k_scale_value) * widen;
+    v_scale = (p.v_scale != nullptr ? p.v_scale[at] : p.v_scale_value) * widen;
+  }
 
   // This sequence's extents and the offsets of its first row.
   int seqlen_q = p.seqlen_q;
@@ -584,15 +603,40 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(FlashFwd
   Element const* k_head_base = static_cast<Element const*>(p.k) + kv_head * p.k_head;
   Element const* v_head_base = static_cast<Element const*>(p.v) + kv_head * p.v_head;
   // A skipped tile's group is empty, as one before n_begin.
+  // fp8 caches: key tile n's rows as bytes (strides count fp8 elements),
+  // into the upper half of the stage (Fp8Tile).
+  using Fp8KV = Fp8Tile<kBlockN, kHeadDim, Traits::kThreads>;
+  auto load_fp8 = [&](const void* cache, int64_t base, int64_t head_offset, int64_t page_stride,
+                      int64_t row_stride, int n, Element* stage16) {
+    const uint8_t* bytes = static_cast<const uint8_t*>(cache);
+    const auto row = [&](int r) {
+      const int key = n * kBlockN + r;
+      if (p.page_size > 0) {
+        int in_page;
+        const int64_t page = page_of(key, in_page);
+        return bytes + head_offset + page * page_stride + int64_t(in_page) * row_stride;
+      }
+      return bytes + base + int64_t(key) * row_stride;
+    };
+    Fp8KV::load(stage16, row, seqlen_k - n * kBlockN, p.headdim);
+  };
   auto load_k = [&](int n, int stage) {
     if (n >= n_begin && !tile_is(n, MaskTileClass::empty)) {
-      load_kv(gK, k_head_base, p.k_batch, p.k_seq, n, sK(_, _, stage));
+      if constexpr (kFp8) {
+        load_fp8(p.k, k_base, kv_head * p.k_head, p.k_batch, p.k_seq, n, &sK(0, 0, stage));
+      } else {
+        load_kv(gK, k_head_base, p.k_batch, p.k_seq, n, sK(_, _, stage));
+      }
     }
     cp_async_fence();
   };
   auto load_v = [&](int n, int stage) {
     if (n >= n_begin && !tile_is(n, MaskTileClass::empty)) {
-      load_kv(gV, v_head_base, p.v_batch, p.v_seq, n, sV(_, _, stage));
+      if constexpr (kFp8) {
+        load_fp8(p.v, v_base, kv_head * p.v_head, p.v_batch, p.v_seq, n, &sV(0, 0, stage));
+      } else {
+        load_kv(gV, v_head_base, p.v_batch, p.v_seq, n, sV(_, _, stage));
+      }
     }
     cp_async_fence();
   };
@@ -630,6 +674,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(FlashFwd
     // V(n - kStages + 1) takes: stream it in.
     cp_async_wait<2 * (kStages - 1)>();
     __syncthreads();
+    if constexpr (kFp8) Fp8KV::widen(&sK(0, 0, stage), sK(_, _, stage), p.kv_fp8);
     constexpr int v_stage = stage == 0 ? kStages - 1 : stage - 1;
     load_v(n_block - kStages + 1, v_stage);
     // A tile the mask leaves out adds nothing (the softmax starts from any
@@ -642,6 +687,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(FlashFwd
     }
 
     if (!skip) {
+      if constexpr (kFp8) {
+        CUTE_UNROLL
+        for (int i = 0; i < size(acc_s); ++i) acc_s(i) *= k_scale;
+      }
       if (p.softcap > 0.0f) {
         CUTE_UNROLL
         for (int i = 0; i < size(acc_s); ++i) {
@@ -676,6 +725,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(FlashFwd
     // its stage.
     cp_async_wait<2 * (kStages - 1)>();
     __syncthreads();
+    if constexpr (kFp8) Fp8KV::widen(&sV(0, 0, stage), sV(_, _, stage), p.kv_fp8);
     load_k(n_block - kStages, stage);
 
     if (warp_has_rows && !skip) {
@@ -705,6 +755,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(FlashFwd
   if (dropout) {
     CUTE_UNROLL
     for (int i = 0; i < size(acc_o); ++i) acc_o(i) *= p.terms.dropout.scale;
+  }
+  if constexpr (kFp8) {
+    CUTE_UNROLL
+    for (int i = 0; i < size(acc_o); ++i) acc_o(i) *= v_scale;
   }
   if constexpr (kClusterCombine) {
     if (num_splits > 1) {

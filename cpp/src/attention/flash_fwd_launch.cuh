@@ -93,6 +93,17 @@ cudaError_t run_flash_fwd_kvcache(const AttentionForwardProblem& problem, FlashF
   p.capacity = cache.capacity;
   p.seqlen_new = cache.k_new.ptr != nullptr ? cache.seqlen_new : 0;
   p.seqlen_k = cache.capacity;  // fixed-length caches: every row unless seqused_k says
+  if constexpr (Traits::kFp8Cache) {
+    if (!fp8_cache(cache)) return cudaErrorInvalidValue;  // the dispatch picks by the cache
+    p.kv_fp8 = static_cast<int>(cache.fp8.kind);
+    p.k_scale = cache.fp8.k_scale;
+    p.v_scale = cache.fp8.v_scale;
+    p.kv_scale_head = cache.fp8.scale_head_stride;
+    p.k_scale_value = cache.fp8.k_scale_value;
+    p.v_scale_value = cache.fp8.v_scale_value;
+  } else if (fp8_cache(cache)) {
+    return cudaErrorInvalidValue;
+  }
 
   dim3 blocks(static_cast<unsigned>(grid.m_blocks * grid.splits), static_cast<unsigned>(grid.heads),
               static_cast<unsigned>(problem.batch));

@@ -24,11 +24,11 @@ template <class Config>
 struct FlashFwdTraits;
 
 template <DType T, int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, bool kQInRegs_, Family F,
-          int kKVStages_, bool kKVCache_>
+          int kKVStages_, bool kKVCache_, bool kFp8Cache_>
 struct FlashFwdTraits<FlashFwdConfig<T, kHeadDim_, kBlockM_, kBlockN_, kWarps_, kQInRegs_, F,
-                                     kKVStages_, kKVCache_>> {
+                                     kKVStages_, kKVCache_, kFp8Cache_>> {
   using Config = FlashFwdConfig<T, kHeadDim_, kBlockM_, kBlockN_, kWarps_, kQInRegs_, F, kKVStages_,
-                                kKVCache_>;
+                                kKVCache_, kFp8Cache_>;
   using Element = typename ElementOf<T>::type;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kBlockM_;
@@ -39,6 +39,7 @@ struct FlashFwdTraits<FlashFwdConfig<T, kHeadDim_, kBlockM_, kBlockN_, kWarps_, 
   static constexpr bool kAsyncCopy = F != Family::sm75;
   static constexpr int kKVStages = kKVStages_;
   static constexpr bool kKVCache = kKVCache_;
+  static constexpr bool kFp8Cache = kFp8Cache_;
 
   static_assert(kBlockM % (16 * kWarps) == 0, "each warp owns whole 16-row slices");
   static_assert(kBlockN % 16 == 0 && kHeadDim % 32 == 0, "MMA k-steps of 16, swizzle atoms of 32");

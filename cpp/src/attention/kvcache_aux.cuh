@@ -12,8 +12,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "attention/attention_problem.h"
+#include "attention/fp8_cache.cuh"
 #include "attention/kvcache_aux.h"
 #include "attention/kvcache_plan.h"
 
@@ -24,13 +26,16 @@ namespace samattn::attention {
 // headdim)) when there is a rotary table. One thread per pair of head-dim
 // elements; a pair is what one rotation mixes: (2c, 2c + 1) interleaved,
 // (c, c + rotary_dim / 2) otherwise, and (2c, 2c + 1) past rotary_dim.
-template <class Element>
+// Cache: Element, or uint8_t for fp8 caches, whose new elements are stored
+// quantized (quantize_fp8: each value as rounded to Element, divided by its
+// KV head's scale).
+template <class Element, class Cache = Element>
 struct AppendParams {
   const Element* k_new;
   const Element* v_new;
   int64_t kn_batch, kn_seq, kn_head, vn_batch, vn_seq, vn_head;
-  Element* k;
-  Element* v;
+  Cache* k;
+  Cache* v;
   int64_t k_batch, k_seq, k_head, v_batch, v_seq, v_head;
   const Element* q;
   int64_t q_batch, q_seq, q_head;
@@ -45,15 +50,32 @@ struct AppendParams {
   int batch, seqlen_new, seqlen_q, nheads, nheads_k, headdim;
   int rotary_dim, rotary_seqlen;
   bool interleaved, q_per_row;
+  // fp8 caches: kFp8E4M3 / kFp8E5M2 and the scales (Fp8CacheView).
+  int kv_fp8;
+  const float* k_scale;
+  const float* v_scale;
+  int64_t scale_head;
+  float k_scale_value, v_scale_value;
 };
 
-template <class Element>
-__device__ inline void rotate_pair(const Element* src, Element* dst, int pair, int pos,
-                                   const AppendParams<Element>& a) {
+// Stores one new element: as it is, or quantized to an fp8 cache.
+template <class Element, class Dst>
+__device__ inline void store_element(Dst* dst, Element value, float scale, int kv_fp8) {
+  if constexpr (std::is_same_v<Dst, Element>) {
+    *dst = value;
+  } else {
+    *dst = quantize_fp8(static_cast<float>(value), scale, kv_fp8);
+  }
+}
+
+// `scale`: the destination's (fp8 caches only).
+template <class Element, class Cache, class Dst>
+__device__ inline void rotate_pair(const Element* src, Dst* dst, int pair, int pos,
+                                   const AppendParams<Element, Cache>& a, float scale) {
   const int half = a.rotary_dim / 2;
   if (a.cos == nullptr || pair >= half) {  // not rotated: a copy
-    dst[2 * pair] = src[2 * pair];
-    dst[2 * pair + 1] = src[2 * pair + 1];
+    store_element(dst + 2 * pair, src[2 * pair], scale, a.kv_fp8);
+    store_element(dst + 2 * pair + 1, src[2 * pair + 1], scale, a.kv_fp8);
     return;
   }
   const int i1 = a.interleaved ? 2 * pair : pair;
@@ -62,14 +84,14 @@ __device__ inline void rotate_pair(const Element* src, Element* dst, int pair, i
   const float c = static_cast<float>(a.cos[int64_t(row) * half + pair]);
   const float s = static_cast<float>(a.sin[int64_t(row) * half + pair]);
   const float x1 = static_cast<float>(src[i1]), x2 = static_cast<float>(src[i2]);
-  dst[i1] = static_cast<Element>(x1 * c - x2 * s);
-  dst[i2] = static_cast<Element>(x1 * s + x2 * c);
+  store_element(dst + i1, static_cast<Element>(x1 * c - x2 * s), scale, a.kv_fp8);
+  store_element(dst + i2, static_cast<Element>(x1 * s + x2 * c), scale, a.kv_fp8);
 }
 
 // F: the family whose cubins hold this copy (each family's translation unit
 // compiles its own, for its archs, under its own name).
-template <Family F, class Element>
-__global__ void kvcache_append_kernel(const AppendParams<Element> a) {
+template <Family F, class Element, class Cache>
+__global__ void kvcache_append_kernel(const AppendParams<Element, Cache> a) {
   const int pairs = a.headdim / 2;
   const int64_t key_items =
       a.k_new == nullptr ? 0 : int64_t(a.batch) * a.seqlen_new * a.nheads_k * pairs;
@@ -98,12 +120,17 @@ __global__ void kvcache_append_kernel(const AppendParams<Element> a) {
         k_off = kb * a.k_batch + int64_t(pos) * a.k_seq;
         v_off = kb * a.v_batch + int64_t(pos) * a.v_seq;
       }
-      AppendParams<Element> no_rotary = a;  // values are not rotated
+      AppendParams<Element, Cache> no_rotary = a;  // values are not rotated
       no_rotary.cos = nullptr;
+      float k_scale = 1.0f, v_scale = 1.0f;
+      if constexpr (!std::is_same_v<Cache, Element>) {
+        k_scale = a.k_scale != nullptr ? a.k_scale[h * a.scale_head] : a.k_scale_value;
+        v_scale = a.v_scale != nullptr ? a.v_scale[h * a.scale_head] : a.v_scale_value;
+      }
       rotate_pair(a.k_new + b * a.kn_batch + i * a.kn_seq + h * a.kn_head,
-                  a.k + k_off + h * a.k_head, pair, pos, a);
+                  a.k + k_off + h * a.k_head, pair, pos, a, k_scale);
       rotate_pair(a.v_new + b * a.vn_batch + i * a.vn_seq + h * a.vn_head,
-                  a.v + v_off + h * a.v_head, pair, pos, no_rotary);
+                  a.v + v_off + h * a.v_head, pair, pos, no_rotary, v_scale);
     } else {
       const int64_t q_item = item - key_items;
       const int pair = int(q_item % pairs);
@@ -114,7 +141,7 @@ __global__ void kvcache_append_kernel(const AppendParams<Element> a) {
       const int pos = a.seqused_k[b] + (a.q_per_row ? i : 0);
       rotate_pair(a.q + b * a.q_batch + i * a.q_seq + h * a.q_head,
                   a.q_rotated + ((int64_t(b) * a.seqlen_q + i) * a.nheads + h) * a.headdim, pair,
-                  pos, a);
+                  pos, a, 1.0f);
     }
   }
 }
@@ -190,12 +217,20 @@ __global__ void __launch_bounds__(kCombineThreads)
   if (c.lse != nullptr && t == 0) c.lse[b * c.lse_batch + h * c.lse_head + q * c.lse_seq] = lse;
 }
 
-template <Family F, class Element>
+template <Family F, class Element, class Cache = Element>
 cudaError_t launch_kvcache_append(const AttentionForwardProblem& p, void* q_rotated) {
   const KVCacheView& c = p.cache;
   const bool rotary = c.rotary_cos != nullptr && c.rotary_dim > 0;
   if (c.k_new.ptr == nullptr && !rotary) return cudaSuccess;
-  AppendParams<Element> a{};
+  if constexpr (std::is_same_v<Cache, Element>) {
+    // fp8 caches: the same kernel storing bytes (never on sm75, whose plan
+    // declines them).
+    if constexpr (F != Family::sm75) {
+      if (fp8_cache(c)) return launch_kvcache_append<F, Element, uint8_t>(p, q_rotated);
+    }
+    if (fp8_cache(c)) return cudaErrorNotSupported;
+  }
+  AppendParams<Element, Cache> a{};
   a.k_new = static_cast<const Element*>(c.k_new.ptr);
   a.v_new = static_cast<const Element*>(c.v_new.ptr);
   a.kn_batch = c.k_new.batch_stride;
@@ -205,8 +240,8 @@ cudaError_t launch_kvcache_append(const AttentionForwardProblem& p, void* q_rota
   a.vn_seq = c.v_new.seq_stride;
   a.vn_head = c.v_new.head_stride;
   // The caches are written here: the problem holds them as read-only views.
-  a.k = const_cast<Element*>(static_cast<const Element*>(p.k.ptr));
-  a.v = const_cast<Element*>(static_cast<const Element*>(p.v.ptr));
+  a.k = const_cast<Cache*>(static_cast<const Cache*>(p.k.ptr));
+  a.v = const_cast<Cache*>(static_cast<const Cache*>(p.v.ptr));
   a.k_batch = p.k.batch_stride;
   a.k_seq = p.k.seq_stride;
   a.k_head = p.k.head_stride;
@@ -237,6 +272,12 @@ cudaError_t launch_kvcache_append(const AttentionForwardProblem& p, void* q_rota
   a.rotary_seqlen = c.rotary_seqlen;
   a.interleaved = c.rotary_interleaved;
   a.q_per_row = c.rotary_q_per_row;
+  a.kv_fp8 = static_cast<int>(c.fp8.kind);
+  a.k_scale = c.fp8.k_scale;
+  a.v_scale = c.fp8.v_scale;
+  a.scale_head = c.fp8.scale_head_stride;
+  a.k_scale_value = c.fp8.k_scale_value;
+  a.v_scale_value = c.fp8.v_scale_value;
   const int64_t items =
       int64_t(p.batch) *
       (int64_t(a.seqlen_new) * p.nheads_k + (rotary ? int64_t(p.seqlen_q) * p.nheads : 0)) *
@@ -244,7 +285,7 @@ cudaError_t launch_kvcache_append(const AttentionForwardProblem& p, void* q_rota
   if (items == 0) return cudaSuccess;
   constexpr int kThreads = 256;
   const int64_t blocks = std::min<int64_t>((items + kThreads - 1) / kThreads, 65535);
-  kvcache_append_kernel<F, Element><<<unsigned(blocks), kThreads, 0, p.stream>>>(a);
+  kvcache_append_kernel<F, Element, Cache><<<unsigned(blocks), kThreads, 0, p.stream>>>(a);
   return cudaGetLastError();
 }
 

@@ -21,6 +21,10 @@ cudaError_t attention_forward_sm75(const AttentionForwardProblem& problem) {
 namespace {
 
 bool plan(const AttentionForwardProblem& problem, std::string* why) {
+  if (fp8_cache(problem.cache)) {
+    if (why != nullptr) *why = "fp8 KV caches run in the sm80 and sm90 families";
+    return false;
+  }
   if (!plan_terms(any_terms(problem.terms), forward_vectors(problem), why)) return false;
   if (problem.cache.enabled && head_dim_built(padded_headdim(problem.headdim))) {
     return attention::plan_kvcache<attention::kSm75FwdTiles>(problem, why);
