@@ -7,6 +7,7 @@ out-of-bounds read passes on a GPU whenever the timing or the neighbouring memor
 so the GPU tier cannot see them.
 
 The grouped GEMM's schedule (cpp/src/gemm/emulation), about 15 s: a warp of host threads.
+The fp8 widening of GPUs before sm89 (cpp/src/attention/emulation), a second.
 """
 
 from __future__ import annotations
@@ -59,3 +60,21 @@ def test_group_schedule_emulation(tmp_path):
     result = subprocess.run([str(binary)], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-4000:]
     assert result.stdout.rstrip().endswith("all passed")
+
+
+def test_fp8_widening_without_the_instruction(tmp_path):
+    """fp8 KV caches on GPUs before sm89 widen their tiles by bit shifts
+    (cpp/src/attention/fp8_bits.h), a path no GPU of the test matrix runs: every pair of
+    bytes, e4m3 and e5m2, against the formats' definitions
+    (cpp/src/attention/emulation/fp8_widen_check.cpp)."""
+    if shutil.which("g++") is None:
+        pytest.skip("needs g++")
+    binary = tmp_path / "fp8_widen_check"
+    build = subprocess.run(
+        ["g++", "-std=c++17", "-O1", "-Icpp/src", "cpp/src/attention/emulation/fp8_widen_check.cpp",
+         "-o", str(binary)],
+        cwd=ROOT, capture_output=True, text=True,
+    )  # fmt: skip
+    assert build.returncode == 0, build.stderr[-4000:]
+    result = subprocess.run([str(binary)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stdout.rstrip().endswith("all passed"), result.stdout

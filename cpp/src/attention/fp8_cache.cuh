@@ -14,46 +14,9 @@
 #include <cstring>
 #include <type_traits>
 
+#include "attention/fp8_bits.h"
+
 namespace samattn::attention {
-
-constexpr int kFp8E4M3 = 4;  // SAMATTN_F8_E4M3, Fp8Kind::e4m3
-constexpr int kFp8E5M2 = 5;  // SAMATTN_F8_E5M2, Fp8Kind::e5m2
-
-// Two fp8 values (the low 16 bits of `pair`, the first in the low byte) as
-// the bits of a half2, times fp8_widen_factor's inverse. sm89 and newer
-// convert them in one instruction; before, e5m2 is the top byte of a half and
-// an e4m3 value shifted into a half's exponent and mantissa is itself times
-// 2^-8, exactly (subnormals included), which the scale undoes; its NaN (0x7f)
-// becomes half's.
-__device__ inline uint32_t fp8x2_to_half2_bits(uint32_t pair, int kind) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  uint32_t h;
-  const uint16_t two = static_cast<uint16_t>(pair);
-  if (kind == kFp8E4M3) {
-    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"(two));
-  } else {
-    asm("cvt.rn.f16x2.e5m2x2 %0, %1;" : "=r"(h) : "h"(two));
-  }
-  return h;
-#else
-  if (kind != kFp8E4M3) return ((pair & 0xffu) << 8) | ((pair & 0xff00u) << 16);
-  uint32_t h = ((pair & 0x7fu) << 7) | ((pair & 0x80u) << 8) | ((pair & 0x7f00u) << 15) |
-               ((pair & 0x8000u) << 16);
-  if ((pair & 0x7fu) == 0x7fu) h |= 0x7fffu;
-  if ((pair & 0x7f00u) == 0x7f00u) h |= 0x7fff0000u;
-  return h;
-#endif
-}
-
-// What a widened value must be multiplied by to be the fp8 value it came from
-// (folded into the scales): 2^8 for e4m3 where fp8x2_to_half2_bits shifts.
-__device__ inline float fp8_widen_factor(int kind) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  return 1.0f;
-#else
-  return kind == kFp8E4M3 ? 256.0f : 1.0f;
-#endif
-}
 
 // Two half bits as two Elements (fp16: as they are; bf16: exactly, every fp8
 // value being a bf16 value).
