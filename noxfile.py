@@ -716,6 +716,7 @@ def bench_compare(session: nox.Session) -> None:
 # the script's arguments under that tool (racecheck is slow: the sm90 backward's --quick).
 SANITIZE = {
     "sanitize_decode.py": (("memcheck", ()), ("racecheck", ()), ("synccheck", ())),
+    "sanitize_kvcache_fp8.py": (("memcheck", ()), ("racecheck", ()), ("synccheck", ())),
     "sanitize_mask_backward.py": (("memcheck", ()),),
     "sanitize_mask_tiles.py": (("memcheck", ()),),
     "sanitize_sm90_backward.py": (("memcheck", ()), ("racecheck", ("--quick",))),
