@@ -74,7 +74,7 @@ sm90_alt_configs=(
 # sm90 backward (kAltConfigs of attn_bwd_check.cu under SAMATTN_CHECK_SM90):
 # head_dim,block_m,block_n,stages. (Its other alternative is a row of the table.)
 sm90_bwd_alt_configs=(
-  "128,64,128,3"
+  "128,64,128,2"
 )
 alt_args=()
 if [[ "$FAMILY" == sm90 ]]; then
