@@ -541,6 +541,8 @@ _NO_TERMS = (0, 0, 0, 0)
 # The attention-mask fields (attn_mask ... dmask), all off: 8 values.
 _NO_MASK = (0,) * 8
 _NO_DROPOUT = (0.0, 0, 0)
+# The fp8 KV-cache fields (kv_fp8 ... v_scale_value): no fp8 cache, scales 1.0.
+_NO_FP8 = (0, 0, 0, 0, 0, 1.0, 1.0)
 
 
 def _dropout_fields(dropout_p: float, dropout_seed: torch.Tensor | None) -> tuple[float, int, int]:
@@ -641,6 +643,7 @@ def _attention_args(
     terms: tuple[int, int, int, int] = _NO_TERMS,
     mask: tuple[int, ...] = _NO_MASK,
     dropout: tuple[float, int, int] = _NO_DROPOUT,
+    fp8: tuple[int | float, ...] = _NO_FP8,
 ) -> tuple[_lib.AttentionArgs, tuple[torch.Tensor, ...]]:
     """The C arguments of the forward, or of the backward when `gradients` holds
     (dout, dq, dk, dv); and the tensors they point to (q, k, v as the kernels read them,
@@ -650,7 +653,8 @@ def _attention_args(
     _cache_pointers); varlen offsets are then the caller's to check. `terms`: the four
     score-term fields (_score_terms; the caller keeps their tensors alive); `mask` the eight
     attention-mask fields (_mask_fields, likewise); `dropout` the three dropout fields
-    (_dropout_fields)."""
+    (_dropout_fields); `fp8` the seven fp8 KV-cache fields (_fp8_fields; the caller keeps
+    the scale tensors alive)."""
     q = _attention_operand(q)
     if kvcache is None:
         k, v = _attention_operand(k), _attention_operand(v)
@@ -696,6 +700,7 @@ def _attention_args(
         *terms,
         *mask,
         *dropout,
+        *fp8,
     )  # fmt: skip
     return args, keep
 
