@@ -57,14 +57,20 @@ def case_text(r: dict[str, Any]) -> str:
     return text + (f" vs {r['versus']}" if "versus" in r else "")
 
 
+# A record's differences to torch or to a reference (decode_fp8: of both of its calls).
+DIFFERENCES = (
+    "difference_to_baseline",
+    "difference_to_reference",
+    "bf16_difference_to_reference",
+)
+
+
 def _mismatch(r: dict[str, Any]) -> bool:
-    differences = (r.get("difference_to_baseline"), r.get("difference_to_reference"))
-    return any(d is not None and d > AGREEMENT_LIMIT for d in differences)
+    return any(r.get(key) is not None and r[key] > AGREEMENT_LIMIT for key in DIFFERENCES)
 
 
 def _difference(r: dict[str, Any]) -> float:
-    differences = (r.get("difference_to_baseline"), r.get("difference_to_reference"))
-    return max(d for d in differences if d is not None)
+    return max(r[key] for key in DIFFERENCES if r.get(key) is not None)
 
 
 def _decode_text(r: dict[str, Any]) -> str:

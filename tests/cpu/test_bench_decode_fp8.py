@@ -327,6 +327,21 @@ def test_an_fp8_read_without_the_scales_is_flagged(cpu_fp8, monkeypatch):
     assert "MISMATCH decode_fp8" in report.summarize(b)
 
 
+def test_a_wrong_bf16_read_is_flagged_too(cpu_fp8, monkeypatch):
+    def wrong_on_bf16(q, k_cache, v_cache, **options):
+        if k_cache.dtype not in FP8_DTYPES:
+            v_cache = v_cache.flip(1)
+        return reference_kvcache(q, k_cache, v_cache, **options)
+
+    monkeypatch.setattr(samattn, "flash_attn_with_kvcache", wrong_on_bf16)
+    torch.manual_seed(0)
+    b = run([("bf16", "e4m3", small_case())])
+    (r,) = b.records
+    assert r["difference_to_reference"] < 1e-2
+    assert r["bf16_difference_to_reference"] > common.AGREEMENT_LIMIT
+    assert "MISMATCH" in report.format_record(r)
+
+
 def test_a_case_too_large_for_memory_is_skipped(cpu_fp8, monkeypatch, capsys):
     monkeypatch.setattr(common, "free_memory_bytes", lambda: 20_000)
     b = run([("bf16", "e4m3", small_case())], families=(None, "sm75"))
