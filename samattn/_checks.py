@@ -796,9 +796,11 @@ def _check_heads_and_dims(
     v: torch.Tensor,
     layout: str,
     names: tuple[str, str] = ("k", "v"),
+    caches: bool = False,
 ) -> tuple[int, int, int]:
     """(nheads, nheads_k, headdim) of q, k, v whose last two modes are (heads, headdim);
-    `names` are k's and v's in messages."""
+    `names` are k's and v's in messages. `caches`: k and v are KV caches, which may hold
+    fp8 instead of q's dtype (kv_cache_fp8, called next, checks those)."""
     nheads, headdim = q.shape[-2], q.shape[-1]
     nheads_k = k.shape[-2]
     k_name, v_name = names
@@ -820,9 +822,127 @@ def _check_heads_and_dims(
             "of query heads must be a multiple of the number of key/value heads (GQA / MQA)"
         )
     _check_attention_dtype(q, f"{op}: q")
+    if caches and (k.dtype in FP8_CODES or v.dtype in FP8_CODES):
+        return nheads, nheads_k, headdim
     for name, t in zip(names, (k, v)):
+        if t.dtype in FP8_CODES:
+            raise TypeError(
+                f"{op}: {name} has dtype {t.dtype}; fp8 keys and values are read only from "
+                "KV caches (flash_attn_with_kvcache, or flash_attn_varlen_func with "
+                "block_table), other k and v must have q's dtype"
+            )
         _check_same_dtype(t, f"{op}: {name}", q, "q")
     return nheads, nheads_k, headdim
+
+
+# ---------------------------------------------------------- fp8 KV caches ----
+# The fp8 dtypes a KV cache may hold (the C ABI's kv_fp8 codes), and each one's largest
+# finite value, to which appended values saturate.
+FP8_CODES = {torch.float8_e4m3fn: _lib.F8_E4M3, torch.float8_e5m2: _lib.F8_E5M2}
+FP8_MAX = {torch.float8_e4m3fn: 448.0, torch.float8_e5m2: 57344.0}
+# fp8 caches are read in 16-byte rows of 16 elements and never padded: head dims are
+# multiples of this.
+FP8_HEAD_DIM_MULTIPLE = 16
+_FP8_NAMES = "torch.float8_e4m3fn or torch.float8_e5m2"
+KV_SCALE_NAMES = ("k_scale", "v_scale")
+
+
+def kv_cache_fp8(
+    op: str,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    k_scale: object,
+    v_scale: object,
+    nheads_k: int,
+    names: tuple[str, str] = ("k_cache", "v_cache"),
+) -> int:
+    """The fp8 rules of a call's KV caches (`names` in messages) and their scales, one
+    function for flash_attn_with_kvcache and paged prefill, eager and fake alike: the
+    caches both of one fp8 dtype (FP8_CODES) with a head dim that is a multiple of 16, or
+    neither (then _check_heads_and_dims holds them to q's dtype); k_scale and v_scale only
+    with fp8 caches, each None (1.0), a positive finite float, or a torch.float32 tensor of
+    shape (), (1,) (one scale for every KV head) or (nheads_k,) (one per KV head),
+    contiguous, not requiring grad; two tensors of one element count (the C ABI's
+    kv_scale_head_stride is shared). Returns the C ABI's kv_fp8 code (0: no fp8 cache).
+    The scale tensors' device is checked with the call's other tensors (their caller's
+    _check_devices)."""
+    k_name, v_name = names
+    code = FP8_CODES.get(k_cache.dtype, 0)
+    if code or v_cache.dtype in FP8_CODES:
+        if k_cache.dtype != v_cache.dtype:
+            raise TypeError(
+                f"{op}: {k_name} has dtype {k_cache.dtype} but {v_name} has {v_cache.dtype}; "
+                f"fp8 KV caches must both have one fp8 dtype ({_FP8_NAMES})"
+            )
+        headdim = k_cache.shape[-1]
+        if headdim % FP8_HEAD_DIM_MULTIPLE:
+            raise ArgumentError(
+                f"{op}: fp8 KV caches need a head dim that is a multiple of "
+                f"{FP8_HEAD_DIM_MULTIPLE} (rows of 16-byte vectors), got {headdim}; unlike "
+                "16-bit caches they are never run on padded copies"
+            )
+    for name, scale in zip(KV_SCALE_NAMES, (k_scale, v_scale)):
+        if scale is None:
+            continue
+        if not code:
+            raise ArgumentError(
+                f"{op}: {name} is given, but {k_name} has dtype {k_cache.dtype}; k_scale and "
+                f"v_scale apply to fp8 KV caches only ({_FP8_NAMES})"
+            )
+        _check_kv_scale(op, name, scale, nheads_k)
+    if (
+        isinstance(k_scale, torch.Tensor)
+        and isinstance(v_scale, torch.Tensor)
+        and k_scale.numel() != v_scale.numel()
+    ):
+        raise ArgumentError(
+            f"{op}: k_scale has {k_scale.numel()} elements but v_scale has {v_scale.numel()}; "
+            "two scale tensors must both hold one scale for every KV head or both one per KV "
+            "head (give the other as a float, or expand it)"
+        )
+    return code
+
+
+def _check_kv_scale(op: str, name: str, scale: object, nheads_k: int) -> None:
+    if isinstance(scale, torch.Tensor):
+        if scale.dtype != torch.float32:
+            raise TypeError(
+                f"{op}: {name} must be a float or a torch.float32 tensor, got dtype "
+                f"{scale.dtype}; convert it with {name}.float()"
+            )
+        shape = _shape(scale)
+        if shape not in ((), (1,), (nheads_k,)):
+            raise ArgumentError(
+                f"{op}: {name} must have shape () or (1,) (one scale for every KV head) or "
+                f"(nheads_k,) = ({nheads_k},) (one per KV head), got {shape}"
+            )
+        if scale.dim() == 1 and scale.shape[0] > 1 and scale.stride(0) != 1:
+            raise ArgumentError(
+                f"{op}: {name} must be contiguous (the kernels read it in place), got stride "
+                f"{scale.stride(0)}; pass {name}.contiguous()"
+            )
+        if scale.requires_grad:
+            raise ArgumentError(
+                f"{op}: {name} requires grad, but fp8 KV caches are forward only (no "
+                f"gradient reaches the scales); pass {name}.detach()"
+            )
+        return
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        raise TypeError(
+            f"{op}: {name} must be None, a float or a torch.float32 tensor, got "
+            f"{type(scale).__name__}"
+        )
+    if not (math.isfinite(scale) and scale > 0):
+        raise ArgumentError(f"{op}: {name} must be positive and finite, got {scale}")
+
+
+def kv_scale_tensors(k_scale: object, v_scale: object) -> dict[str, torch.Tensor]:
+    """The scales given as tensors, by name: for a call's device check."""
+    return {
+        name: scale
+        for name, scale in zip(KV_SCALE_NAMES, (k_scale, v_scale))
+        if isinstance(scale, torch.Tensor)
+    }
 
 
 _FIXED_LAYOUT = "(batch, seqlen, nheads, headdim)"
@@ -994,10 +1114,13 @@ def flash_attn_varlen_paged(
     max_seqlen_k: int,
     block_table: torch.Tensor,
     op: str = "samattn.flash_attn_varlen_func",
+    k_scale: object = None,
+    v_scale: object = None,
 ) -> AttentionShape:
     """Validate paged prefill (flash_attn_varlen_func with block_table): packed q, paged
-    k and v caches, offsets whose k lengths index each sequence's pages. The sizes'
-    seqlen_k is a sequence's capacity, max_blocks * page_block_size."""
+    k and v caches (q's dtype, or fp8 with k_scale / v_scale: kv_cache_fp8), offsets
+    whose k lengths index each sequence's pages. The sizes' seqlen_k is a sequence's
+    capacity, max_blocks * page_block_size."""
     require_tensor(q, f"{op}: q")
     if q.dim() != 3:
         raise ArgumentError(f"{op}: q must be 3-D {_PACKED_LAYOUT}, got shape {_shape(q)}")
@@ -1008,7 +1131,8 @@ def flash_attn_varlen_paged(
                 f"{op}: with block_table, {name} must be a 4-D paged cache {_PAGED_LAYOUT}, "
                 f"got shape {_shape(t)}"
             )
-    nheads, nheads_k, headdim = _check_heads_and_dims(op, q, k, v, _PAGED_LAYOUT)
+    nheads, nheads_k, headdim = _check_heads_and_dims(op, q, k, v, _PAGED_LAYOUT, caches=True)
+    kv_cache_fp8(op, k, v, k_scale, v_scale, nheads_k, names=("k", "v"))
     page_size = _check_page_size(op, k)
     batch_table, width = _check_block_table(op, block_table)
     batch = _varlen_offsets(
@@ -1025,7 +1149,7 @@ def flash_attn_varlen_paged(
     _check_devices(
         op,
         {"q": q, "k": k, "v": v, "cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k,
-         "block_table": block_table},
+         "block_table": block_table, **kv_scale_tensors(k_scale, v_scale)},
     )  # fmt: skip
     return AttentionShape(
         batch, nheads, nheads_k, q.shape[0], width * page_size, headdim, varlen=True
@@ -1042,16 +1166,21 @@ def attention_sizes(
     max_seqlen_k: int,
     op: str | None = None,
     block_table: torch.Tensor | None = None,
+    k_scale: object = None,
+    v_scale: object = None,
 ) -> AttentionShape:
     """The validated sizes of an attention forward's inputs: fixed length when both
     cu_seqlens are None, varlen when both are given, paged varlen with a block_table
-    (then seqlen_k is a sequence's capacity). `op` names the public function in
-    messages (None: flash_attn_func or flash_attn_varlen_func)."""
+    (then seqlen_k is a sequence's capacity, and k and v may be fp8 caches with k_scale /
+    v_scale). `op` names the public function in messages (None: flash_attn_func or
+    flash_attn_varlen_func)."""
     if block_table is not None:
         return flash_attn_varlen_paged(
             q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, block_table,
-            op or "samattn.flash_attn_varlen_func",
+            op or "samattn.flash_attn_varlen_func", k_scale, v_scale,
         )  # fmt: skip
+    if k_scale is not None or v_scale is not None:
+        kv_scales_without_cache(op or "samattn.flash_attn_varlen_func", k_scale, v_scale)
     if cu_seqlens_q is None and cu_seqlens_k is None:
         sizes = flash_attn_quick(q, k, v)
         return sizes or flash_attn(q, k, v, op or "samattn.flash_attn_func")
@@ -1064,6 +1193,15 @@ def attention_sizes(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
         op or "samattn.flash_attn_varlen_func",
     )  # fmt: skip
+
+
+def kv_scales_without_cache(op: str, k_scale: object, v_scale: object) -> None:
+    """Raise for k_scale / v_scale given to an attention call without a KV cache."""
+    name = "k_scale" if k_scale is not None else "v_scale"
+    raise ArgumentError(
+        f"{op}: {name} is given without block_table; k_scale and v_scale apply to fp8 KV "
+        "caches, which flash_attn_varlen_func reads only as paged caches (block_table)"
+    )
 
 
 def flash_attn_backward(
@@ -1138,7 +1276,9 @@ def value_checks_enabled() -> bool:
 
 _CACHE_LAYOUT = "(batch_cache, seqlen_cache, nheads_k, headdim)"
 _NEW_LAYOUT = "(batch, seqlen_new, nheads_k, headdim)"
-_CACHE_VECTOR = 8  # elements of a 16-byte vector of fp16 / bf16
+# The kernels read and write cache rows in 16-byte vectors: 8 elements of fp16 / bf16
+# (the rule for any cache that is not fp8), 16 of fp8.
+_CACHE_VECTOR = 8
 # Page sizes are multiples of this (the kernels' key tile).
 PAGE_SIZE_MULTIPLE = 16
 
@@ -1166,23 +1306,25 @@ def _check_block_table(op: str, block_table: torch.Tensor) -> tuple[int, int]:
 
 
 def cache_layout_problem(name: str, t: torch.Tensor) -> str | None:
-    """Why the kernels cannot use the cache `t` in place (its 16-byte vectors), or None
-    when they can. The pointer's alignment is checked where it exists (_cuda)."""
+    """Why the kernels cannot use the cache `t` in place (its 16-byte vectors: 8 elements
+    of fp16 / bf16, 16 of fp8), or None when they can. The pointer's alignment is checked
+    where it exists (_cuda)."""
+    vector = FP8_HEAD_DIM_MULTIPLE if t.dtype in FP8_CODES else _CACHE_VECTOR
     headdim = t.shape[-1]
-    if headdim % _CACHE_VECTOR != 0:
+    if headdim % vector != 0:
         return (
-            f"{name} has head dim {headdim}; a KV cache needs a head dim that is a "
-            f"multiple of {_CACHE_VECTOR} (rows of 16-byte vectors)"
+            f"{name} has head dim {headdim}; a KV cache of {t.dtype} needs a head dim that "
+            f"is a multiple of {vector} (rows of 16-byte vectors)"
         )
     strides = t.stride()
     # A stride of a mode of size 1 is never stepped over: it may be anything.
     if strides[-1] != 1 or any(
-        s % _CACHE_VECTOR != 0 and n != 1 for n, s in zip(t.shape[:-1], strides[:-1])
+        s % vector != 0 and n != 1 for n, s in zip(t.shape[:-1], strides[:-1])
     ):
         return (
             f"{name} has strides {tuple(strides)}; a KV cache is used in place, so "
             f"its head dim must be contiguous and its other strides multiples of "
-            f"{_CACHE_VECTOR} elements (16 bytes)"
+            f"{vector} elements (16 bytes)"
         )
     return None
 
@@ -1248,10 +1390,13 @@ def kvcache(
     op: str = "samattn.flash_attn_with_kvcache",
     alibi_slopes: torch.Tensor | None = None,
     sinks: torch.Tensor | None = None,
+    k_scale: object = None,
+    v_scale: object = None,
 ) -> KVCacheShape:
     """Validate flash_attn_with_kvcache's arguments (shapes, dtypes, layouts, devices; an
-    int cache_seqlens' value too); return the sizes. Device integer tensors' values are
-    checked by the CUDA implementation (kvcache_values)."""
+    int cache_seqlens' value too; fp8 caches and their scales: kv_cache_fp8); return the
+    sizes. Device integer tensors' values are checked by the CUDA implementation
+    (kvcache_values)."""
     paged = block_table is not None
     layout = _PAGED_LAYOUT if paged else _CACHE_LAYOUT
     for name, t, t_layout in (
@@ -1262,8 +1407,9 @@ def kvcache(
             raise ArgumentError(f"{op}: {name} must be 4-D {t_layout}, got shape {_shape(t)}")
     batch, seqlen_q, nheads, headdim = q.shape
     _, nheads_k, _ = _check_heads_and_dims(
-        op, q, k_cache, v_cache, layout, names=("k_cache", "v_cache")
+        op, q, k_cache, v_cache, layout, names=("k_cache", "v_cache"), caches=True
     )
+    kv_cache_fp8(op, k_cache, v_cache, k_scale, v_scale, nheads_k)
     kv_cache_batch = k_cache.shape[0]
     width = page_size = 0
     if paged:
@@ -1301,6 +1447,11 @@ def kvcache(
                 raise ArgumentError(
                     f"{op}: {name} must be 4-D {_NEW_LAYOUT} = ({batch}, seqlen_new, {nheads_k}, "
                     f"{headdim}), got shape {_shape(t)}"
+                )
+            if t.dtype in FP8_CODES and t.dtype != q.dtype:
+                raise TypeError(
+                    f"{op}: {name} has dtype {t.dtype}; the new keys and values have q's dtype "
+                    f"({q.dtype}), also for fp8 caches, which the library quantizes them into"
                 )
             _check_same_dtype(t, f"{op}: {name}", q, "q")
         if k.shape[1] != v.shape[1]:
@@ -1374,6 +1525,8 @@ def kvcache(
         "cache_leftpad": cache_leftpad, "block_table": block_table,
     }  # fmt: skip
     tensors.update((n, t) for n, t in optional.items() if isinstance(t, torch.Tensor))
+    if k_scale is not None or v_scale is not None:
+        tensors.update(kv_scale_tensors(k_scale, v_scale))
     _check_devices(op, tensors)
     if alibi_slopes is not None or sinks is not None:
         attention_terms(op, alibi_slopes, sinks, batch, nheads, q)

@@ -7,6 +7,7 @@ current stream of the tensors' device.
 from __future__ import annotations
 
 import ctypes
+import math
 import operator
 import threading
 import weakref
@@ -541,6 +542,8 @@ _NO_TERMS = (0, 0, 0, 0)
 # The attention-mask fields (attn_mask ... dmask), all off: 8 values.
 _NO_MASK = (0,) * 8
 _NO_DROPOUT = (0.0, 0, 0)
+# The fp8 KV-cache fields (kv_fp8 ... v_scale_value): no fp8 cache, scales 1.0.
+_NO_FP8 = (0, 0, 0, 0, 0, 1.0, 1.0)
 
 
 def _dropout_fields(dropout_p: float, dropout_seed: torch.Tensor | None) -> tuple[float, int, int]:
@@ -549,6 +552,29 @@ def _dropout_fields(dropout_p: float, dropout_seed: torch.Tensor | None) -> tupl
     if dropout_p == 0.0 or dropout_seed is None:
         return _NO_DROPOUT
     return (dropout_p, 0, dropout_seed.data_ptr())
+
+
+def _fp8_fields(cache: torch.Tensor, k_scale: object, v_scale: object) -> tuple[int | float, ...]:
+    """The seven fp8 KV-cache fields of the C arguments (kv_fp8, reserved, k_scale_ptr,
+    v_scale_ptr, kv_scale_head_stride, k_scale_value, v_scale_value) for caches of
+    cache's dtype, with their scales checked by _checks.kv_cache_fp8: _NO_FP8 unless the
+    caches are fp8. A tensor scale goes by pointer (read in place: the caller keeps it
+    alive), with head stride 1 when it holds one scale per KV head; a float by value, its
+    pointer NULL (no device tensor per call); None is 1.0."""
+    code = _checks.FP8_CODES.get(cache.dtype)
+    if code is None:
+        return _NO_FP8
+    k_pointer = v_pointer = head_stride = 0
+    k_value = v_value = 1.0
+    if isinstance(k_scale, torch.Tensor):
+        k_pointer, head_stride = k_scale.data_ptr(), int(k_scale.numel() > 1)
+    elif k_scale is not None:
+        k_value = float(k_scale)
+    if isinstance(v_scale, torch.Tensor):
+        v_pointer, head_stride = v_scale.data_ptr(), int(v_scale.numel() > 1)
+    elif v_scale is not None:
+        v_value = float(v_scale)
+    return (code, 0, k_pointer, v_pointer, head_stride, k_value, v_value)
 
 
 def _score_terms(
@@ -641,6 +667,7 @@ def _attention_args(
     terms: tuple[int, int, int, int] = _NO_TERMS,
     mask: tuple[int, ...] = _NO_MASK,
     dropout: tuple[float, int, int] = _NO_DROPOUT,
+    fp8: tuple[int | float, ...] = _NO_FP8,
 ) -> tuple[_lib.AttentionArgs, tuple[torch.Tensor, ...]]:
     """The C arguments of the forward, or of the backward when `gradients` holds
     (dout, dq, dk, dv); and the tensors they point to (q, k, v as the kernels read them,
@@ -650,7 +677,8 @@ def _attention_args(
     _cache_pointers); varlen offsets are then the caller's to check. `terms`: the four
     score-term fields (_score_terms; the caller keeps their tensors alive); `mask` the eight
     attention-mask fields (_mask_fields, likewise); `dropout` the three dropout fields
-    (_dropout_fields)."""
+    (_dropout_fields); `fp8` the seven fp8 KV-cache fields (_fp8_fields; the caller keeps
+    the scale tensors alive)."""
     q = _attention_operand(q)
     if kvcache is None:
         k, v = _attention_operand(k), _attention_operand(v)
@@ -696,6 +724,7 @@ def _attention_args(
         *terms,
         *mask,
         *dropout,
+        *fp8,
     )  # fmt: skip
     return args, keep
 
@@ -713,18 +742,22 @@ def flash_attn_forward(
     block_table: torch.Tensor | None = None,
     attn_mask: torch.Tensor | None = None,
     want_lse: bool = True,
+    k_scale: torch.Tensor | float | None = None,
+    v_scale: torch.Tensor | float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(out, softmax_lse) of FlashAttention on the GPU; see samattn.flash_attn_func.
     `params`: the call's scalars, score terms (alibi_slopes and sinks, float32, None = off)
     and dropout (dropout_p > 0: dropout_seed is the call's seed, _dropout.new_seed).
     Fixed length without cu_seqlens_q/k, varlen with them. `op` names the public function
     in error messages. With block_table (paged prefill, varlen only) k and v are paged
-    caches (num_blocks, page_size, nheads_k, headdim). attn_mask: None, or a bool / float
-    mask broadcastable to (batch, nheads, seqlen_q, seqlen_k), fixed length only. With
-    score terms, a mask or dropout, a head dim that is not a multiple of 8 runs padded with
-    zeros to one (the kernels run the terms on 16-byte rows). want_lse=False: the caller
-    discards softmax_lse (inference), so a prepared call allocates none and the kernels
-    write none (returned as None; the first call of a signature still makes one)."""
+    caches (num_blocks, page_size, nheads_k, headdim), of q's dtype, or fp8 with k_scale
+    and v_scale (None, a float or a float32 tensor: _checks.kv_cache_fp8). attn_mask: None,
+    or a bool / float mask broadcastable to (batch, nheads, seqlen_q, seqlen_k), fixed
+    length only. With score terms, a mask or dropout, a head dim that is not a multiple of
+    8 runs padded with zeros to one (the kernels run the terms on 16-byte rows).
+    want_lse=False: the caller discards softmax_lse (inference), so a prepared call
+    allocates none and the kernels write none (returned as None; the first call of a
+    signature still makes one)."""
     key = None
     alibi_slopes, sinks, dropout_p = params.alibi_slopes, params.sinks, params.dropout_p
     plain = cu_seqlens_q is None and block_table is None and attn_mask is None and dropout_p == 0.0
@@ -737,9 +770,10 @@ def flash_attn_forward(
             _ATTENTION.run(key, entry, args, q)
             return out, lse
     sizes = _checks.attention_sizes(
-        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, op, block_table
-    )
-    terms, mask, dropout = _NO_TERMS, _NO_MASK, _NO_DROPOUT
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, op, block_table,
+        k_scale, v_scale,
+    )  # fmt: skip
+    terms, mask, dropout, fp8 = _NO_TERMS, _NO_MASK, _NO_DROPOUT, _NO_FP8
     if alibi_slopes is not None or sinks is not None or attn_mask is not None or dropout_p:
         name = _op_name(op, sizes)
         _checks.attention_extras(name, params, sizes, q)
@@ -749,6 +783,7 @@ def flash_attn_forward(
             out, lse = flash_attn_forward(
                 _pad_head_dim(q), _pad_head_dim(k), _pad_head_dim(v), params, cu_seqlens_q,
                 cu_seqlens_k, max_seqlen_q, max_seqlen_k, op, block_table, attn_mask,
+                k_scale=k_scale, v_scale=v_scale,
             )  # fmt: skip
             return out[..., : sizes.headdim].contiguous(), lse
         # _keep_terms, _keep_mask: alive until the launch is queued.
@@ -776,9 +811,10 @@ def flash_attn_forward(
             0, 0, 0, keep_table.data_ptr(), keep_table.stride(0), keep_table.shape[1],
             page_size, num_blocks, *_NO_KVCACHE[8:],
         )  # fmt: skip
+        fp8 = _fp8_fields(k, k_scale, v_scale)
     args, keep = _attention_args(
         op, sizes, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-        params, kvcache=kvcache, terms=terms, mask=mask, dropout=dropout,
+        params, kvcache=kvcache, terms=terms, mask=mask, dropout=dropout, fp8=fp8,
     )  # fmt: skip
     # Decode-shaped problems (the query heads of a KV head fit one 64-row tile) split the
     # keys over CTAs, and the sm90 family maps a mask's tiles, both in a workspace.
@@ -884,26 +920,28 @@ def flash_attn_kvcache(
     num_splits: int,
     op: str = "samattn.flash_attn_with_kvcache",
     want_lse: bool = True,
+    k_scale: torch.Tensor | float | None = None,
+    v_scale: torch.Tensor | float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(out, softmax_lse) of attention over a KV cache on the GPU, appending k and v into
     the caches in place first; see samattn.flash_attn_with_kvcache (whose arguments
-    these are; `params` holds its normalized scalars and score terms, no dropout).
-    want_lse=False: the caller discards softmax_lse, so a prepared call makes none
-    (returned as None)."""
+    these are; `params` holds its normalized scalars and score terms, no dropout; k_scale
+    and v_scale those of fp8 caches). want_lse=False: the caller discards softmax_lse, so
+    a prepared call makes none (returned as None)."""
     tensors = (q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
                cache_batch_idx, cache_leftpad, block_table)  # fmt: skip
     alibi_slopes, sinks = params.alibi_slopes, params.sinks
     key = None
     if alibi_slopes is None and sinks is None and type(num_splits) is int:
-        key = _kvcache_key(tensors, (params, rotary_interleaved, num_splits))
+        key = _kvcache_key(tensors, (params, rotary_interleaved, num_splits), k_scale, v_scale)
         entry = _KVCACHE.get(key) if key is not None else None
         if entry is not None:
-            done = _prepared_kvcache(key, entry, op, tensors, want_lse)
+            done = _prepared_kvcache(key, entry, op, tensors, want_lse, k_scale, v_scale)
             if done is not None:
                 return done
     sizes = _checks.kvcache(
         q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
-        cache_leftpad, block_table, num_splits, op, alibi_slopes, sinks,
+        cache_leftpad, block_table, num_splits, op, alibi_slopes, sinks, k_scale, v_scale,
     )  # fmt: skip
     out = torch.empty_like(q) if q.is_contiguous() else q.new_empty(sizes.out_shape)
     lse = q.new_empty(sizes.lse_shape, dtype=torch.float32)
@@ -949,9 +987,12 @@ def flash_attn_kvcache(
     terms = _NO_TERMS
     if alibi_slopes is not None or sinks is not None:
         terms, _keep_terms = _score_terms(alibi_slopes, sinks)
+    fp8 = _NO_FP8
+    if k_cache.dtype in _checks.FP8_CODES:
+        fp8 = _fp8_fields(k_cache, k_scale, v_scale)
     args, keep = _attention_args(
         op, shape, q, k_cache, v_cache, out, lse, None, None, 0, 0, params, kvcache=kvcache,
-        terms=terms,
+        terms=terms, fp8=fp8,
     )  # fmt: skip
     _prepared.run_with_workspace(
         "samattn_attention_forward", "samattn_attention_forward_workspace_size", args, q,
@@ -979,12 +1020,34 @@ def _layout_key(t: torch.Tensor | None) -> tuple | None:
     return None if t is None else (t.shape, t.stride(), t.dtype, t.get_device())
 
 
-def _kvcache_key(tensors: tuple, scalars: tuple) -> tuple | None:
+def _scale_key(scale: object) -> object:
+    """What of an fp8 cache's scale a prepared KV-cache call's key holds: its kind (None,
+    float, or a tensor's layout: the value or pointer is each call's); False for what the
+    full path must convert or refuse (an int, a bool, anything else)."""
+    if scale is None:
+        return None
+    if type(scale) is float:
+        return float
+    if isinstance(scale, torch.Tensor):
+        return (scale.shape, scale.stride(), scale.dtype, scale.get_device(), scale.requires_grad)
+    return False
+
+
+def _kvcache_key(
+    tensors: tuple, scalars: tuple, k_scale: object = None, v_scale: object = None
+) -> tuple | None:
     """The prepared-call key of a KV-cache call without score terms: every tensor's
-    layout (None where absent), the 16-byte residues of the tensors _attention_operand
-    may copy (q and the new k, v), the scalars and the forced family. None (no prepared
-    call) for what the full path must convert or refuse: a cache_seqlens that is neither
-    a tensor, an int nor None, another argument that is neither a tensor nor None."""
+    layout (None where absent; the caches' dtype says whether they are fp8), the 16-byte
+    residues of the tensors _attention_operand may copy (q and the new k, v), the
+    scalars, the kind of each fp8 scale (_scale_key) and the forced family. None (no
+    prepared call) for what the full path must convert or refuse: a cache_seqlens that is
+    neither a tensor, an int nor None, another argument that is neither a tensor nor None,
+    a scale that is neither None, a float nor a tensor."""
+    scales: tuple = ()
+    if k_scale is not None or v_scale is not None:
+        scales = (_scale_key(k_scale), _scale_key(v_scale))
+        if scales[0] is False or scales[1] is False:
+            return None
     q, k, v, seqlens = tensors[0], tensors[3], tensors[4], tensors[7]
     if type(seqlens) is int:
         seqlens_key: tuple | str | None = "int"
@@ -999,17 +1062,28 @@ def _kvcache_key(tensors: tuple, scalars: tuple) -> tuple | None:
     if k is not None:
         residues += (k.data_ptr() % _VECTOR_BYTES, v.data_ptr() % _VECTOR_BYTES)
     layouts = tuple(_layout_key(t) for i, t in enumerate(tensors) if i != 7)
-    return (*layouts, seqlens_key, *residues, *scalars, _family.thread_state.family)
+    return (*layouts, seqlens_key, *residues, *scalars, *scales, _family.thread_state.family)
 
 
 def _prepared_kvcache(
-    key: tuple, entry: _prepared.Entry, op: str, tensors: tuple, want_lse: bool
+    key: tuple,
+    entry: _prepared.Entry,
+    op: str,
+    tensors: tuple,
+    want_lse: bool,
+    k_scale: object = None,
+    v_scale: object = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None] | None:
-    """A KV-cache call of a signature that ran before: its integer values checked as on
-    the full path, then one C call with this call's pointers. None: leave this call to the
-    full path (which raises what is wrong)."""
+    """A KV-cache call of a signature that ran before: its integer values (and float fp8
+    scales) checked as on the full path, then one C call with this call's pointers and
+    scales. None: leave this call to the full path (which raises what is wrong)."""
     (q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
      cache_leftpad, block_table) = tensors  # fmt: skip
+    scaled = k_scale is not None or v_scale is not None
+    if scaled:  # the key holds their kind; a float's value is this call's
+        for scale in (k_scale, v_scale):
+            if type(scale) is float and not 0.0 < scale < math.inf:
+                return None
     sizes: _checks.KVCacheShape = entry.sizes
     k_pointer, v_pointer = k_cache.data_ptr(), v_cache.data_ptr()
     if (k_pointer | v_pointer) % _VECTOR_BYTES:
@@ -1039,6 +1113,15 @@ def _prepared_kvcache(
         args.k_new, args.v_new = k.data_ptr(), v.data_ptr()
     if rotary_cos is not None:
         args.rotary_cos, args.rotary_sin = rotary_cos.data_ptr(), rotary_sin.data_ptr()
+    if scaled:  # every call's own: a float's value, a tensor's pointer
+        if type(k_scale) is float:
+            args.k_scale_value = k_scale
+        elif k_scale is not None:
+            args.k_scale_ptr = k_scale.data_ptr()
+        if type(v_scale) is float:
+            args.v_scale_value = v_scale
+        elif v_scale is not None:
+            args.v_scale_ptr = v_scale.data_ptr()
     _KVCACHE.run(key, entry, args, q)
     return out, lse
 

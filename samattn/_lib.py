@@ -27,6 +27,10 @@ NEEDS_WORKSPACE = 4
 F16 = 0
 BF16 = 1
 F32 = 2
+# fp8 KV caches only (AttentionArgs.kv_fp8): float8_e4m3fn (largest finite 448) and
+# float8_e5m2 (largest finite 57344).
+F8_E4M3 = 4
+F8_E5M2 = 5
 
 # SAMATTN_ACTIVATION_*: the GEMM epilogue's activation.
 ACTIVATION_CODES = {None: 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}
@@ -162,7 +166,10 @@ class AttentionArgs(_Args):
     """samattn_attention_args; the dout/dq/dk/dv fields and `deterministic` are the
     backward's, the fields after `workspace_bytes` the KV cache's (forward only), then the
     score terms (ALiBi and attention sinks; dsinks is the backward's), the attention
-    mask (dmask is the backward's) and dropout."""
+    mask (dmask is the backward's), dropout and the fp8 KV caches' fields.
+
+    Built with the constructor, k_scale_value and v_scale_value default to 1.0 (the
+    header's value for calls without fp8 caches); the eager path packs every field itself."""
 
     _fields_ = [
         ("struct_size", ctypes.c_int64),
@@ -268,7 +275,24 @@ class AttentionArgs(_Args):
         ("dropout_p", ctypes.c_float),
         ("dropout_reserved", ctypes.c_int32),
         ("dropout_seed", ctypes.c_void_p),
+        # fp8 KV caches (appended to ABI 6): kv_fp8 0, or F8_E4M3 / F8_E5M2 for caches of
+        # that dtype; each scale read from its fp32 device pointer (element
+        # h * kv_scale_head_stride for KV head h), or from its value where the pointer is
+        # NULL. Calls without fp8 caches: 0, NULL, values 1.0.
+        ("kv_fp8", ctypes.c_int32),
+        ("kv_fp8_reserved", ctypes.c_int32),
+        ("k_scale_ptr", ctypes.c_void_p),
+        ("v_scale_ptr", ctypes.c_void_p),
+        ("kv_scale_head_stride", ctypes.c_int64),
+        ("k_scale_value", ctypes.c_float),
+        ("v_scale_value", ctypes.c_float),
     ]
+
+    def __init__(self, *args: object, **fields: object) -> None:
+        super().__init__(*args, **fields)
+        for name in ("k_scale_value", "v_scale_value"):
+            if name not in fields:
+                setattr(self, name, 1.0)
 
 
 ArgsT = TypeVar("ArgsT", bound=ctypes.Structure)

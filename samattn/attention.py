@@ -9,7 +9,9 @@ Ops (namespace ``samattn``)::
     flash_attn_forward(Tensor q, Tensor k, Tensor v, Tensor? cu_seqlens_q,
         Tensor? cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, float softmax_scale,
         bool causal, int window_left, int window_right, float softcap, bool deterministic,
-        Tensor? block_table=None, Tensor? alibi_slopes=None, Tensor? sinks=None)
+        Tensor? block_table=None, Tensor? alibi_slopes=None, Tensor? sinks=None,
+        float dropout_p=0.0, Tensor? dropout_seed=None, Tensor? k_scale=None,
+        Tensor? v_scale=None, float? k_scale_value=None, float? v_scale_value=None)
         -> (Tensor out, Tensor softmax_lse)
     flash_attn_backward(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out,
         Tensor softmax_lse, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, int max_seqlen_q,
@@ -23,7 +25,9 @@ Ops (namespace ``samattn``)::
         Tensor? cache_batch_idx, Tensor? cache_leftpad, Tensor? block_table,
         float softmax_scale, bool causal, int window_left, int window_right, float softcap,
         bool rotary_interleaved, int num_splits, Tensor? alibi_slopes=None,
-        Tensor? sinks=None) -> (Tensor out, Tensor softmax_lse)
+        Tensor? sinks=None, Tensor? k_scale=None, Tensor? v_scale=None,
+        float? k_scale_value=None, float? v_scale_value=None)
+        -> (Tensor out, Tensor softmax_lse)
     flash_attn_masked_forward(Tensor q, Tensor k, Tensor v, Tensor attn_mask,
         float softmax_scale, bool causal, int window_left, int window_right, float softcap,
         bool deterministic, Tensor? alibi_slopes=None, Tensor? sinks=None)
@@ -39,6 +43,12 @@ backward). alibi_slopes (float32 (nheads,) or (batch, nheads)) and sinks (float3
 the score terms, None = off. The backward takes the forward's; its dsinks is the gradient
 of sinks, (nheads,) float32, when sinks is given, else an empty (0,) tensor (autograd
 passes sinks to it only when sinks requires grad: dq, dk, dv do not depend on it).
+
+fp8 KV caches (flash_attn_with_kvcache, and flash_attn_forward with block_table;
+docs/inference.md): the caches both torch.float8_e4m3fn or both torch.float8_e5m2, q fp16
+or bf16. Each cache's scale is k_scale / v_scale where that tensor (float32, () / (1,) or
+(nheads_k,)) is given, else k_scale_value / v_scale_value, else 1.0: a float reaches the
+library as a value, a tensor by its pointer. Scales with 16-bit caches are an error.
 
 The masked ops are flash_attn_forward / flash_attn_backward for fixed-length q, k, v under
 an attn_mask (docs/attention_masks.md): bool or float, broadcastable to (batch, nheads,
@@ -116,6 +126,9 @@ _BACKWARD_PARAMS = (10, 16, 18)
 _MASKED_FORWARD_PARAMS = (4, 10, 12)
 _MASKED_BACKWARD_PARAMS = (7, 13, 16)
 _KVCACHE_PARAMS = (-11, 18)  # five scalars from 11 (no deterministic), no dropout
+# Where the fp8 caches' scales start (k_scale, v_scale, k_scale_value, v_scale_value).
+_FORWARD_SCALES = 18
+_KVCACHE_SCALES = 20
 # Where an op's gradient-taking inputs sit, for its autograd formula.
 _FORWARD_SINKS = _FORWARD_PARAMS[1] + 1
 _MASK, _MASKED_SINKS = 3, _MASKED_FORWARD_PARAMS[1] + 1
@@ -125,6 +138,40 @@ _BLOCK_TABLE = 13  # flash_attn_forward's
 def _input(inputs: tuple, index: int) -> Optional[Tensor]:
     """An optional trailing input of an op (callers, and torch, may leave them out)."""
     return inputs[index] if len(inputs) > index else None
+
+
+Scale = Union[float, Tensor, None]
+
+
+def _op_scales(inputs: tuple, index: int) -> tuple[Scale, Scale]:
+    """(k_scale, v_scale) of an op's inputs whose four scale inputs start at `index`: each
+    its tensor where given, else its float value, else None."""
+    k_tensor, v_tensor, k_value, v_value = (_input(inputs, i) for i in range(index, index + 4))
+    return (
+        k_value if k_tensor is None else k_tensor,
+        v_value if v_tensor is None else v_tensor,
+    )
+
+
+def _scale_inputs(k_scale: Scale, v_scale: Scale) -> tuple:
+    """The four op inputs of checked scales: (k_scale, v_scale) tensors, then
+    (k_scale_value, v_scale_value) floats, None where a scale is not of that kind."""
+    tensors = tuple(s if isinstance(s, Tensor) else None for s in (k_scale, v_scale))
+    values = tuple(
+        None if s is None or isinstance(s, Tensor) else float(s) for s in (k_scale, v_scale)
+    )
+    return (*tensors, *values)
+
+
+def _scale_arg(scale: Scale) -> Scale:
+    """A public function's scale as the implementations take it: an int as a float (the
+    checks refuse what is neither None, a number nor a tensor)."""
+    return float(scale) if type(scale) is int else scale
+
+
+def _scale_tensors(k_scale: Scale, v_scale: Scale) -> tuple[Tensor, ...]:
+    """The scales that are tensors, for the eager route."""
+    return tuple(s for s in (k_scale, v_scale) if isinstance(s, Tensor))
 
 
 @torch.library.custom_op("samattn::flash_attn_forward", mutates_args=())
@@ -147,6 +194,10 @@ def _flash_attn_forward(
     sinks: Optional[Tensor] = None,
     dropout_p: float = 0.0,
     dropout_seed: Optional[Tensor] = None,
+    k_scale: Optional[Tensor] = None,
+    v_scale: Optional[Tensor] = None,
+    k_scale_value: Optional[float] = None,
+    v_scale_value: Optional[float] = None,
 ) -> tuple[Tensor, Tensor]:
     # `deterministic` is the backward's; it is an argument here so that autograd sees it.
     params = AttentionParams(
@@ -156,6 +207,8 @@ def _flash_attn_forward(
     return _cuda.flash_attn_forward(
         q, k, v, params, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
         block_table=block_table,
+        k_scale=k_scale_value if k_scale is None else k_scale,
+        v_scale=v_scale_value if v_scale is None else v_scale,
     )  # fmt: skip
 
 
@@ -164,7 +217,7 @@ def _flash_attn_forward_fake(*inputs: object) -> tuple[Tensor, Tensor]:
     q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k = inputs[:7]
     sizes = _checks.attention_sizes(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, None,
-        _input(inputs, _BLOCK_TABLE),
+        _input(inputs, _BLOCK_TABLE), *_op_scales(inputs, _FORWARD_SCALES),
     )  # fmt: skip
     op = "samattn.flash_attn_varlen_func" if sizes.varlen else "samattn.flash_attn_func"
     params = AttentionParams.from_op_inputs(inputs, *_FORWARD_PARAMS)
@@ -335,12 +388,18 @@ class _FlashAttnFunction(torch.autograd.Function):
     """The eager route with a gradient: flash_attn_forward's own forward and backward,
     without the dispatcher (see ops._GemmFunction). Takes q, k, v, cu_seqlens_q,
     cu_seqlens_k, max_seqlen_q, max_seqlen_k, block_table, alibi_slopes, sinks and the
-    params (whose tensors are these: inputs of their own, so that autograd sees them)."""
+    params (whose tensors are these: inputs of their own, so that autograd sees them), then
+    the scales of fp8 paged caches (no gradient: paged caches have no backward)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, cu_q, cu_k, max_q, max_k, block_table, alibi, sinks, params):
+    def forward(
+        ctx, q, k, v, cu_q, cu_k, max_q, max_k, block_table, alibi, sinks, params, k_scale,
+        v_scale,
+    ):  # fmt: skip
         varlen = (cu_q, cu_k, max_q, max_k)
-        output = _cuda.flash_attn_forward(q, k, v, params, *varlen, block_table=block_table)
+        output = _cuda.flash_attn_forward(
+            q, k, v, params, *varlen, block_table=block_table, k_scale=k_scale, v_scale=v_scale
+        )
         _save_forward(ctx, q, k, v, varlen, params, output, block_table is not None)
         return output
 
@@ -348,7 +407,7 @@ class _FlashAttnFunction(torch.autograd.Function):
     @_family.replays_family
     def backward(ctx, grad_out, grad_lse):
         dq, dk, dv, dsinks = _gradients(ctx, grad_out, ctx.needs_input_grad[9])
-        return dq, dk, dv, None, None, None, None, None, None, dsinks, None
+        return (dq, dk, dv) + (None,) * 6 + (dsinks, None, None, None)
 
 
 # ----------------------------------------------------------- masked ops ----
@@ -536,6 +595,8 @@ def _attention(
     block_table: Optional[Tensor] = None,
     sinks: Optional[Tensor] = None,
     attn_mask: Optional[Tensor] = None,
+    k_scale: Scale = None,
+    v_scale: Scale = None,
 ) -> AttentionResult:
     if dropout_p != 0.0 or type(dropout_p) is not float:
         dropout_p = _checks.check_dropout(op, dropout_p)
@@ -544,15 +605,26 @@ def _attention(
             op, q, k, v, attn_mask, softmax_scale, causal, window_size, softcap, alibi_slopes,
             deterministic, return_attn_probs, sinks, dropout_p,
         )  # fmt: skip
-    route = _eager.route(q, k, v, cu_seqlens_q, cu_seqlens_k, block_table, alibi_slopes, sinks)
+    scaled = k_scale is not None or v_scale is not None
+    if scaled:
+        k_scale, v_scale = _scale_arg(k_scale), _scale_arg(v_scale)
+        route = _eager.route(
+            q, k, v, cu_seqlens_q, cu_seqlens_k, block_table, alibi_slopes, sinks,
+            *_scale_tensors(k_scale, v_scale),
+        )  # fmt: skip
+    else:
+        route = _eager.route(q, k, v, cu_seqlens_q, cu_seqlens_k, block_table, alibi_slopes, sinks)
     if route == _eager.DISPATCH:
         # Everything the kernels would reject, checked first with this function's name.
         for name, t in (("q", q), ("k", k), ("v", v)):
             _checks.require_tensor(t, f"{op}: {name}")
         if block_table is not None:
             sizes = _checks.flash_attn_varlen_paged(
-                q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, block_table, op
-            )
+                q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, block_table, op,
+                k_scale, v_scale,
+            )  # fmt: skip
+        elif scaled:
+            _checks.kv_scales_without_cache(op, k_scale, v_scale)
         elif cu_seqlens_q is None:
             sizes = _checks.flash_attn(q, k, v, op)
         else:
@@ -569,20 +641,22 @@ def _attention(
     if route == _eager.DIRECT:
         out, lse = _cuda.flash_attn_forward(
             q, k, v, params, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, op,
-            block_table, None, return_attn_probs,
+            block_table, None, return_attn_probs, k_scale, v_scale,
         )  # fmt: skip
     elif route == _eager.AUTOGRAD:
         out, lse = _FlashAttnFunction.apply(
             q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, block_table,
-            alibi_slopes, sinks, params,
+            alibi_slopes, sinks, params, k_scale, v_scale,
         )  # fmt: skip
     else:
         # The optional inputs only when one is given: plain calls keep the op's short form.
         optional = ()
         if block_table is not None or alibi_slopes is not None or sinks is not None:
             optional = (block_table, alibi_slopes, sinks)
-        if params.dropout_seed is not None:
+        if params.dropout_seed is not None or scaled:
             optional = (block_table, alibi_slopes, sinks, dropout_p, params.dropout_seed)
+        if scaled:
+            optional += _scale_inputs(k_scale, v_scale)
         out, lse = torch.ops.samattn.flash_attn_forward(
             q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *params[:6],
             *optional,
@@ -791,6 +865,8 @@ def flash_attn_varlen_func(
     block_table: Optional[Tensor] = None,
     *,
     sinks: Optional[Tensor] = None,
+    k_scale: Union[float, Tensor, None] = None,
+    v_scale: Union[float, Tensor, None] = None,
 ) -> AttentionResult:
     """flash_attn_func on a batch of sequences of different lengths, packed.
 
@@ -815,10 +891,21 @@ def flash_attn_varlen_func(
             require grad, and its output then requires grad, but a gradient through a
             paged cache is not supported: the backward raises NotImplementedError (a
             RuntimeError), as flash-attn has none either.
+            The paged caches may also be fp8 (not in flash-attn 2): both
+            torch.float8_e4m3fn or both torch.float8_e5m2 (q stays fp16 / bf16), read
+            with k_scale and v_scale, headdim a multiple of 16 (never padded), strides
+            multiples of 16 elements (bytes), 16-byte aligned; run by the sm80 and sm90
+            families (sm75 refuses them: samattn.UnsupportedError).
         alibi_slopes: None, (nheads,) or (batch, nheads) torch.float32, batch being the
             number of sequences (len(cu_seqlens_q) - 1); the bias of each sequence uses its
             own lengths.
         sinks: keyword only: None or (nheads,) torch.float32, as in flash_attn_func.
+        k_scale, v_scale: keyword only, not in flash-attn, with fp8 paged caches only (an
+            error otherwise): None (1.0), a positive float, or a torch.float32 tensor on
+            q's device of shape () or (1,) (one scale for every KV head) or (nheads_k,)
+            (one per KV head), contiguous, not requiring grad (two tensors: of one shape).
+            A stored key element x stands for x * k_scale of its KV head (values
+            likewise), as in flash_attn_with_kvcache.
         The other arguments are flash_attn_func's; causal, the window and ALiBi align each
         sequence's own bottom-right corner.
 
@@ -829,8 +916,10 @@ def flash_attn_varlen_func(
         b in its top-left corner (0 elsewhere). Rows outside every sequence are not written
         (their gradients are 0).
     """
-    if block_table is not None and _cache_needs_padding(q, k, v) and q.dim() == 3:
-        # Paged caches are read in place on 16-byte rows: any other head dim runs padded.
+    scaled = k_scale is not None or v_scale is not None
+    if block_table is not None and not scaled and _cache_needs_padding(q, k, v) and q.dim() == 3:
+        # Paged caches are read in place on 16-byte rows: any other head dim runs padded
+        # (16-bit caches; fp8 ones, which come with scales or not, are refused instead).
         _warn_padded_caches("samattn.flash_attn_varlen_func", q.shape[-1], stacklevel=2)
         pad = _cuda._pad_head_dim
         result = flash_attn_varlen_func(
@@ -840,6 +929,13 @@ def flash_attn_varlen_func(
             block_table, sinks=sinks,
         )  # fmt: skip
         return _cut_head_dim(result, q.shape[-1])
+    if scaled:
+        return _attention(
+            "samattn.flash_attn_varlen_func", q, k, v, cu_seqlens_q, cu_seqlens_k,
+            max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal, window_size,
+            softcap, alibi_slopes, deterministic, return_attn_probs, block_table, sinks,
+            k_scale=k_scale, v_scale=v_scale,
+        )  # fmt: skip
     return _attention(
         "samattn.flash_attn_varlen_func",
         q,
@@ -1004,6 +1100,10 @@ def _flash_attn_with_kvcache(
     num_splits: int,
     alibi_slopes: Optional[Tensor] = None,
     sinks: Optional[Tensor] = None,
+    k_scale: Optional[Tensor] = None,
+    v_scale: Optional[Tensor] = None,
+    k_scale_value: Optional[float] = None,
+    v_scale_value: Optional[float] = None,
 ) -> tuple[Tensor, Tensor]:
     params = AttentionParams(
         softmax_scale, causal, window_left, window_right, softcap, False, alibi_slopes, sinks
@@ -1011,6 +1111,8 @@ def _flash_attn_with_kvcache(
     return _cuda.flash_attn_kvcache(
         q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
         cache_leftpad, block_table, params, rotary_interleaved, num_splits,
+        k_scale=k_scale_value if k_scale is None else k_scale,
+        v_scale=v_scale_value if v_scale is None else v_scale,
     )  # fmt: skip
 
 
@@ -1018,9 +1120,11 @@ def _flash_attn_with_kvcache(
 def _flash_attn_with_kvcache_fake(*inputs: object) -> tuple[Tensor, Tensor]:
     q = inputs[0]
     params = AttentionParams.from_op_inputs(inputs, *_KVCACHE_PARAMS)
+    k_scale, v_scale = _op_scales(inputs, _KVCACHE_SCALES)
     sizes = _checks.kvcache(
-        *inputs[:11], inputs[17], alibi_slopes=params.alibi_slopes, sinks=params.sinks
-    )
+        *inputs[:11], inputs[17], alibi_slopes=params.alibi_slopes, sinks=params.sinks,
+        k_scale=k_scale, v_scale=v_scale,
+    )  # fmt: skip
     return q.new_empty(sizes.out_shape), q.new_empty(sizes.lse_shape, dtype=torch.float32)
 
 
@@ -1046,6 +1150,8 @@ def flash_attn_with_kvcache(
     return_softmax_lse: bool = False,
     *,
     sinks: Optional[Tensor] = None,
+    k_scale: Union[float, Tensor, None] = None,
+    v_scale: Union[float, Tensor, None] = None,
 ) -> Union[Tensor, tuple[Tensor, Tensor]]:
     """Attention of new queries over a KV cache, for inference (flash-attn 2's function).
 
@@ -1068,8 +1174,16 @@ def flash_attn_with_kvcache(
             multiples of 8 elements, 16-byte aligned (samattn.ArgumentError otherwise).
             Any other headdim runs on zero-padded copies of the caches (the appended rows
             copied back), at the cost of copying them on every call (a warning once).
+            fp8 caches (not in flash-attn 2): both torch.float8_e4m3fn or both
+            torch.float8_e5m2, with q fp16 / bf16, read with k_scale and v_scale. Their
+            headdim must be a multiple of 16 (never padded), their strides multiples of
+            16 elements (bytes) with the head dim contiguous, 16-byte aligned. The sm80
+            and sm90 families run them; sm75 refuses them (samattn.UnsupportedError).
         k, v: None, or the new keys and values (batch, seqlen_new, nheads_k, headdim),
-            appended to the caches in place; they need cache_seqlens.
+            appended to the caches in place; they need cache_seqlens. q's dtype, also
+            with fp8 caches: each element y is stored as the fp8 value nearest
+            y / scale of its KV head, saturated to the largest finite value (448 for
+            e4m3, 57344 for e5m2; NaN stays NaN), after rotary embedding.
         rotary_cos, rotary_sin: None, or (seqlen_ro, rotary_dim / 2) in q's dtype,
             seqlen_ro covering the cache (>= seqlen_cache, or max_blocks *
             page_block_size), rotary_dim even and <= headdim (flash-attn asks for a
@@ -1099,6 +1213,15 @@ def flash_attn_with_kvcache(
         return_softmax_lse: also return softmax_lse.
         sinks: keyword only, not in flash-attn: None, or torch.float32 (nheads,) attention
             sinks as in flash_attn_func.
+        k_scale, v_scale: keyword only, not in flash-attn, with fp8 caches only (given
+            with fp16 / bf16 caches they are an error): None (1.0), a positive finite
+            float, or a torch.float32 tensor on q's device of shape () or (1,) (one scale
+            for every KV head) or (nheads_k,) (one per KV head), contiguous, not
+            requiring grad; two tensors must have one shape. A stored key element x of KV
+            head h stands for x * k_scale[h] (values likewise with v_scale): attention
+            is computed on the dequantized cache. A float is passed by value (nothing
+            allocated per call); a tensor is read by the kernels, so a CUDA graph replays
+            whatever it holds then.
 
     Integer values are checked in eager mode (one device-to-host copy of the integer
     tensors, not repeated for the same unmodified tensors; see samattn.set_value_checks
@@ -1127,7 +1250,9 @@ def flash_attn_with_kvcache(
     _checks.require_tensor(q, f"{op}: q")
     headdim = q.shape[-1] if q.dim() == 4 else 1  # for the default scale; shapes checked below
     odd = q.dim() == 4 and headdim % _TERMS_HEAD_DIM_MULTIPLE
-    if odd and _cache_needs_padding(q, k_cache, v_cache, k, v):
+    # Scales come with fp8 caches (or are a mistake, which the checks name): never padded.
+    scaled = k_scale is not None or v_scale is not None
+    if odd and not scaled and _cache_needs_padding(q, k_cache, v_cache, k, v):
         return _flash_attn_with_kvcache_padded(
             q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
             cache_leftpad, block_table,
@@ -1140,9 +1265,13 @@ def flash_attn_with_kvcache(
     )
     interleaved = True if rotary_interleaved else False  # noqa: SIM210 (bool() without a call)
     seqlens_tensor = cache_seqlens if isinstance(cache_seqlens, Tensor) else None
+    scale_tensors: tuple[Tensor, ...] = ()
+    if scaled:
+        k_scale, v_scale = _scale_arg(k_scale), _scale_arg(v_scale)
+        scale_tensors = _scale_tensors(k_scale, v_scale)
     route = _eager.route(
         q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, seqlens_tensor, cache_batch_idx,
-        cache_leftpad, block_table, alibi_slopes, sinks,
+        cache_leftpad, block_table, alibi_slopes, sinks, *scale_tensors,
     )  # fmt: skip
     if route != _eager.DISPATCH:
         # The CUDA implementation records no autograd graph (inference only).
@@ -1150,17 +1279,20 @@ def flash_attn_with_kvcache(
         out, lse = _cuda.flash_attn_kvcache(
             q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
             cache_leftpad, block_table, params, interleaved, num_splits, op,
-            bool(return_softmax_lse),
+            bool(return_softmax_lse), k_scale, v_scale,
         )  # fmt: skip
     else:
         sizes = _checks.kvcache(
             q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
-            cache_leftpad, block_table, num_splits, op, alibi_slopes, sinks,
+            cache_leftpad, block_table, num_splits, op, alibi_slopes, sinks, k_scale, v_scale,
         )  # fmt: skip
         if cache_seqlens is not None and seqlens_tensor is None:
             cache_seqlens = q.new_full((sizes.batch,), cache_seqlens, dtype=torch.int32)
-        # The score terms only when one is given: plain calls keep the op's short form.
+        # The score terms and scales only when one is given: plain calls keep the op's
+        # short form.
         terms = () if alibi_slopes is None and sinks is None else (alibi_slopes, sinks)
+        if scaled:
+            terms = (alibi_slopes, sinks, *_scale_inputs(k_scale, v_scale))
         with torch.no_grad():  # the op has no autograd formula: inference only
             out, lse = torch.ops.samattn.flash_attn_with_kvcache(
                 q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
@@ -1175,8 +1307,8 @@ _TERMS_HEAD_DIM_MULTIPLE = _cuda._TERMS_HEAD_DIM_MULTIPLE
 
 def _cache_needs_padding(*tensors: Optional[Tensor]) -> bool:
     """Whether q, the caches (and the new k, v when given) share a head dim the kernels'
-    16-byte vectors cannot read in place: not a multiple of 8, at most 256. Anything else,
-    well formed or not, goes to the checks of the usual path."""
+    16-byte vectors cannot read in place: not a multiple of 8, at most 256, the caches not
+    fp8. Anything else, well formed or not, goes to the checks of the usual path."""
     q = tensors[0]
     # q's head dim first: the common call (a multiple of 8) pays one test.
     if not isinstance(q, Tensor) or q.dim() < 1 or q.shape[-1] % _TERMS_HEAD_DIM_MULTIPLE == 0:
@@ -1184,6 +1316,8 @@ def _cache_needs_padding(*tensors: Optional[Tensor]) -> bool:
     others = [t for t in tensors[1:] if t is not None]  # the caches, k and v: 4-D
     if not all(isinstance(t, Tensor) and t.dim() == 4 for t in others):
         return False
+    if any(t.dtype in _checks.FP8_CODES for t in others):
+        return False  # fp8 caches are never padded: the checks refuse their head dim
     headdim = q.shape[-1]
     return headdim <= 256 and all(t.shape[-1] == headdim for t in others)
 

@@ -1,7 +1,7 @@
 """Benchmarks of samattn against torch, measured in the same run.
 
     python -m samattn.bench [--ops gemm,linear,split_k,grouped,softmax,attention,terms,dropout,
-                             decode,overhead]
+                             decode,decode_fp8,overhead]
                             [--families auto,sm90,sm80,sm75] [--quick] [--json PATH]
                             [--plot PATH] [--terms-features alibi,sinks,bool_mask,float_mask]
                             [--compare OLD.json [NEW.json] [--threshold PERCENT]
@@ -14,7 +14,8 @@ library's choice for the GPU) and the forced ones; the default is ``auto`` and e
 built into the library that the GPU can run, so that a regression of any family shows.
 A case that a family or the build cannot run (UnsupportedError, NotImplementedError) goes to
 the JSON's ``skipped`` list with the library's message. ``ratio`` is samattn / torch: above
-1 is faster (the overhead records: torch's host time / samattn's).
+1 is faster (the overhead records: torch's host time / samattn's; decode_fp8: samattn on the
+bf16 cache / samattn on the fp8 cache quantized from it).
 
 Timing (``samattn/bench/timing.py``): CUDA events around every call, median of 20-200 calls
 (about 0.2 s of GPU time per measurement, less with --quick) after a warm-up. Before the

@@ -21,6 +21,7 @@ OPS = (
     "terms",
     "dropout",
     "decode",
+    "decode_fp8",
     "overhead",
 )
 
@@ -299,3 +300,40 @@ def decode_what(case: DecodeCase) -> str:
     """ "b8 sq1 L32k page16": batch, seqlen_q, cache length, page size or contiguous."""
     layout = f"page{case.paged}" if case.paged else "contiguous"
     return f"b{case.batch} sq{case.seqlen_q} L{_length_text(case.seqlen_k)} {layout}"
+
+
+# ------------------------------------------------------------ decode fp8 ----
+# Issue 48: decode on fp8 K/V caches against the same step on the bf16 cache they were
+# quantized from, both timed in one run. (dtype of q, fp8 format, case): the decode grid's
+# constants (d128, 32 query heads over 8 KV heads), seqlen_q 1, batch 1/8/64, cache length
+# 8k/32k/128k, contiguous and paged (pages of 256 tokens); e4m3 everywhere, and e5m2 on the
+# batch-8 32k caches too.
+DECODE_FP8_FORMATS = ("e4m3", "e5m2")
+DECODE_FP8_SEQLENS_K = (8192, 32768, 131072)
+DECODE_FP8_PAGE_SIZES = (0, 256)
+DECODE_FP8_E5M2 = ((8, 32768),)  # (batch, seqlen_k) also measured in e5m2
+# Issue 48's target: the fp8 cache at least this many times as fast as the bf16 cache on
+# every case that reads at least DECODE_FP8_TARGET_BYTES of bf16 cache.
+DECODE_FP8_TARGET = 1.8
+DECODE_FP8_TARGET_BYTES = 256 * 2**20
+DECODE_FP8_CASES = {
+    "full": [
+        ("bf16", fp8, decode_case(batch, 1, seqlen_k, paged))
+        for seqlen_k in DECODE_FP8_SEQLENS_K
+        for batch in DECODE_BATCHES
+        for paged in DECODE_FP8_PAGE_SIZES
+        for fp8 in DECODE_FP8_FORMATS
+        if fp8 == "e4m3" or (batch, seqlen_k) in DECODE_FP8_E5M2
+    ],
+    "quick": [
+        ("bf16", "e4m3", decode_case(1, 1, 8192)),  # small: 32 MiB of bf16 cache
+        ("bf16", "e4m3", decode_case(8, 1, 32768)),  # 1 GiB of bf16 cache
+        ("bf16", "e4m3", decode_case(8, 1, 32768, paged=256)),
+        ("bf16", "e5m2", decode_case(8, 1, 32768)),
+    ],
+}
+
+
+def decode_fp8_what(fp8: str, case: DecodeCase) -> str:
+    """ "e4m3 b8 sq1 L32k page256": the fp8 format, then decode_what."""
+    return f"{fp8} {decode_what(case)}"

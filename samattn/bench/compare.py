@@ -4,12 +4,12 @@
     python -m samattn.bench --compare OLD.json [the usual run options]   (runs, then compares)
 
 Records are matched by what identifies a case (IDENTITY: op, family that ran, forced or
-automatic, dtype, shape, causal, direction, feature, split-K choice, baseline, ...); when
-several records share those fields (e.g. a forced sm90 GEMM that hands the problem to sm80,
-beside the forced sm80 one) they are matched in the order the files list them. A record
-moved when its speed changed by more than the threshold: samattn's own number (TFLOPS,
-GB/s; microseconds for the overhead records, where lower is better) by default, or its
-ratio to torch with ``by="ratio"``. Both files must come from the same GPU.
+automatic, dtype, shape, causal, direction, feature, split-K choice, baseline, fp8 format,
+...); when several records share those fields (e.g. a forced sm90 GEMM that hands the
+problem to sm80, beside the forced sm80 one) they are matched in the order the files list
+them. A record moved when its speed changed by more than the threshold: samattn's own
+number (TFLOPS, GB/s; microseconds for the overhead records, where lower is better) by
+default, or its ratio to torch with ``by="ratio"``. Both files must come from the same GPU.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ IDENTITY = (
     "projection",
     "paged",
     "dropout_p",
+    "fp8",
 )
 # Units whose numbers are times (lower is better); all others are rates.
 TIME_UNITS = ("us", "ms")

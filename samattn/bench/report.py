@@ -14,6 +14,7 @@ import torch
 import samattn
 
 from .. import _lib
+from .cases import DECODE_FP8_TARGET, DECODE_FP8_TARGET_BYTES
 from .common import AGREEMENT_LIMIT, shape_text
 
 if TYPE_CHECKING:
@@ -56,14 +57,20 @@ def case_text(r: dict[str, Any]) -> str:
     return text + (f" vs {r['versus']}" if "versus" in r else "")
 
 
+# A record's differences to torch or to a reference (decode_fp8: of both of its calls).
+DIFFERENCES = (
+    "difference_to_baseline",
+    "difference_to_reference",
+    "bf16_difference_to_reference",
+)
+
+
 def _mismatch(r: dict[str, Any]) -> bool:
-    differences = (r.get("difference_to_baseline"), r.get("difference_to_reference"))
-    return any(d is not None and d > AGREEMENT_LIMIT for d in differences)
+    return any(r.get(key) is not None and r[key] > AGREEMENT_LIMIT for key in DIFFERENCES)
 
 
 def _difference(r: dict[str, Any]) -> float:
-    differences = (r.get("difference_to_baseline"), r.get("difference_to_reference"))
-    return max(d for d in differences if d is not None)
+    return max(r[key] for key in DIFFERENCES if r.get(key) is not None)
 
 
 def _decode_text(r: dict[str, Any]) -> str:
@@ -90,6 +97,21 @@ def _decode_text(r: dict[str, Any]) -> str:
     return text
 
 
+def _decode_fp8_text(r: dict[str, Any]) -> str:
+    """A decode_fp8 record's extras: both GPU times, both shares of the copy bandwidth and
+    both differences to their fp32 references."""
+    text = (
+        f"  {r['fp8']} {r['samattn_us']:.1f} us, bf16 {r['baseline_us']:.1f} us; "
+        f"{r['copy_fraction']:.2f} of copy (bf16 {r['bf16_copy_fraction']:.2f})"
+    )
+    if r.get("bf16_family"):
+        text += f"; bf16 ran {r['bf16_family']}"
+    return (
+        text + f"; difference {r['difference_to_reference']:.2g} "
+        f"(bf16 {r['bf16_difference_to_reference']:.2g})"
+    )
+
+
 def format_record(r: dict[str, Any]) -> str:
     """One line of the table that a run prints (TABLE_HEADER)."""
     line = (
@@ -103,6 +125,8 @@ def format_record(r: dict[str, Any]) -> str:
         line += f"  ({r['ratio_to_copy']:.2f} of copy at {r['copy']:.0f} GB/s)"
     if r["op"] == "decode":
         line += _decode_text(r)
+    if r["op"] == "decode_fp8":
+        line += _decode_fp8_text(r)
     if "cudnn" in r:
         line += f"  cudnn {_number(r['cudnn'], 0, 1)} ratio {_number(r['ratio_to_cudnn'], 0, 2)}"
     for key in ("baseline_skipped", "cudnn_skipped"):
@@ -128,6 +152,34 @@ def decode_summary(records: list[dict[str, Any]]) -> list[str]:
                 f"{len(measured) - len(below)} of {len(measured)} cases meet it"
                 + "".join(f"\n    below: {case_text(r)} {r[key]:.2f}" for r in below)
             )
+    return lines
+
+
+def decode_fp8_summary(records: list[dict[str, Any]]) -> list[str]:
+    """Per family: how many decode_fp8 cases reading >= 256 MiB of bf16 cache are at least
+    1.8x as fast as the bf16 cache (issue 48), which are not, and the range of the ratios
+    and of the differences to the fp32 references over all its cases."""
+    lines = []
+    fp8_records = [r for r in records if r["op"] == "decode_fp8" and r["ratio_to_bf16"]]
+    for family in sorted({r["family"] for r in fp8_records}):
+        rows = [r for r in fp8_records if r["family"] == family]
+        large = [r for r in rows if r["bf16_kv_bytes"] >= DECODE_FP8_TARGET_BYTES]
+        below = [r for r in large if r["ratio_to_bf16"] < DECODE_FP8_TARGET]
+        if large:
+            lines.append(
+                f"  decode_fp8 {family} target {DECODE_FP8_TARGET:.2f}x bf16 cache, "
+                f">= {DECODE_FP8_TARGET_BYTES / 2**20:.0f} MiB of bf16 cache: "
+                f"{len(large) - len(below)} of {len(large)} cases meet it"
+                + "".join(f"\n    below: {case_text(r)} {r['ratio_to_bf16']:.2f}" for r in below)
+            )
+        ratios = [r["ratio_to_bf16"] for r in rows]
+        geomean = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+        lines.append(
+            f"  decode_fp8 {family} {len(rows)} cases: {geomean:.2f}x bf16 cache (geomean), "
+            f"{min(ratios):.2f} .. {max(ratios):.2f}; difference to reference at most "
+            f"{max(r['difference_to_reference'] for r in rows):.2g} "
+            f"(bf16 {max(r['bf16_difference_to_reference'] for r in rows):.2g})"
+        )
     return lines
 
 
@@ -168,7 +220,8 @@ def summarize(bench: Bench) -> str:
     mismatches, skipped cases and errors."""
     groups: dict[tuple[str, str, str], list[float]] = {}
     for r in bench.records:
-        if r["ratio"] is not None and r["op"] not in TERMS_TARGETS:  # terms_summary's
+        # terms_summary's and decode_fp8_summary's (samattn against itself) apart
+        if r["ratio"] is not None and r["op"] not in (*TERMS_TARGETS, "decode_fp8"):
             op = r["op"] + (f" vs {r['versus']}" if "versus" in r else "")
             groups.setdefault((op, r["dtype"], r["family"]), []).append(r["ratio"])
     lines = ["", "summary: samattn / torch (above 1: samattn is faster)"]
@@ -195,6 +248,7 @@ def summarize(bench: Bench) -> str:
                 )
             )
     lines += decode_summary(bench.records)
+    lines += decode_fp8_summary(bench.records)
     lines += terms_summary(bench.records)
     for r in bench.records:
         if _mismatch(r):
@@ -246,6 +300,7 @@ def write_plot(records: list[dict[str, Any]], gpu: str, path: Path) -> None:
         "attention_forward": "tab:red",
         "attention_backward": "tab:purple",
         "decode": "tab:cyan",
+        "decode_fp8": "darkcyan",
         "attention_terms": "tab:orange",
         "attention_mask": "tab:brown",
         "attention_dropout": "tab:pink",

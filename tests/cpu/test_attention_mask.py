@@ -570,9 +570,10 @@ def test_the_eager_route_sees_the_mask():
 
 def test_struct_has_room_for_the_mask():
     names = [name for name, _ in _lib.AttentionArgs._fields_]
-    assert names[-11:-3] == [
+    first = names.index("attn_mask")
+    assert names[first : first + 11] == [
         "attn_mask", "mask_dtype", "mask_reserved", "mask_batch_stride", "mask_head_stride",
-        "mask_q_stride", "mask_k_stride", "dmask",
+        "mask_q_stride", "mask_k_stride", "dmask", "dropout_p", "dropout_reserved",
+        "dropout_seed",
     ]  # fmt: skip
-    assert names[-3:] == ["dropout_p", "dropout_reserved", "dropout_seed"]
     assert ctypes.sizeof(_lib.AttentionArgs) >= _lib.ATTENTION_PACKER.size

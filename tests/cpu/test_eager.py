@@ -79,6 +79,9 @@ def test_attention_args_fields(monkeypatch):
         # No score terms, no mask.
         alibi_slopes=None, alibi_batch_stride=0, sinks=None, dsinks=None, attn_mask=None,
         mask_dtype=0, mask_k_stride=0, dmask=None,
+        # No dropout, no fp8 cache: scales 1.0 (the header's value for 16-bit caches).
+        dropout_p=0.0, dropout_seed=None, kv_fp8=0, kv_fp8_reserved=0, k_scale_ptr=None,
+        v_scale_ptr=None, kv_scale_head_stride=0, k_scale_value=1.0, v_scale_value=1.0,
     )  # fmt: skip
     assert {name: getattr(args, name) for name in expected} == expected
     assert keep[0] is q  # read in place

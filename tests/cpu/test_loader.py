@@ -103,6 +103,54 @@ def test_struct_layout_matches_header(struct, ctype):
     assert actual == expected
 
 
+def _header_struct_fields(struct: str) -> list[str]:
+    """The field names of a struct of the header, in order (no C compiler needed)."""
+    text = re.sub(r"/\*.*?\*/", "", HEADER.read_text(), flags=re.S)
+    body = re.search(rf"typedef struct {struct} \{{(.*?)\}} {struct};", text, flags=re.S)
+    names = []
+    for declaration in body.group(1).split(";"):
+        declaration = declaration.strip()
+        if declaration:
+            declarators = re.sub(r"^(const\s+)?\w+\s*\**", "", declaration)
+            names += [name.strip(" *") for name in declarators.split(",")]
+    return names
+
+
+def test_attention_args_fields_follow_the_header():
+    assert [name for name, _ in _lib.AttentionArgs._fields_] == _header_struct_fields(
+        "samattn_attention_args"
+    )
+
+
+def test_fp8_kv_cache_fields_and_codes():
+    """The fp8 KV-cache fields appended to ABI 6, at the header's offsets on LP64 (the
+    compiled check above is test_struct_layout_matches_header), and their element codes."""
+    header = HEADER.read_text()
+    assert re.search(r"SAMATTN_F8_E4M3 = 4\b", header) and _lib.F8_E4M3 == 4
+    assert re.search(r"SAMATTN_F8_E5M2 = 5\b", header) and _lib.F8_E5M2 == 5
+    if ctypes.sizeof(ctypes.c_void_p) != 8:
+        pytest.skip("the offsets below are LP64's")
+    offsets = {
+        name: getattr(_lib.AttentionArgs, name).offset
+        for name in ("dropout_seed", "kv_fp8", "kv_fp8_reserved", "k_scale_ptr", "v_scale_ptr",
+                     "kv_scale_head_stride", "k_scale_value", "v_scale_value")
+    }  # fmt: skip
+    assert offsets == {
+        "dropout_seed": 712, "kv_fp8": 720, "kv_fp8_reserved": 724, "k_scale_ptr": 728,
+        "v_scale_ptr": 736, "kv_scale_head_stride": 744, "k_scale_value": 752,
+        "v_scale_value": 756,
+    }  # fmt: skip
+    assert ctypes.sizeof(_lib.AttentionArgs) == 760 == _lib.ATTENTION_PACKER.size
+    # Built with the constructor: the scales default to 1.0, the header's value for
+    # calls without an fp8 cache; the struct's size is its own.
+    args = _lib.AttentionArgs(dtype=_lib.BF16)
+    assert (args.kv_fp8, args.k_scale_ptr, args.v_scale_ptr, args.kv_scale_head_stride) == (
+        0, None, None, 0,
+    )  # fmt: skip
+    assert (args.k_scale_value, args.v_scale_value, args.struct_size) == (1.0, 1.0, 760)
+    assert _lib.AttentionArgs(k_scale_value=0.5).k_scale_value == 0.5
+
+
 def _python(code: str, library: Path) -> str:
     """stdout of `python -c code` importing this samattn, with SAMATTN_LIBRARY=library."""
     package_parent = str(Path(samattn.__file__).resolve().parents[1])

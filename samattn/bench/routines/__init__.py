@@ -14,7 +14,19 @@ from __future__ import annotations
 from types import ModuleType
 
 from ..cases import OPS
-from . import attention, decode, dropout, gemm, grouped, linear, overhead, softmax, split_k, terms
+from . import (
+    attention,
+    decode,
+    decode_fp8,
+    dropout,
+    gemm,
+    grouped,
+    linear,
+    overhead,
+    softmax,
+    split_k,
+    terms,
+)
 
 ROUTINES: dict[str, ModuleType] = {
     module.OP: module
@@ -28,6 +40,7 @@ ROUTINES: dict[str, ModuleType] = {
         terms,
         dropout,
         decode,
+        decode_fp8,
         overhead,
     )
 }
