@@ -91,11 +91,10 @@ def main() -> None:
                 row["us"][str(splits)] = round(us, 2)
                 row["gb_s"][str(splits)] = round(kv_bytes / us / 1e3, 1)
             timed = {s: t for s, t in row["us"].items() if isinstance(t, float) and s != "0"}
-            best = min(timed, key=timed.get)
-            row["best_splits"], row["auto_over_best"] = (
-                int(best),
-                round(row["us"]["0"] / timed[best], 3),
-            )
+            if timed and isinstance(row["us"]["0"], float):
+                best = min(timed, key=timed.get)
+                row["best_splits"] = int(best)
+                row["auto_over_best"] = round(row["us"]["0"] / timed[best], 3)
             result["shapes"].append(row)
             print(json.dumps(row), flush=True)
             del sets
