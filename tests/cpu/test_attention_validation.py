@@ -460,6 +460,40 @@ BAD_C = {
         "alibi_batch_stride must be",
     ),
     "dsinks in a forward": (dict(sinks=FAKE, dsinks=FAKE + 256), "dsinks is backward-only"),
+    # fp8 KV caches (appended to ABI 6).
+    "kv_fp8 unknown": (dict(kv_fp8=3), "kv_fp8 must be 0 (k and v hold dtype), SAMATTN_F8_E4M3"),
+    "kv_fp8 reserved": (dict(kv_fp8=_lib.F8_E4M3, kv_fp8_reserved=1), "kv_fp8_reserved must"),
+    "scale pointer without fp8": (dict(k_scale_ptr=FAKE), "belong to fp8 caches (kv_fp8)"),
+    "scale stride without fp8": (dict(kv_scale_head_stride=1), "belong to fp8 caches"),
+    "fp8 head dim 40": (dict(kv_fp8=_lib.F8_E4M3, headdim=40), "multiple of 16"),
+    "fp8 scale stride 2": (
+        dict(kv_fp8=_lib.F8_E5M2, kv_scale_head_stride=2),
+        "kv_scale_head_stride must be 0",
+    ),
+    "fp8 scale misaligned": (
+        dict(kv_fp8=_lib.F8_E4M3, v_scale_ptr=FAKE + 2),
+        "v_scale_ptr must be a 4-byte aligned fp32 array",
+    ),
+    "fp8 scale value 0": (
+        dict(kv_fp8=_lib.F8_E4M3, k_scale_value=0.0),
+        "k_scale_value must be finite and > 0",
+    ),
+    "fp8 scale value nan": (
+        dict(kv_fp8=_lib.F8_E4M3, v_scale_value=math.nan),
+        "v_scale_value must be finite and > 0",
+    ),
+    "fp8 without kv_cache_batch": (
+        dict(kv_fp8=_lib.F8_E4M3),
+        "kv_cache_batch (the caches' leading extent) must be in 1..2^31-1",
+    ),
+    "fp8 cache rows off 16 bytes": (
+        dict(kv_fp8=_lib.F8_E4M3, kv_cache_batch=2, k_seq_stride=136),
+        "the fp8 cache k must be 16-byte aligned with strides",
+    ),
+    "fp8 with dropout": (
+        dict(kv_fp8=_lib.F8_E4M3, kv_cache_batch=2, dropout_p=0.1, dropout_seed=FAKE),
+        "dropout does not combine with the KV-cache fields",
+    ),
 }
 
 
@@ -501,10 +535,11 @@ def test_c_abi_empty_output_touches_nothing(empty):
         dict(q=FAKE + 2, k_seq_stride=129, v_head_stride=63),  # rows off 16 bytes
         dict(alibi_slopes=FAKE, sinks=FAKE + 64),
         {**VARLEN, "alibi_slopes": FAKE, "alibi_batch_stride": 4, "sinks": FAKE + 4, "causal": 1},
+        dict(kv_fp8=_lib.F8_E5M2, kv_cache_batch=2, k_scale_ptr=FAKE, kv_scale_head_stride=1),
     ],
     ids=[
         "plain", "no keys", "no lse", "varlen", "bf16 forced", "head dim 37", "odd strides",
-        "alibi and sinks", "varlen, alibi per sequence, sinks",
+        "alibi and sinks", "varlen, alibi per sequence, sinks", "fp8 caches",
     ],
 )  # fmt: skip
 def test_c_abi_valid_arguments_reach_the_device(changes):
@@ -557,6 +592,7 @@ BAD_C_BACKWARD = {
     "dsinks without sinks": (dict(dsinks=FAKE6), "dsinks (the sinks' gradient) needs sinks"),
     "dsinks misaligned": (dict(sinks=FAKE, dsinks=FAKE6 + 2), "4-byte aligned"),
     "alibi misaligned": (dict(alibi_slopes=FAKE + 3), "4-byte aligned"),
+    "fp8 caches": (dict(kv_fp8=_lib.F8_E4M3), "fp8 KV caches (kv_fp8) are forward-only"),
 }
 
 
