@@ -260,6 +260,20 @@ SM90_CLUSTER_CASES = {
         1500,
     ),
     "d128 gqa4 2 queries, split 16": (2, 2, 8, 2, 128, "contiguous", False, "causal", 16, 1500),
+    # The automatic count lowered to one CTA per SM over a contiguous cache, whatever the
+    # share (16 splits of 8 key tiles).
+    "d128 gqa4, chosen splits, long shares": (
+        4,
+        1,
+        8,
+        2,
+        128,
+        "contiguous",
+        False,
+        "none",
+        0,
+        8000,
+    ),
     # 7 splits x 32 heads chosen: lowered to 4 (one CTA per SM, 2 key tiles a split)
     "d128 mha, chosen splits lowered": (1, 1, 32, 32, 128, "contiguous", False, "none", 0, 512),
 }
@@ -300,13 +314,13 @@ def test_sm90_combines_key_splits_in_a_cluster(name, dtype):
 
 @pytest.mark.parametrize(
     "d, splits, batch",
-    [(128, 1, 2), (128, 17, 2), (128, 32, 2), (256, 9, 2), (128, 8, 32), (128, 0, 8)],
+    [(128, 1, 2), (128, 17, 2), (128, 32, 2), (256, 9, 2), (128, 8, 32)],
 )
 def test_sm90_hands_other_grids_to_sm80(d, splits, batch):
     """One query tile per CTA (no split), more splits than a cluster holds (16 at d = 128,
-    8 at d = 256), forced grids of more CTAs than SMs, and chosen ones that one CTA per SM
-    would leave long shares (8 x 4000 keys: 8 splits of 8 tiles) run sm80's kernel with
-    sm90 forced."""
+    8 at d = 256) and forced grids of more CTAs than SMs run sm80's kernel with sm90
+    forced. (An automatic count over a contiguous cache is lowered to fit a cluster:
+    SM90_CLUSTER_CASES, "chosen splits, long shares".)"""
     need_family("sm90")
     case = Case(BF16, batch, 1, 8, 2, d, "contiguous", False, "none", "none", 0.0, splits)
     p = make_problem(case, BF16, 3, capacity=4000)

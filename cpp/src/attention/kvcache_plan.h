@@ -104,8 +104,10 @@ inline KVCacheGrid kvcache_grid(const AttentionForwardProblem& p, int block_m, i
 }
 
 // Key tiles of one split's share up to which the sm90 family lowers an
-// automatic split count to fit its grid into one CTA per SM: a short loop is
-// bound by the launch and the combine, not by how many CTAs stream the cache.
+// automatic split count over paged caches to fit its grid into one CTA per
+// SM: their per-row page lookups want two CTAs per SM in flight over long
+// shares (sm80's grid), while a short loop is bound by the launch and the
+// combine.
 constexpr int kMaxClusterShareTiles = 4;
 
 // The sm90 family's grid, whose splits combine in clusters (split_cluster.cuh):
@@ -115,21 +117,24 @@ constexpr int kMaxClusterShareTiles = 4;
 // splits) measured 1.3-1.6x slower on the H100 than sm80's kernel and
 // combine, while a grid under one CTA per SM saves the combine's launch. An
 // automatic split count (num_splits = 0) whose grid is larger is lowered to
-// fit, where each split's share stays within kMaxClusterShareTiles.
+// fit: over contiguous caches as far as a cluster holds, whatever the share
+// (4-22% faster on the H100 than sm80's grid of more splits, batch 1 and 8,
+// 8k-128k keys: benchmarks/notes/decode_h100.md), over paged ones where each
+// share stays within kMaxClusterShareTiles.
 inline KVCacheGrid cluster_kvcache_grid(const AttentionForwardProblem& p, int block_m, int block_n,
                                         int tile_smem) {
   KVCacheGrid g = kvcache_grid(p, block_m, block_n);
   const int64_t tiles = int64_t(p.batch) * g.heads * g.m_blocks;  // query tiles
+  const int max_splits = max_cluster_splits(tile_smem, p.max_smem_per_block);
   if (p.num_splits < 1 && tiles * g.splits > p.sm_count) {
+    const bool paged = p.cache.enabled && p.cache.block_table != nullptr;
     g.splits = int(std::min<int64_t>(g.splits, p.sm_count / tiles));
-    if (g.splits < 1 || (g.n_blocks + g.splits - 1) / g.splits > kMaxClusterShareTiles) {
+    if (!paged) g.splits = std::min(g.splits, max_splits);
+    if (g.splits < 1 || (paged && (g.n_blocks + g.splits - 1) / g.splits > kMaxClusterShareTiles)) {
       g.splits = 0;
     }
   }
-  if (g.splits < 2 || g.splits > max_cluster_splits(tile_smem, p.max_smem_per_block) ||
-      tiles * g.splits > p.sm_count) {
-    g.splits = 0;
-  }
+  if (g.splits < 2 || g.splits > max_splits || tiles * g.splits > p.sm_count) g.splits = 0;
   return g;
 }
 
