@@ -30,8 +30,10 @@ const char* probe_family_name(Family family) {
 
 template <class Config>
 struct Fields;
-template <DType T, int D, int BM, int BN, int W, bool QR, Family F, int S, bool C>
-struct Fields<FlashFwdConfig<T, D, BM, BN, W, QR, F, S, C>> {
+// fp8-cache kernels (F8) are picked only by calls with fp8 caches, which the
+// probe does not make; their rows are the kvcache rows.
+template <DType T, int D, int BM, int BN, int W, bool QR, Family F, int S, bool C, bool F8>
+struct Fields<FlashFwdConfig<T, D, BM, BN, W, QR, F, S, C, F8>> {
   static void print() {
     std::printf("%s %d,%d,%d,%d,%s,%d\n", probe_family_name(F), D, BM, BN, W, QR ? "true" : "false",
                 S);

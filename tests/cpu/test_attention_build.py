@@ -116,7 +116,14 @@ def test_one_translation_unit_per_dtype_and_row(family):
     units = tiles.instantiations(table)
     names = Counter(unit.name for unit in units)
     assert [n for n, count in names.items() if count > 1] == []
-    assert len(units) == len(table.dtypes) * len(table.tiles)
+    fp8_rows = [tile for tile in table.tiles if tiles.has_fp8_cache(family, tile)]
+    assert len(units) == len(table.dtypes) * (len(table.tiles) + len(fp8_rows))
+    # The kvcache rows' fp8-cache kernels (FlashFwdConfig's kFp8Cache), not on sm75.
+    fp8_units = [unit for unit in units if unit.name.endswith("_fp8")]
+    assert len(fp8_units) == len(table.dtypes) * len(fp8_rows)
+    assert (family == "sm75") == (fp8_rows == [])
+    for unit in fp8_units:
+        assert unit.tile.use == "kvcache" and ", true, true>>(" in unit.declaration
     for unit in units:
         config, function, header = CONFIGS[unit.tile.row]
         assert unit.header == header
