@@ -987,9 +987,7 @@ def flash_attn_kvcache(
     terms = _NO_TERMS
     if alibi_slopes is not None or sinks is not None:
         terms, _keep_terms = _score_terms(alibi_slopes, sinks)
-    fp8 = _NO_FP8
-    if k_cache.dtype in _checks.FP8_CODES:
-        fp8 = _fp8_fields(k_cache, k_scale, v_scale)
+    fp8 = _fp8_fields(k_cache, k_scale, v_scale)  # _NO_FP8 for 16-bit caches
     args, keep = _attention_args(
         op, shape, q, k_cache, v_cache, out, lse, None, None, 0, 0, params, kvcache=kvcache,
         terms=terms, fp8=fp8,
